@@ -1,0 +1,182 @@
+"""Interception of `torch_geometric.loader.NeighborLoader` under the runtime.
+
+The seam is the class itself (its `__init__` and `__iter__`), so a loader is intercepted however
+the user imported the name, and user subclasses are intercepted through `super().__init__`.
+
+* Training loaders (`shuffle=True`) with p > 1 ranks: the DataLoader's random sampler is replaced
+  by a `ShardSampler` and the batch size by ceil(b / p). Every epoch all ranks draw the same
+  permutation (common seed), and rank r takes its positions r, r+p, r+2p, ... Consequently the
+  k-th per-rank batches together are exactly the k-th batch of b seeds that one process would
+  draw from that permutation (when p divides b), and all ranks run the same number of batches.
+* Evaluation loaders (`shuffle=False`) keep all their seeds in every rank: metrics mean what
+  they meant.
+* All intercepted loaders use the rank's sampler plan: s workers, each pinned to one of the rank's
+  sampler CPUs through PyG's `AffinityMixin.enable_cpu_affinity`; s = 0 samples in the trainer.
+  The worker count is re-read at each epoch, so it can change between epochs (not for loaders
+  the user made with `persistent_workers=True`).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+from ..launch import context
+from ..launch.context import EpochTimer, RankContext
+
+_WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
+
+
+class ShardSampler(Sampler[int]):
+    """Epoch-wise common permutation of range(n), padded by wrap-around to a multiple of p,
+    strided over ranks: rank r yields positions r, r+p, ...; every rank yields ceil(n / p)."""
+
+    def __init__(self, rank: int, world_size: int, seed: int) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        self.rank, self.world_size, self.seed = rank, world_size, seed
+        self.num_items = 0
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return -(-self.num_items // self.world_size)
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        """The padded global permutation of `epoch` (identical on every rank)."""
+        gen = torch.Generator().manual_seed(self.seed + epoch)
+        perm = torch.randperm(self.num_items, generator=gen)
+        total = len(self) * self.world_size
+        if total > self.num_items > 0:
+            repeats = -(-total // self.num_items)
+            perm = perm.repeat(repeats)[:total]
+        return perm
+
+    def __iter__(self) -> Iterator[int]:
+        perm = self.permutation(self.epoch)
+        self.epoch += 1
+        return iter(perm[self.rank::self.world_size].tolist())
+
+
+@dataclasses.dataclass
+class LoaderState:
+    """What the runtime knows about one intercepted loader."""
+
+    role: str                      # "train" (shuffle=True) or "eval"
+    index: int                     # training loaders: order of construction (same on all ranks)
+    global_batch_size: int | None
+    user_num_workers: int
+    epochs: int = 0
+
+
+def _loader_seed(ctx: RankContext, index: int) -> int:
+    return (ctx.seed * 1_000_003 + index * 7919) % (2 ** 62)
+
+
+def _seeds_in(batch: Any) -> int:
+    size = getattr(batch, "batch_size", None)
+    if isinstance(size, int):
+        return size
+    input_type = getattr(batch, "input_type", None)  # HeteroData batches
+    if input_type is not None:
+        return int(getattr(batch[input_type], "batch_size", 0))
+    return 0
+
+
+class NeighborLoaderInterceptor:
+    """Installs and removes the NeighborLoader patches; idempotent per install."""
+
+    def __init__(self) -> None:
+        from torch_geometric.loader import NeighborLoader
+
+        self.cls = NeighborLoader
+        self._orig_init = NeighborLoader.__init__
+        self._had_iter = "__iter__" in NeighborLoader.__dict__
+        self._orig_iter = NeighborLoader.__iter__
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        interceptor = self
+
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            interceptor._init(loader, args, kwargs)
+
+        def __iter__(loader: Any) -> Iterator[Any]:
+            return interceptor._iter(loader)
+
+        self.cls.__init__ = __init__
+        self.cls.__iter__ = __iter__
+        try:
+            yield
+        finally:
+            self.cls.__init__ = self._orig_init
+            if self._had_iter:
+                self.cls.__iter__ = self._orig_iter
+            else:
+                del self.cls.__iter__
+
+    # -- patched methods ------------------------------------------------------------------
+    def _init(self, loader: Any, args: tuple, kwargs: dict) -> None:
+        ctx = context.current()
+        if ctx is None:
+            self._orig_init(loader, *args, **kwargs)
+            return
+        train = bool(kwargs.get("shuffle", False))
+        batch_size = kwargs.get("batch_size", 1)
+        state = LoaderState(role="train" if train else "eval",
+                            index=ctx.next_loader_index() if train else -1,
+                            global_batch_size=batch_size,
+                            user_num_workers=int(kwargs.get("num_workers", 0) or 0))
+        if not kwargs.get("persistent_workers", False):
+            kwargs["num_workers"] = ctx.plan.sampler_cores
+            if ctx.plan.sampler_cores == 0:
+                for key in _WORKER_ONLY_KWARGS:
+                    kwargs.pop(key, None)
+        sampler = None
+        shard = (train and ctx.distributed and kwargs.get("sampler") is None
+                 and kwargs.get("batch_sampler") is None)
+        if shard:
+            sampler = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, state.index))
+            kwargs["shuffle"] = False
+            kwargs["sampler"] = sampler
+            if batch_size is not None:
+                kwargs["batch_size"] = -(-int(batch_size) // ctx.world_size)
+        self._orig_init(loader, *args, **kwargs)
+        if sampler is not None:
+            sampler.num_items = len(loader.dataset)
+        loader._gnnorch_state = state
+
+    def _iter(self, loader: Any) -> Iterator[Any]:
+        ctx = context.current()
+        state: LoaderState | None = getattr(loader, "_gnnorch_state", None)
+        if ctx is None or state is None:
+            return self._orig_iter(loader)
+        if state.role == "train":
+            ctx.apply_pending()
+        if not loader.persistent_workers:
+            loader.num_workers = ctx.plan.sampler_cores
+            if loader.num_workers > 0 and loader.prefetch_factor is None:
+                loader.prefetch_factor = 2
+        cpus = ctx.sampler_cpus
+        if loader.num_workers > 0 and cpus and len(cpus) == loader.num_workers:
+            with loader.enable_cpu_affinity(loader_cores=cpus):
+                iterator = self._orig_iter(loader)
+        else:
+            iterator = self._orig_iter(loader)
+        if state.role != "train":
+            return iterator
+        epoch = state.epochs
+        state.epochs += 1
+        return _timed(iterator, EpochTimer(ctx, state.index, epoch))
+
+
+def _timed(iterator: Iterator[Any], timer: EpochTimer) -> Iterator[Any]:
+    """Yield the loader's batches, recording the epoch's batches, seeds and seconds."""
+    try:
+        for batch in iterator:
+            timer.add(_seeds_in(batch))
+            yield batch
+    finally:
+        timer.close()

@@ -1,0 +1,26 @@
+"""One run of the user's function under the runtime: the rank context plus every seam."""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+from ..launch import context
+from ..launch.context import RankContext
+from .gradsync import GradientSynchronizer
+from .loader import NeighborLoaderInterceptor
+
+
+@contextlib.contextmanager
+def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterator[RankContext]:
+    """Activate `ctx`, intercept NeighborLoader and, with > 1 rank, synchronise gradients.
+
+    Everything is undone on exit, also when the user's function raises.
+    """
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(context.activate(ctx))
+        stack.enter_context(NeighborLoaderInterceptor().installed())
+        if ctx.distributed:
+            stack.enter_context(GradientSynchronizer(ctx.world_size, comm_device).installed())
+        yield ctx

@@ -1,0 +1,125 @@
+"""The state of the rank this process is: who it is, which cores it owns, its knobs, its timings.
+
+Exactly one `RankContext` is active in a process while the user's function runs under the
+runtime (`activate`); intercepts read it. Knobs that live inside a rank (trainer threads, sampler
+workers and their cores) can be changed between epochs with `reconfigure`: the change is applied at
+the next training epoch boundary, so an epoch never runs half in one configuration. The number of
+ranks cannot change inside a run (that takes a new launch).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from typing import Iterator
+
+import torch
+
+from .plan import CorePlan, RankCores
+
+
+@dataclasses.dataclass
+class EpochRecord:
+    """One pass over a training loader in this rank: batches, seeds and wall seconds."""
+
+    loader: int
+    epoch: int
+    batches: int
+    seeds: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class RankContext:
+    """Per-process rank state. `cores` is None when binding is off."""
+
+    rank: int
+    world_size: int
+    plan: CorePlan
+    cores: RankCores | None
+    seed: int
+    backend: str | None = None
+    epochs: list[EpochRecord] = dataclasses.field(default_factory=list)
+    _pending: tuple[CorePlan, RankCores | None] | None = None
+    _loaders_built: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def sampler_cpus(self) -> list[int] | None:
+        return list(self.cores.sampler_cpus) if self.cores is not None else None
+
+    def next_loader_index(self) -> int:
+        """Index of a newly built training loader; equal on all ranks (same code path)."""
+        self._loaders_built += 1
+        return self._loaders_built - 1
+
+    def reconfigure(self, plan: CorePlan, cores: RankCores | None) -> None:
+        """Ask for new in-rank knobs (same number of ranks) from the next epoch on."""
+        if plan.processes != self.world_size:
+            raise ValueError(
+                f"reconfigure cannot change processes inside a run "
+                f"({self.world_size} -> {plan.processes}); launch again instead")
+        self._pending = (plan, cores)
+
+    def apply_pending(self) -> None:
+        """Apply a pending reconfiguration (called at a training epoch boundary)."""
+        if self._pending is None:
+            return
+        self.plan, self.cores = self._pending
+        self._pending = None
+        bind_current_process(self.cores, self.plan.threads)
+
+
+def bind_current_process(cores: RankCores | None, threads: int) -> None:
+    """Pin this process to its trainer CPUs and set torch's intra-op thread count."""
+    if cores is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores.trainer_cpus)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+_ACTIVE: RankContext | None = None
+
+
+def current() -> RankContext | None:
+    """The active rank context, or None outside the runtime."""
+    return _ACTIVE
+
+
+@contextlib.contextmanager
+def activate(ctx: RankContext) -> Iterator[RankContext]:
+    """Make `ctx` the active context for the duration of the block (not re-entrant)."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        raise RuntimeError("a gnnorch Runtime is already running in this process; "
+                           "Runtime calls cannot be nested")
+    _ACTIVE = ctx
+    try:
+        yield ctx
+    finally:
+        _ACTIVE = None
+
+
+class EpochTimer:
+    """Times one pass over a training loader and records it in the context when it ends."""
+
+    def __init__(self, ctx: RankContext, loader: int, epoch: int) -> None:
+        self.ctx, self.loader, self.epoch = ctx, loader, epoch
+        self.batches = 0
+        self.seeds = 0
+        self.start = time.perf_counter()
+
+    def add(self, seeds: int) -> None:
+        self.batches += 1
+        self.seeds += seeds
+
+    def close(self) -> None:
+        self.ctx.epochs.append(EpochRecord(self.loader, self.epoch, self.batches, self.seeds,
+                                           time.perf_counter() - self.start))

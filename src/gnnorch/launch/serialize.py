@@ -1,0 +1,84 @@
+"""Sending the user's function and arguments to rank processes, and results back.
+
+Payloads (function, args, kwargs) are pickled with cloudpickle, so functions and classes defined in
+`__main__`, inside other functions, or as lambdas travel by value (no `__main__` import in the
+ranks, hence no `if __name__ == "__main__":` guard needed), combined with torch's multiprocessing
+reductions, so CPU tensor storages move to shared memory once and every rank maps the same pages
+instead of receiving a copy. Results travel back by value (plain cloudpickle): the caller must own
+them after the ranks exit. cloudpickle's class tracking maps a `__main__` class sent to a rank and
+returned from it back to the caller's original class, so `isinstance` still holds.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from collections import ChainMap
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import cloudpickle
+import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reducers)
+
+from ..errors import SerializationError
+
+
+class _SharedMemoryPickler(cloudpickle.Pickler):
+    # The C pickler reads `dispatch_table` when constructed, so it must be a class attribute.
+    # ForkingPickler's table holds torch's reducers (tensor -> shared-memory file descriptor).
+    dispatch_table = ChainMap(ForkingPickler._extra_reducers, cloudpickle.Pickler.dispatch_table)
+
+
+_FIX_HINT = (
+    "gnnorch sends `train` and its arguments to each rank process with cloudpickle. Fix: pass "
+    "large or unpicklable objects (open files, sockets, locks, generators, database handles) "
+    "as things the function can rebuild (paths, configs), or create them inside `train`; "
+    "or run with processes=1, which calls `train` in this process and sends nothing."
+)
+
+
+def dumps_payload(fn: Any, args: tuple, kwargs: dict) -> bytes:
+    """Pickle (fn, args, kwargs) for one rank; tensors go to shared memory, not into the bytes.
+
+    Call once per rank: each pickle carries file-descriptor handles that can be received once.
+    """
+    buf = io.BytesIO()
+    try:
+        _SharedMemoryPickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((fn, args, kwargs))
+    except Exception as err:  # noqa: BLE001 - any pickling failure gets the same guidance
+        raise SerializationError(
+            f"cannot send {_culprit(fn, args, kwargs)} to the rank processes: "
+            f"{type(err).__name__}: {err}. {_FIX_HINT}") from err
+    return buf.getvalue()
+
+
+def _culprit(fn: Any, args: tuple, kwargs: dict) -> str:
+    """Name the first part of a failed payload that does not pickle (error path only)."""
+    parts = [(f"train ({getattr(fn, '__qualname__', repr(fn))})", fn)]
+    parts += [(f"positional argument {i} ({type(a).__name__})", a) for i, a in enumerate(args)]
+    parts += [(f"keyword argument {k!r} ({type(v).__name__})", v) for k, v in kwargs.items()]
+    for name, obj in parts:
+        try:
+            cloudpickle.dumps(obj)
+        except Exception:  # noqa: BLE001
+            return name
+    return "the payload"
+
+
+def loads(data: bytes) -> Any:
+    """Inverse of `dumps_payload` / `dumps_result` (standard unpickling)."""
+    return pickle.loads(data)
+
+
+def dumps_result(obj: Any) -> bytes:
+    """Pickle a rank's return value by value (tensors copied), for the caller to own."""
+    return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def dumps_exception(exc: BaseException) -> bytes | None:
+    """Pickle an exception for re-raising in the caller; None when it cannot be pickled."""
+    try:
+        data = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
+        return data
+    except Exception:  # noqa: BLE001 - fall back to type name + message
+        return None

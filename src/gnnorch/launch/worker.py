@@ -1,0 +1,112 @@
+"""Entry point of a rank process: `python -m gnnorch.launch.worker` (started by the supervisor).
+
+A fresh interpreter (never a fork of the user's process: fork after OpenMP hangs), so the user's
+`__main__` is not re-imported. Protocol over a Unix socket authenticated with the caller's key
+(read from stdin): the rank says hello, receives (sys.path, cwd) then the pickled payload,
+runs it, and sends exactly one final message: ("result", bytes) from rank 0, ("done", epochs)
+from the others, or ("error", exception bytes | None, type name, message, traceback text).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when the supervisor dies (Linux), and watch too."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, name="gnnorch-parent-watch", daemon=True).start()
+
+
+def main() -> None:
+    _die_with_parent()
+    spec = json.loads(os.environ["GNNORCH_RANK_SPEC"])
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    multiprocessing.current_process().authkey = authkey  # receives shared-memory handles
+    rank, world = spec["rank"], spec["world_size"]
+    trainer_cpus = spec["cores"]["trainer_cpus"] if spec["cores"] else None
+    if trainer_cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, trainer_cpus)
+
+    from multiprocessing.connection import Client
+
+    conn = Client(spec["address"], family="AF_UNIX", authkey=authkey)
+    conn.send(("hello", rank, os.getpid()))
+    try:
+        status = _run(conn, spec)
+    finally:
+        conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from ..intercept.session import session
+    from . import serialize
+    from .context import RankContext
+    from .plan import CorePlan, RankCores
+
+    rank, world = spec["rank"], spec["world_size"]
+    try:
+        plan = CorePlan(*spec["plan"])
+        cores = RankCores(rank=rank, trainer_cpus=tuple(spec["cores"]["trainer_cpus"]),
+                          sampler_cpus=tuple(spec["cores"]["sampler_cpus"])) if spec["cores"] else None
+        torch.set_num_threads(plan.threads)
+        sys_path, cwd = conn.recv()
+        sys.path[:] = sys_path
+        os.chdir(cwd)
+        ctx = RankContext(rank=rank, world_size=world, plan=plan, cores=cores, seed=spec["seed"],
+                          backend=spec["backend"])
+        fn, args, kwargs = serialize.loads(conn.recv_bytes())
+        store = dist.TCPStore("127.0.0.1", spec["store_port"], is_master=False,
+                              timeout=datetime.timedelta(seconds=spec["start_timeout"]))
+        comm_device = None
+        if spec["backend"] == "nccl":
+            torch.cuda.set_device(0)  # CUDA_VISIBLE_DEVICES holds this rank's GPU only
+            comm_device = torch.device("cuda", 0)
+        dist.init_process_group(spec["backend"], store=store, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=spec["collective_timeout"]))
+        with session(ctx, comm_device):
+            result = fn(*args, **kwargs)
+        epochs = [e.to_dict() for e in ctx.epochs]
+        if rank == 0:
+            conn.send(("result", serialize.dumps_result(result), epochs))
+        else:
+            conn.send(("done", epochs))
+        dist.destroy_process_group()
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        sys.stderr.write(text)
+        conn.send(("error", serialize.dumps_exception(exc), type(exc).__qualname__,
+                   str(exc), text))
+        return 1
+
+
+if __name__ == "__main__":
+    main()

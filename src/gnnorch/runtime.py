@@ -1,0 +1,162 @@
+"""The public entry point: `Runtime(train, **options)(*args, **kwargs)`.
+
+`Runtime` validates its options, turns them into a core plan (p ranks, s sampler cores and t
+trainer threads per rank) on the measured topology, and runs `train(*args, **kwargs)`:
+in this process when p = 1 (no start-up cost), else in p core-bound rank processes that train
+one model together. It returns what `train` returned (on rank 0).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .launch.inprocess import run_in_process
+from .launch.plan import CorePlan, RankCores, assign_cores
+from .launch.supervisor import LaunchSpec, RankGroup
+from .launch.topology import Topology, current_topology
+
+_DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """What the last call did: plan, per-rank cores, where logs went, and timings."""
+
+    plan: CorePlan
+    cores: list[RankCores] | None
+    device: str
+    log_dir: Path | None
+    wall_seconds: float
+    epochs: dict[int, list[dict]]
+
+    def epoch_seconds(self, rank: int = 0) -> list[float]:
+        """Wall seconds of each training epoch measured inside `rank`."""
+        return [e["seconds"] for e in self.epochs.get(rank, [])]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    processes: int | None = None
+    sampler_cores: int | None = None
+    threads: int | None = None
+    device: str = "auto"
+    bind: bool = True
+    seed: int | None = None
+    log_dir: str | os.PathLike | None = None
+    start_timeout: float = 120.0
+    collective_timeout: float = 1800.0
+
+
+VALID_OPTIONS = tuple(f.name for f in dataclasses.fields(_Options))
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
+    bound = f"{low}..{high}" if high is not None else f">= {low}"
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        raise ValueError(f"{name} must be an integer in {bound}, got {value!r}")
+
+
+class Runtime:
+    """Run an unchanged PyG training function under gnnorch.
+
+    Args:
+        train: the user's training function, called as ``train(*args, **kwargs)``.
+        processes: data-parallel ranks p (default: 1 on CPU, one per visible GPU on CUDA).
+        sampler_cores: cores per rank for NeighborLoader workers s (default 0: sample in the
+            trainer process).
+        threads: torch intra-op threads per rank t (default: the rank's share of usable cores).
+        device: "auto" (CUDA when visible), "cpu" or "cuda" (one rank per GPU, nccl).
+        bind: pin ranks and loader workers to disjoint cores (default True).
+        seed: seed of the common per-epoch shuffling of training seeds (default:
+            ``torch.initial_seed()`` of the caller, so ``torch.manual_seed`` makes runs repeat).
+        log_dir: where ranks > 0 write ``rank<r>.log`` (default: a fresh temporary folder).
+        start_timeout: seconds for ranks to start and connect.
+        collective_timeout: seconds a rank may wait in one collective before failing.
+    """
+
+    def __init__(self, train: Callable, **options: Any) -> None:
+        if not callable(train):
+            raise ValueError(f"train must be a callable (your training function), "
+                             f"got {type(train).__name__}")
+        unknown = sorted(set(options) - set(VALID_OPTIONS))
+        if unknown:
+            raise TypeError(f"Runtime() got unexpected keyword argument(s) {unknown}; "
+                            f"valid options are: {', '.join(VALID_OPTIONS)}")
+        self.train = train
+        self.options = _Options(**options)
+        self.topology: Topology = current_topology()
+        self.device = self._resolve_device()
+        self.plan = self._resolve_plan()
+        self.last_run: RunInfo | None = None
+
+    # -- configuration --------------------------------------------------------------------
+    def _resolve_device(self) -> str:
+        device = self.options.device
+        if device not in _DEVICES:
+            raise ValueError(f"device must be one of {_DEVICES}, got {device!r}")
+        if device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device='cuda' but no CUDA device is visible; use device='cpu'")
+        return device
+
+    def _resolve_plan(self) -> CorePlan:
+        o = self.options
+        usable = self.topology.num_usable
+        max_ranks = torch.cuda.device_count() if self.device == "cuda" else usable
+        default_p = max_ranks if self.device == "cuda" else 1
+        p = default_p if o.processes is None else o.processes
+        _check_int("processes", p, 1, max_ranks)
+        s = 0 if o.sampler_cores is None else o.sampler_cores
+        _check_int("sampler_cores", s, 0)
+        t = o.threads if o.threads is not None else max(1, usable // p - s)
+        _check_int("threads", t, 1)
+        for name in ("start_timeout", "collective_timeout"):
+            value = getattr(o, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not isinstance(o.bind, bool):
+            raise ValueError(f"bind must be True or False, got {o.bind!r}")
+        if o.seed is not None:
+            _check_int("seed", o.seed, 0)
+        plan = CorePlan(processes=p, sampler_cores=s, threads=t)
+        plan.check(self.topology)
+        return plan
+
+    def _gpus(self) -> list[int] | None:
+        if self.device != "cuda":
+            return None
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = [int(x) for x in visible.split(",") if x.strip()] if visible else None
+        return [ids[r] if ids else r for r in range(self.plan.processes)]
+
+    # -- running --------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        plan = self.plan
+        cores = assign_cores(plan, self.topology) if self.options.bind else None
+        seed = self.options.seed if self.options.seed is not None else torch.initial_seed() % 2**31
+        if plan.processes == 1:
+            value, epochs, wall = run_in_process(self.train, args, kwargs, plan,
+                                                 cores[0] if cores else None, seed)
+            self.last_run = RunInfo(plan, cores, self.device, None, wall, {0: epochs})
+            return value
+        log_dir = Path(self.options.log_dir) if self.options.log_dir is not None else Path(
+            tempfile.mkdtemp(prefix="gnnorch-"))
+        spec = LaunchSpec(plan=plan, cores=cores, seed=seed, log_dir=log_dir,
+                          backend="nccl" if self.device == "cuda" else "gloo",
+                          gpus=self._gpus(), start_timeout=self.options.start_timeout,
+                          collective_timeout=self.options.collective_timeout)
+        result = RankGroup(spec).run(self.train, args, kwargs)
+        self.last_run = RunInfo(plan, cores, self.device, log_dir, result.wall_seconds,
+                                result.epochs)
+        return result.value
+
+    def __repr__(self) -> str:
+        name = getattr(self.train, "__qualname__", repr(self.train))
+        return f"Runtime({name}, {self.plan}, device={self.device!r})"
