@@ -1,0 +1,26 @@
+import os
+
+import psutil
+import pytest
+import torch
+
+
+@pytest.fixture
+def no_leftover_children():
+    """Assert that the test leaves no child process of this process alive."""
+    yield
+    children = psutil.Process().children(recursive=True)
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"processes left behind: {[(p.pid, p.name()) for p in alive]}"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (none visible)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+os.environ.setdefault("GNNORCH_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", ".data"))

@@ -1,0 +1,76 @@
+"""A failing rank surfaces as the user's exception with the rank named; nothing is left behind."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import gnnorch
+
+pytestmark = pytest.mark.usefixtures("no_leftover_children")
+
+
+def raise_in_rank_one():
+    if dist.get_rank() == 1:
+        raise ValueError("bad hyper-parameter in rank one")
+    time.sleep(60)  # rank 0 would wait: it must be stopped, not awaited
+
+
+def test_exception_reraised_with_type_rank_and_traceback():
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="bad hyper-parameter in rank one") as info:
+        gnnorch.Runtime(raise_in_rank_one, processes=2)()
+    assert time.monotonic() - start < 30
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "rank 1 of 2" in notes
+    assert "raise_in_rank_one" in str(info.value.__cause__)   # the rank's traceback
+
+
+def kill_rank_one():
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(120)
+
+
+def test_sigkilled_rank_detected_quickly():
+    start = time.monotonic()
+    with pytest.raises(gnnorch.RankDiedError, match=r"rank 1 of 2 \(pid \d+\) was killed by SIGKILL"):
+        gnnorch.Runtime(kill_rank_one, processes=2)()
+    assert time.monotonic() - start < 30
+
+
+def test_unpicklable_argument_explained():
+    lock = threading.Lock()
+    with pytest.raises(gnnorch.SerializationError, match="keyword argument 'guard'.*processes=1"):
+        gnnorch.Runtime(lambda guard: None, processes=2)(guard=lock)
+
+
+def test_closure_and_lambda_run_by_value(tmp_path):
+    scale = torch.tensor([3.0])
+
+    def local_train(x):  # defined inside a function: travels by value
+        return (x * scale).sum().item(), dist.get_world_size()
+
+    assert gnnorch.Runtime(local_train, processes=2)(torch.ones(4)) == (12.0, 2)
+
+
+def test_args_arrive_through_shared_memory():
+    def check(t):
+        return t.is_shared(), t.sum().item()
+
+    assert gnnorch.Runtime(check, processes=2)(torch.arange(10.0)) == (True, 45.0)
+
+
+def test_keyboard_interrupt_stops_ranks():
+    main_thread = threading.get_ident()
+
+    def interrupt():
+        time.sleep(8)
+        signal.pthread_kill(main_thread, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        gnnorch.Runtime(time.sleep, processes=2)(120)
