@@ -1,6 +1,7 @@
 """A failing rank surfaces as the user's exception with the rank named; nothing is left behind."""
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -74,3 +75,21 @@ def test_keyboard_interrupt_stops_ranks():
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         gnnorch.Runtime(time.sleep, processes=2)(120)
+
+
+def say_hello():
+    rank = dist.get_rank()
+    print(f"hello from rank {rank}")
+    print(f"warning from rank {rank}", file=sys.stderr)
+    return rank
+
+
+def test_rank0_output_live_other_ranks_to_log_files(capsys, tmp_path):
+    runtime = gnnorch.Runtime(say_hello, processes=2, log_dir=tmp_path)
+    assert runtime() == 0
+    out, err = capsys.readouterr()
+    assert "hello from rank 0" in out and "rank 1" not in out
+    assert "warning from rank 0" in err and "rank 1" not in err
+    log = (tmp_path / "rank1.log").read_text()
+    assert "hello from rank 1" in log and "warning from rank 1" in log
+    assert runtime.last_run.log_dir == tmp_path
