@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from .launch.inprocess import run_in_process
-from .launch.plan import CorePlan, RankCores, assign_cores
+from .launch.plan import CorePlan, RankCores, assign_cores, default_plan
 from .launch.supervisor import LaunchSpec, RankGroup
 from .launch.topology import Topology, current_topology
 
@@ -125,6 +125,8 @@ class Runtime:
             raise ValueError(f"bind must be True or False, got {o.bind!r}")
         if o.seed is not None:
             _check_int("seed", o.seed, 0)
+        if self.device == "cpu" and (o.processes, o.sampler_cores, o.threads) == (None,) * 3:
+            return default_plan(self.topology)
         plan = CorePlan(processes=p, sampler_cores=s, threads=t)
         plan.check(self.topology)
         return plan

@@ -44,7 +44,6 @@ class LaunchSpec:
     gpus: list[int] | None = None     # one visible GPU per rank (nccl)
     start_timeout: float = 120.0
     collective_timeout: float = 1800.0
-    mute_rank0: bool = False
 
 
 @dataclasses.dataclass
@@ -140,7 +139,7 @@ class RankGroup:
         if spec.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(spec.gpus[rank])
         log_path = None
-        if rank == 0 and not spec.mute_rank0:
+        if rank == 0:
             out, err = subprocess.PIPE, subprocess.PIPE
         else:
             log_path = spec.log_dir / f"rank{rank}.log"
