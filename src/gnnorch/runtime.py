@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from .features import FEATURE_OPTIONS, Features
 from .launch.inprocess import run_in_process
 from .launch.plan import CorePlan, RankCores, assign_cores, default_plan
 from .launch.supervisor import LaunchSpec, RankGroup
@@ -25,7 +26,8 @@ _DEVICES = ("auto", "cpu", "cuda")
 
 @dataclasses.dataclass
 class RunInfo:
-    """What the last call did: plan, per-rank cores, where logs went, and timings."""
+    """What the last call did: plan, per-rank cores, where logs went, timings, and each
+    feature's statistics (`stats[rank][feature]`, e.g. the sampler backend and trimming)."""
 
     plan: CorePlan
     cores: list[RankCores] | None
@@ -33,6 +35,16 @@ class RunInfo:
     log_dir: Path | None
     wall_seconds: float
     epochs: dict[int, list[dict]]
+    features: Features = dataclasses.field(default_factory=Features)
+    stats: dict[int, dict] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_summaries(cls, plan: CorePlan, cores: list[RankCores] | None, device: str,
+                       log_dir: Path | None, wall: float, features: Features,
+                       summaries: dict[int, dict]) -> "RunInfo":
+        return cls(plan, cores, device, log_dir, wall,
+                   {r: s["epochs"] for r, s in summaries.items()}, features,
+                   {r: s["stats"] for r, s in summaries.items()})
 
     def epoch_seconds(self, rank: int = 0) -> list[float]:
         """Wall seconds of each training epoch measured inside `rank`."""
@@ -50,6 +62,8 @@ class _Options:
     log_dir: str | os.PathLike | None = None
     start_timeout: float = 120.0
     collective_timeout: float = 1800.0
+    sampler: str = "auto"
+    trim: bool = True
 
 
 VALID_OPTIONS = tuple(f.name for f in dataclasses.fields(_Options))
@@ -78,6 +92,10 @@ class Runtime:
         log_dir: where ranks > 0 write ``rank<r>.log`` (default: a fresh temporary folder).
         start_timeout: seconds for ranks to start and connect.
         collective_timeout: seconds a rank may wait in one collective before failing.
+        sampler: NeighborLoader backend: "auto" (pyg-lib when installed, else gnnorch's
+            vectorised sampler, exact in distribution), "gnnorch" or "pyg" (PyG's own choice).
+        trim: hop-aware trimming of MessagePassing layers (exact for the seed rows; other rows
+            of a layer's output hold NaN). Default True.
     """
 
     def __init__(self, train: Callable, **options: Any) -> None:
@@ -93,6 +111,7 @@ class Runtime:
         self.topology: Topology = current_topology()
         self.device = self._resolve_device()
         self.plan = self._resolve_plan()
+        self.features = Features(**{name: getattr(self.options, name) for name in FEATURE_OPTIONS})
         self.last_run: RunInfo | None = None
 
     # -- configuration --------------------------------------------------------------------
@@ -144,19 +163,22 @@ class Runtime:
         cores = assign_cores(plan, self.topology) if self.options.bind else None
         seed = self.options.seed if self.options.seed is not None else torch.initial_seed() % 2**31
         if plan.processes == 1:
-            value, epochs, wall = run_in_process(self.train, args, kwargs, plan,
-                                                 cores[0] if cores else None, seed)
-            self.last_run = RunInfo(plan, cores, self.device, None, wall, {0: epochs})
+            value, summary, wall = run_in_process(self.train, args, kwargs, plan,
+                                                  cores[0] if cores else None, seed, self.features)
+            self.last_run = RunInfo.from_summaries(plan, cores, self.device, None, wall,
+                                                   self.features, {0: summary})
             return value
         log_dir = Path(self.options.log_dir) if self.options.log_dir is not None else Path(
             tempfile.mkdtemp(prefix="gnnorch-"))
         spec = LaunchSpec(plan=plan, cores=cores, seed=seed, log_dir=log_dir,
                           backend="nccl" if self.device == "cuda" else "gloo",
                           gpus=self._gpus(), start_timeout=self.options.start_timeout,
-                          collective_timeout=self.options.collective_timeout)
+                          collective_timeout=self.options.collective_timeout,
+                          features=self.features)
         result = RankGroup(spec).run(self.train, args, kwargs)
-        self.last_run = RunInfo(plan, cores, self.device, log_dir, result.wall_seconds,
-                                result.epochs)
+        self.last_run = RunInfo.from_summaries(plan, cores, self.device, log_dir,
+                                               result.wall_seconds, self.features,
+                                               result.summaries)
         return result.value
 
     def __repr__(self) -> str:

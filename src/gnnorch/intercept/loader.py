@@ -10,6 +10,12 @@ the user imported the name, and user subclasses are intercepted through `super()
   draw from that permutation (when p divides b), and all ranks run the same number of batches.
 * Evaluation loaders (`shuffle=False`) keep all their seeds in every rank: metrics mean what
   they meant.
+* Sampling backend (`Features.sampler`): for homogeneous `Data`, "gnnorch" (and "auto" when
+  pyg-lib is absent) passes gnnorch's vectorised `FastNeighborSampler` as the loader's
+  `neighbor_sampler` (PyG's own argument), built from the loader's own sampling arguments; it
+  returns hop counts. "pyg" leaves PyG's choice. HeteroData and link loaders run as PyG runs them.
+* Every batch of an intercepted loader is announced to the layer seam (`intercept.layers`) with
+  its hop layout, so the user's layers can be trimmed while they work on it.
 * All intercepted loaders use the rank's sampler plan: s workers, each pinned to one of the rank's
   sampler CPUs through PyG's `AffinityMixin.enable_cpu_affinity`; s = 0 samples in the trainer.
   The worker count is re-read at each epoch, so it can change between epochs (not for loaders
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from typing import Any, Iterator
 
 import torch
@@ -26,6 +33,8 @@ from torch.utils.data import Sampler
 
 from ..launch import context
 from ..launch.context import EpochTimer, RankContext
+from ..trim.hops import HopLayout, hops_from_edges
+from .layers import BatchGraph, LayerSeam
 
 _WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
 
@@ -69,6 +78,15 @@ class LoaderState:
     global_batch_size: int | None
     user_num_workers: int
     epochs: int = 0
+    backend: str = "pyg"           # which sampler draws its batches
+    backend_reason: str | None = None
+    directional: bool = True       # hop layout meaningful (trimming possible)
+    num_hops: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "index": self.index, "backend": self.backend,
+                "reason": self.backend_reason, "directional": self.directional,
+                "num_hops": self.num_hops}
 
 
 def _loader_seed(ctx: RankContext, index: int) -> int:
@@ -134,6 +152,7 @@ class NeighborLoaderInterceptor:
             if ctx.plan.sampler_cores == 0:
                 for key in _WORKER_ONLY_KWARGS:
                     kwargs.pop(key, None)
+        self._choose_sampler(ctx, state, args, kwargs)
         sampler = None
         shard = (train and ctx.distributed and kwargs.get("sampler") is None
                  and kwargs.get("batch_sampler") is None)
@@ -146,7 +165,41 @@ class NeighborLoaderInterceptor:
         self._orig_init(loader, *args, **kwargs)
         if sampler is not None:
             sampler.num_items = len(loader.dataset)
+        state.directional, state.num_hops = _layout_kind(loader)
         loader._gnnorch_state = state
+        ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.to_dict())
+
+    def _choose_sampler(self, ctx: RankContext, state: LoaderState, args: tuple,
+                        kwargs: dict) -> None:
+        """Pass gnnorch's sampler as `neighbor_sampler` when the features ask for it."""
+        from torch_geometric.data import Data
+        import torch_geometric.typing as pyg_typing
+
+        choice = ctx.features.sampler
+        bound = inspect.signature(self._orig_init).bind(None, *args, **kwargs).arguments
+        data = bound.get("data")
+        if choice == "pyg":
+            state.backend_reason = "sampler='pyg'"
+        elif bound.get("neighbor_sampler") is not None:
+            state.backend_reason = "the loader was given its own neighbor_sampler"
+        elif not isinstance(data, Data):
+            state.backend_reason = f"{type(data).__name__} input is sampled by PyG"
+        elif choice == "auto" and pyg_typing.WITH_PYG_LIB:
+            state.backend, state.backend_reason = "pyg-lib", "pyg-lib is installed (sampler='auto')"
+        else:
+            from ..sampling.neighbor import FastNeighborSampler
+
+            extra = bound.get("kwargs", {})
+            options = {name: bound[name] for name in _SAMPLER_ARGS if name in bound}
+            kwargs["neighbor_sampler"] = FastNeighborSampler(
+                data, num_neighbors=bound["num_neighbors"],
+                share_memory=int(extra.get("num_workers", 0) or 0) > 0, **options)
+            state.backend = "gnnorch"
+            state.backend_reason = kwargs["neighbor_sampler"].fallback_reason
+        if state.backend == "pyg" and pyg_typing.WITH_PYG_LIB:
+            state.backend = "pyg-lib"
+        elif state.backend == "pyg" and pyg_typing.WITH_TORCH_SPARSE:
+            state.backend = "torch_sparse"
 
     def _iter(self, loader: Any) -> Iterator[Any]:
         ctx = context.current()
@@ -165,6 +218,9 @@ class NeighborLoaderInterceptor:
                 iterator = self._orig_iter(loader)
         else:
             iterator = self._orig_iter(loader)
+        seam = ctx.layer_seam
+        if seam is not None:
+            iterator = _announced(iterator, seam, state)
         if state.role != "train":
             return iterator
         epoch = state.epochs
@@ -172,11 +228,65 @@ class NeighborLoaderInterceptor:
         return _timed(iterator, EpochTimer(ctx, state.index, epoch))
 
 
+_SAMPLER_ARGS = ("replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
+                 "weight_attr", "is_sorted", "directed")
+
+
+def _layout_kind(loader: Any) -> tuple[bool, int | None]:
+    """(whether the loader's batches are directional hop-ordered samples, number of hops)."""
+    from torch_geometric.sampler import NeighborSampler
+    from torch_geometric.sampler.base import SubgraphType
+
+    sampler = getattr(loader, "node_sampler", None)
+    if not isinstance(sampler, NeighborSampler) or sampler.is_hetero:
+        return False, None
+    directional = (sampler.subgraph_type == SubgraphType.directional and not sampler.disjoint
+                   and getattr(loader, "transform_sampler_output", None) is None)
+    return directional, len(sampler.num_neighbors.get_mapped_values())
+
+
+def batch_graph(batch: Any, state: LoaderState) -> BatchGraph | None:
+    """What the layer seam needs to know of a batch, with its hop layout when trimmable."""
+    from torch_geometric.data import Data
+
+    edge_index = getattr(batch, "edge_index", None) if isinstance(batch, Data) else None
+    size = getattr(batch, "batch_size", None)
+    if not isinstance(edge_index, torch.Tensor) or not isinstance(size, int):
+        return None
+    graph = BatchGraph(edge_index=edge_index, num_nodes=int(batch.num_nodes), batch_size=size,
+                       layout=None)
+    if not state.directional or state.num_hops is None:
+        graph.reason = "the loader's batches are not directional neighbour samples"
+        return graph
+    nodes = getattr(batch, "num_sampled_nodes", None)
+    edges = getattr(batch, "num_sampled_edges", None)
+    if nodes is not None and edges is not None and len(nodes) == len(edges) + 1:
+        graph.layout = HopLayout.from_counts(list(map(int, nodes)), list(map(int, edges)))
+        return graph
+    graph.layout = hops_from_edges(edge_index, graph.num_nodes, size, state.num_hops)
+    if graph.layout is None:
+        graph.reason = "the batch's vertices are not laid out by hop"
+    return graph
+
+
+def _announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState) -> Iterator[Any]:
+    """Announce each batch to the layer seam while the user works on it."""
+    try:
+        for batch in iterator:
+            seam.set_batch(batch_graph(batch, state))
+            yield batch
+    finally:
+        seam.set_batch(None)
+
+
 def _timed(iterator: Iterator[Any], timer: EpochTimer) -> Iterator[Any]:
-    """Yield the loader's batches, recording the epoch's batches, seeds and seconds."""
+    """Yield the loader's batches, recording the epoch's batches, seeds and seconds; after each
+    batch's step (when the user asks for the next batch or leaves the loop), the timer stamps it
+    and runs the context's batch callbacks."""
     try:
         for batch in iterator:
             timer.add(_seeds_in(batch))
             yield batch
+            timer.consumed()
     finally:
         timer.close()

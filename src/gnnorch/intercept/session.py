@@ -9,18 +9,26 @@ import torch
 from ..launch import context
 from ..launch.context import RankContext
 from .gradsync import GradientSynchronizer
+from .layers import LayerSeam
 from .loader import NeighborLoaderInterceptor
 
 
 @contextlib.contextmanager
 def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterator[RankContext]:
-    """Activate `ctx`, intercept NeighborLoader and, with > 1 rank, synchronise gradients.
+    """Activate `ctx`, intercept NeighborLoader and the MessagePassing layers (when a layer
+    feature is on) and, with > 1 rank, synchronise gradients.
 
-    Everything is undone on exit, also when the user's function raises.
+    Everything is undone on exit, also when the user's function raises; each seam's statistics
+    land in `ctx.stats`.
     """
     with contextlib.ExitStack() as stack:
         stack.enter_context(context.activate(ctx))
         stack.enter_context(NeighborLoaderInterceptor().installed())
+        if ctx.features.trim:
+            seam = LayerSeam(trim=ctx.features.trim)
+            stack.enter_context(seam.installed())
+            ctx.layer_seam = seam
+            stack.callback(lambda: ctx.stats.__setitem__("trim", seam.stats()))
         if ctx.distributed:
             stack.enter_context(GradientSynchronizer(ctx.world_size, comm_device).installed())
         yield ctx

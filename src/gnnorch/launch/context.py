@@ -12,10 +12,11 @@ import contextlib
 import dataclasses
 import os
 import time
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
+from ..features import Features
 from .plan import CorePlan, RankCores
 
 
@@ -43,7 +44,16 @@ class RankContext:
     cores: RankCores | None
     seed: int
     backend: str | None = None
+    features: Features = dataclasses.field(default_factory=Features)
     epochs: list[EpochRecord] = dataclasses.field(default_factory=list)
+    # per-feature statistics for the report, JSON-serialisable (feature name -> dict)
+    stats: dict[str, dict] = dataclasses.field(default_factory=dict)
+    # called after each training batch has been consumed (the step that used it is done); a
+    # callback may raise to end the user's function early (e.g. a tuning probe's budget)
+    batch_callbacks: list[Callable[["EpochTimer"], None]] = dataclasses.field(
+        default_factory=list)
+    # the MessagePassing seam of this run (gnnorch.intercept.layers.LayerSeam) or None
+    layer_seam: Any = None
     _pending: tuple[CorePlan, RankCores | None] | None = None
     _loaders_built: int = 0
 
@@ -54,6 +64,10 @@ class RankContext:
     @property
     def sampler_cpus(self) -> list[int] | None:
         return list(self.cores.sampler_cpus) if self.cores is not None else None
+
+    def summary(self) -> dict:
+        """What this rank reports back to the caller: epoch records and feature statistics."""
+        return {"epochs": [e.to_dict() for e in self.epochs], "stats": self.stats}
 
     def next_loader_index(self) -> int:
         """Index of a newly built training loader; equal on all ranks (same code path)."""
@@ -108,17 +122,31 @@ def activate(ctx: RankContext) -> Iterator[RankContext]:
 
 
 class EpochTimer:
-    """Times one pass over a training loader and records it in the context when it ends."""
+    """Times one pass over a training loader and records it in the context when it ends.
+
+    `batch_ends[i]` is the perf_counter time at which batch i was consumed (the next batch was
+    requested or the pass ended), so `batch_ends[i] - batch_ends[i-1]` is one full step:
+    sampling batch i plus the user's work on it. `batch_seeds[i]` is its number of seeds.
+    """
 
     def __init__(self, ctx: RankContext, loader: int, epoch: int) -> None:
         self.ctx, self.loader, self.epoch = ctx, loader, epoch
         self.batches = 0
         self.seeds = 0
         self.start = time.perf_counter()
+        self.batch_ends: list[float] = []
+        self.batch_seeds: list[int] = []
 
     def add(self, seeds: int) -> None:
         self.batches += 1
         self.seeds += seeds
+        self.batch_seeds.append(seeds)
+
+    def consumed(self) -> None:
+        """The latest batch's step is done: stamp it and run the context's batch callbacks."""
+        self.batch_ends.append(time.perf_counter())
+        for callback in self.ctx.batch_callbacks:
+            callback(self)
 
     def close(self) -> None:
         self.ctx.epochs.append(EpochRecord(self.loader, self.epoch, self.batches, self.seeds,

@@ -12,22 +12,25 @@ from typing import Any, Callable
 import torch
 
 from ..intercept.session import session
+from ..features import Features
 from .context import RankContext, bind_current_process
 from .plan import CorePlan, RankCores
 
 
 def run_in_process(fn: Callable, args: tuple, kwargs: dict, plan: CorePlan,
-                   cores: RankCores | None, seed: int) -> tuple[Any, list[dict], float]:
-    """Return (fn's value, epoch records, wall seconds); the caller's binding is restored."""
+                   cores: RankCores | None, seed: int,
+                   features: Features | None = None) -> tuple[Any, dict, float]:
+    """Return (fn's value, the rank's summary, wall seconds); the caller's binding is restored."""
     saved_affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     saved_threads = torch.get_num_threads()
-    ctx = RankContext(rank=0, world_size=1, plan=plan, cores=cores, seed=seed)
+    ctx = RankContext(rank=0, world_size=1, plan=plan, cores=cores, seed=seed,
+                      features=features or Features())
     start = time.perf_counter()
     try:
         bind_current_process(cores, plan.threads)
         with session(ctx):
             value = fn(*args, **kwargs)
-        return value, [e.to_dict() for e in ctx.epochs], time.perf_counter() - start
+        return value, ctx.summary(), time.perf_counter() - start
     finally:
         if saved_affinity is not None and cores is not None:
             os.sched_setaffinity(0, saved_affinity)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from ..errors import RankDiedError, RankFailedError, RankStartError, RemoteTraceback
+from ..features import Features
 from . import serialize
 from .plan import CorePlan, RankCores
 
@@ -44,12 +45,13 @@ class LaunchSpec:
     gpus: list[int] | None = None     # one visible GPU per rank (nccl)
     start_timeout: float = 120.0
     collective_timeout: float = 1800.0
+    features: Features = dataclasses.field(default_factory=Features)
 
 
 @dataclasses.dataclass
 class LaunchResult:
     value: Any
-    epochs: dict[int, list[dict]]     # rank -> epoch records
+    summaries: dict[int, dict]        # rank -> RankContext.summary() (epochs, feature stats)
     wall_seconds: float
 
 
@@ -111,8 +113,8 @@ class RankGroup:
                     raise self._death(r) from None
             del payloads
             value = self._watch()
-            epochs = {r.rank: (r.final[2] if r.rank == 0 else r.final[1]) for r in self.ranks}
-            return LaunchResult(value, epochs, time.perf_counter() - start)
+            summaries = {r.rank: (r.final[2] if r.rank == 0 else r.final[1]) for r in self.ranks}
+            return LaunchResult(value, summaries, time.perf_counter() - start)
         finally:
             self._stop_all()
             listener.close()
@@ -131,6 +133,7 @@ class RankGroup:
             "plan": list(spec.plan.as_tuple()), "cores": cores.to_dict() if cores else None,
             "seed": spec.seed, "backend": spec.backend, "store_port": store_port,
             "start_timeout": spec.start_timeout, "collective_timeout": spec.collective_timeout,
+            "features": spec.features.to_dict(),
         }
         env = dict(os.environ)
         env.update(GNNORCH_RANK_SPEC=json.dumps(rank_spec), PYTHONUNBUFFERED="1",

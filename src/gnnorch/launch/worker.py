@@ -3,8 +3,8 @@
 A fresh interpreter (never a fork of the user's process: fork after OpenMP hangs), so the user's
 `__main__` is not re-imported. Protocol over a Unix socket authenticated with the caller's key
 (read from stdin): the rank says hello, receives (sys.path, cwd) then the pickled payload,
-runs it, and sends exactly one final message: ("result", bytes) from rank 0, ("done", epochs)
-from the others, or ("error", exception bytes | None, type name, message, traceback text).
+runs it, and sends exactly one final message: ("result", bytes, summary) from rank 0,
+("done", summary) from the others (summary: `RankContext.summary()`), or ("error", exception bytes | None, type name, message, traceback text).
 """
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
 
     from ..intercept.session import session
     from . import serialize
+    from ..features import Features
     from .context import RankContext
     from .plan import CorePlan, RankCores
 
@@ -81,7 +82,7 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
         sys.path[:] = sys_path
         os.chdir(cwd)
         ctx = RankContext(rank=rank, world_size=world, plan=plan, cores=cores, seed=spec["seed"],
-                          backend=spec["backend"])
+                          backend=spec["backend"], features=Features.from_dict(spec["features"]))
         fn, args, kwargs = serialize.loads(conn.recv_bytes())
         store = dist.TCPStore("127.0.0.1", spec["store_port"], is_master=False,
                               timeout=datetime.timedelta(seconds=spec["start_timeout"]))
@@ -93,11 +94,11 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
                                 timeout=datetime.timedelta(seconds=spec["collective_timeout"]))
         with session(ctx, comm_device):
             result = fn(*args, **kwargs)
-        epochs = [e.to_dict() for e in ctx.epochs]
+        summary = ctx.summary()
         if rank == 0:
-            conn.send(("result", serialize.dumps_result(result), epochs))
+            conn.send(("result", serialize.dumps_result(result), summary))
         else:
-            conn.send(("done", epochs))
+            conn.send(("done", summary))
         dist.destroy_process_group()
         return 0
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller

@@ -1,0 +1,41 @@
+"""Which of gnnorch's computation features a run uses, validated once and sent to every rank.
+
+A `Features` value is plain data (JSON round-trip with `to_dict` / `from_dict`), so it travels
+to rank processes inside their start-up spec. Each feature is a seam installed by
+`intercept.session` for the duration of one run:
+
+* `sampler`: which backend draws NeighborLoader batches. ``"auto"``: pyg-lib when installed
+  (it returns hop counts), else gnnorch's vectorised sampler (`gnnorch.sampling`);
+  ``"gnnorch"``: always ours; ``"pyg"``: PyG's own choice (pyg-lib or torch_sparse), untouched.
+* `trim`: hop-aware trimming of the user's MessagePassing layers (exact for seed rows).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+SAMPLERS = ("auto", "gnnorch", "pyg")
+
+
+@dataclasses.dataclass(frozen=True)
+class Features:
+    """Computation features of one run (see the module docstring)."""
+
+    sampler: str = "auto"
+    trim: bool = True
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if not isinstance(self.trim, bool):
+            raise ValueError(f"trim must be True or False, got {self.trim!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Features":
+        return cls(**values)
+
+
+FEATURE_OPTIONS = tuple(f.name for f in dataclasses.fields(Features))

@@ -1,0 +1,354 @@
+"""The MessagePassing seam: every layer call on the current sampled batch goes through here.
+
+Seams (installed for one run, removed afterwards):
+* `MessagePassing.__call__` is patched at the class, so every PyG layer (and user subclasses)
+  is seen with its real arguments, however the model is written (BasicGNN or a custom stack).
+* Global forward pre/post hooks track the *outermost* module call on a batch (the "model").
+
+Hop-aware trimming (the invariant is in `gnnorch.trim.hops`): the k-th layer call of a model
+on a batch whose edge_index is the batch's own is layer l = k of K, K learnt from the model's
+first forward on a batch (which runs untrimmed). It then runs on input rows [0, c_{D+1}) and the
+edges into rows [0, c_D), as a bipartite (x_src, x_dst) call when the layer type accepts one, and
+its output is zero-padded back to all rows (zeros, not NaN: rows nobody reads must not poison
+gradients through row-wise ops such as a Linear on all rows). The model's output rows other than
+the seeds are set to NaN, so code that reads them fails loudly instead of silently.
+
+A model is trimmed only if (1) it holds no module that mixes rows across the batch
+(`gnnorch.trim.mixing`), and (2) a one-off check on its first batch, in eval mode without
+gradients and with the RNG state preserved, finds trimmed and untrimmed seed outputs equal;
+this catches functional mixing (global pooling, attention over the batch). A trimmed forward
+that meets an unexpected layer count falls back to an untrimmed recomputation and disables
+trimming for that model. GCNConv's symmetric normalisation is computed on the untrimmed batch
+graph (degrees of sources beyond the bound would otherwise change), then trimmed.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import weakref
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.modules.module import (register_module_forward_hook,
+                                     register_module_forward_pre_hook)
+
+from ..trim.hops import HopLayout, LayerBounds
+from ..trim.mixing import batch_mixing_modules
+
+VERIFY_RTOL = 1e-4
+VERIFY_ATOL = 1e-5
+
+
+def _pair_capable() -> tuple[type, ...]:
+    """PyG layers whose forward accepts (x_src, x_dst) and computes outputs for x_dst only."""
+    from torch_geometric import nn as pyg_nn
+
+    names = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GINEConv", "GraphConv")
+    return tuple(getattr(pyg_nn, n) for n in names if isinstance(getattr(pyg_nn, n, None), type))
+
+
+@dataclasses.dataclass
+class BatchGraph:
+    """The sampled batch the user is working on, as the layer seam needs it."""
+
+    edge_index: Tensor
+    num_nodes: int
+    batch_size: int
+    layout: HopLayout | None       # None: not trimmable (reason says why)
+    reason: str | None = None
+    _aliases: set[int] = dataclasses.field(default_factory=set)
+    _norms: dict[tuple, tuple[Tensor, Tensor]] = dataclasses.field(default_factory=dict)
+
+    def is_own(self, edge_index: Any) -> bool:
+        """Whether `edge_index` is this batch's edge_index (the same tensor, or an equal copy on
+        another device, e.g. after `batch.to("cuda")`, checked once per batch)."""
+        if edge_index is self.edge_index:
+            return True
+        if not isinstance(edge_index, Tensor) or edge_index.shape != self.edge_index.shape:
+            return False
+        key = id(edge_index)
+        if key in self._aliases:
+            return True
+        if edge_index.device != self.edge_index.device and torch.equal(
+                edge_index.to(self.edge_index.device), self.edge_index):
+            self._aliases.add(key)
+            return True
+        return False
+
+    def gcn_norm(self, edge_index: Tensor, edge_weight: Tensor | None, improved: bool,
+                 add_self_loops: bool, flow: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """GCN's normalised edges on the *untrimmed* batch graph, once per batch and setting."""
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        key = (improved, add_self_loops, flow, dtype, edge_index.device,
+               None if edge_weight is None else id(edge_weight))
+        if key not in self._norms:
+            self._norms[key] = gcn_norm(edge_index, edge_weight, self.num_nodes, improved,
+                                        add_self_loops, flow, dtype)
+        return self._norms[key]
+
+
+@dataclasses.dataclass
+class ModelState:
+    """What the seam knows about one outermost module ("model")."""
+
+    name: str
+    layers: int | None = None      # K: MessagePassing calls on the batch graph per forward
+    trim: bool = False
+    reason: str | None = "not yet seen on a batch with hop counts"
+    trimmed_forwards: int = 0
+    untrimmed_forwards: int = 0
+
+    def to_dict(self) -> dict:
+        return {"model": self.name, "layers": self.layers, "trimmed": self.trim,
+                "reason": None if self.trim else self.reason,
+                "trimmed_forwards": self.trimmed_forwards,
+                "untrimmed_forwards": self.untrimmed_forwards}
+
+
+@dataclasses.dataclass
+class _Trace:
+    """One forward of a model on the current batch."""
+
+    model: torch.nn.Module
+    state: ModelState
+    mode: str                      # "calibrate" | "trim" | "plain"
+    calls: int = 0
+    problem: str | None = None     # why this forward could not be trimmed as planned
+
+
+LayerCall = Callable[..., Any]
+
+
+class LayerSeam:
+    """Installs the MessagePassing seam; `set_batch` announces each sampled batch."""
+
+    def __init__(self, trim: bool = True) -> None:
+        from torch_geometric.nn import MessagePassing
+
+        self.cls = MessagePassing
+        self.trim_enabled = trim
+        self.batch: BatchGraph | None = None
+        self.models: "weakref.WeakKeyDictionary[torch.nn.Module, ModelState]" = \
+            weakref.WeakKeyDictionary()
+        self._depth = 0
+        self._trace: _Trace | None = None
+        self._forced: str | None = None      # mode forced by the one-off check
+        self._pair = _pair_capable()
+        self.rows_computed = 0               # output rows computed by trimmed layer calls
+        self.rows_untrimmed = 0              # what the same calls compute untrimmed
+
+    # -- installation ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["LayerSeam"]:
+        seam = self
+        had_call = "__call__" in self.cls.__dict__
+        original = self.cls.__call__
+
+        def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:
+            return seam._on_layer(layer, original, args, kwargs)
+
+        self.cls.__call__ = __call__
+        h1 = register_module_forward_pre_hook(self._on_enter)
+        h2 = register_module_forward_hook(self._on_exit, with_kwargs=True, always_call=True)
+        try:
+            yield self
+        finally:
+            h1.remove()
+            h2.remove()
+            if had_call:
+                self.cls.__call__ = original
+            else:
+                del self.cls.__call__
+
+    def set_batch(self, batch: BatchGraph | None) -> None:
+        """Announce the batch the user's next forwards work on (None: no sampled batch)."""
+        self.batch = batch
+        self._depth = 0
+        self._trace = None
+
+    def stats(self) -> dict:
+        return {"enabled": self.trim_enabled,
+                "models": [s.to_dict() for s in self.models.values()],
+                "rows_computed": self.rows_computed, "rows_untrimmed": self.rows_untrimmed}
+
+    # -- model boundaries -----------------------------------------------------------------
+    def _on_enter(self, module: torch.nn.Module, args: tuple) -> None:
+        self._depth += 1
+        if self._depth != 1 or self.batch is None or isinstance(module, self.cls):
+            return None
+        state = self.models.get(module)
+        if state is None:
+            state = ModelState(name=type(module).__name__)
+            self.models[module] = state
+        if self._forced is not None:
+            mode = self._forced
+        elif not self.trim_enabled or self.batch.layout is None:
+            mode = "plain"
+            if self.batch.layout is None and state.layers is None:
+                state.reason = self.batch.reason
+        elif state.layers is None:
+            mode = "calibrate"
+        else:
+            mode = "trim" if state.trim else "plain"
+        self._trace = _Trace(module, state, mode)
+        return None
+
+    def _on_exit(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        self._depth = max(0, self._depth - 1)
+        trace = self._trace
+        if self._depth != 0 or trace is None or trace.model is not module:
+            return None
+        self._trace = None
+        if self._forced is not None or output is None:
+            return None
+        state = trace.state
+        if trace.mode == "calibrate":
+            state.untrimmed_forwards += 1
+            self._calibrate(module, state, trace, args, kwargs)
+            return None
+        if trace.mode == "plain":
+            state.untrimmed_forwards += 1
+            return None
+        if trace.problem is not None or trace.calls != state.layers:
+            state.trim = False
+            state.reason = trace.problem or (
+                f"a forward made {trace.calls} layer calls instead of {state.layers}")
+            return module(*args, **kwargs)  # recomputed untrimmed (trim now off for it)
+        state.trimmed_forwards += 1
+        return self._mask_non_seed_rows(output)
+
+    def _mask_non_seed_rows(self, output: Any) -> Any:
+        batch = self.batch
+        if (isinstance(output, Tensor) and output.dim() >= 1 and output.is_floating_point()
+                and output.size(0) == batch.num_nodes and batch.num_nodes > batch.batch_size):
+            rest = output.new_full((batch.num_nodes - batch.batch_size,) + output.shape[1:],
+                                   math.nan)
+            return torch.cat([output[:batch.batch_size], rest])
+        return output
+
+    # -- the one-off check ----------------------------------------------------------------
+    def _calibrate(self, model: torch.nn.Module, state: ModelState, trace: _Trace,
+                   args: tuple, kwargs: dict) -> None:
+        state.layers = trace.calls
+        if trace.calls == 0:
+            state.reason = "no MessagePassing layer ran on the batch's edge_index"
+            return
+        if trace.problem is not None:
+            state.reason = trace.problem
+            return
+        mixing = batch_mixing_modules(model, any_mode=True)
+        if mixing:
+            state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
+            return
+        equal, detail = self._check(model, args, kwargs)
+        state.trim = equal
+        state.reason = None if equal else detail
+
+    def _check(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, str]:
+        """Trimmed vs untrimmed seed outputs of `model` on this batch, in eval mode, no grad,
+        RNG untouched; the model's train/eval flags are restored."""
+        flags = [(m, m.training) for m in model.modules()]
+        bs = self.batch.batch_size
+        try:
+            model.eval()
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                self._forced = "plain"
+                plain = model(*args, **kwargs)
+                self._forced = "trim"
+                trimmed = model(*args, **kwargs)
+        finally:
+            self._forced = None
+            for m, training in flags:
+                m.training = training
+        if not (isinstance(plain, Tensor) and isinstance(trimmed, Tensor)
+                and plain.shape == trimmed.shape and plain.dim() >= 1 and plain.size(0) >= bs):
+            return False, "the model's output is not one tensor with a row per vertex"
+        a, b = plain[:bs], trimmed[:bs]
+        if torch.allclose(a, b, rtol=VERIFY_RTOL, atol=VERIFY_ATOL, equal_nan=True):
+            return True, ""
+        diff = float((a - b).abs().nan_to_num(math.inf).max())
+        return False, (f"trimmed and untrimmed seed outputs differ (max abs diff {diff:.3g}): "
+                       "the model mixes vertices across the batch")
+
+    # -- layer calls ----------------------------------------------------------------------
+    def _on_layer(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
+        trace = self._trace
+        batch = self.batch
+        if trace is None or trace.mode == "plain" or batch is None or self._depth < 1:
+            return original(layer, *args, **kwargs)
+        edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
+        if not batch.is_own(edge_index):
+            return original(layer, *args, **kwargs)
+        index = trace.calls
+        trace.calls += 1
+        x = args[0] if args else kwargs.get("x")
+        if not (isinstance(x, Tensor) and x.size(0) == batch.num_nodes):
+            trace.problem = (f"{type(layer).__name__} received inputs that are not one row per "
+                             f"batch vertex")
+            return original(layer, *args, **kwargs)
+        if trace.mode == "calibrate":
+            return original(layer, *args, **kwargs)
+        if index >= (trace.state.layers or 0):
+            trace.problem = f"a forward made more than {trace.state.layers} layer calls"
+            return original(layer, *args, **kwargs)
+        bounds = batch.layout.bounds(index, trace.state.layers)
+        if bounds is None or not self._trimmable(layer, kwargs):
+            return original(layer, *args, **kwargs)
+        return self._trimmed_call(layer, original, args, kwargs, x, edge_index, bounds)
+
+    def _trimmable(self, layer: Any, kwargs: dict) -> bool:
+        if getattr(layer, "flow", "source_to_target") != "source_to_target":
+            return False
+        if kwargs.get("return_attention_weights"):
+            return False
+        from torch_geometric.nn import GCNConv
+
+        return not (isinstance(layer, GCNConv) and layer.cached)
+
+    def _trimmed_call(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict,
+                      x: Tensor, edge_index: Tensor, bounds: LayerBounds) -> Tensor:
+        from torch_geometric.nn import GCNConv
+
+        batch = self.batch
+        num_edges = edge_index.size(1)
+        rest_args = list(args[2:])
+        rest_kwargs = {k: v for k, v in kwargs.items() if k not in ("x", "edge_index")}
+        gcn = isinstance(layer, GCNConv) and layer.normalize
+        if gcn:  # normalise on the untrimmed batch graph, then trim
+            weight = rest_args.pop(0) if rest_args else rest_kwargs.pop("edge_weight", None)
+            edge_index, weight = batch.gcn_norm(edge_index, weight, layer.improved,
+                                                layer.add_self_loops, layer.flow, x.dtype)
+            rest_kwargs["edge_weight"] = weight
+            num_edges = edge_index.size(1)
+        keep = edge_index[1] < bounds.num_dst
+        edge_index = edge_index[:, keep]
+        rest_args = [_keep_edges(v, keep, num_edges) for v in rest_args]
+        rest_kwargs = {k: _keep_edges(v, keep, num_edges) for k, v in rest_kwargs.items()}
+        if isinstance(layer, self._pair):
+            inputs: Any = (x[:bounds.num_src], x[:bounds.num_dst])
+        else:
+            inputs = x[:bounds.num_src]
+        if gcn:
+            layer.normalize = False
+        try:
+            out = original(layer, inputs, edge_index, *rest_args, **rest_kwargs)
+        finally:
+            if gcn:
+                layer.normalize = True
+        out = out[:bounds.num_dst]
+        if self._forced is None:  # the one-off check does not count
+            self.rows_computed += bounds.num_dst
+            self.rows_untrimmed += batch.num_nodes
+        pad = [0, 0] * (out.dim() - 1) + [0, batch.num_nodes - bounds.num_dst]
+        return F.pad(out, pad)
+
+
+def _keep_edges(value: Any, keep: Tensor, num_edges: int) -> Any:
+    """Edge-aligned tensors (edge weights, edge features) follow the kept edges."""
+    if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) == num_edges:
+        return value[keep]
+    return value

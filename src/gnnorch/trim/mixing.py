@@ -1,0 +1,69 @@
+"""Modules whose output for a vertex depends on other vertices' rows of the same tensor.
+
+Trimming leaves the rows a layer does not need at zero (and the model output's non-seed rows at
+NaN); an operation that mixes rows across the batch would then see different inputs, so a model
+containing one is left untrimmed. The module types below are detected statically;
+`gnnorch.intercept.layers` also checks each model once by comparing trimmed and untrimmed seed
+outputs, which catches functional operations (e.g. global pooling written as `x.mean(0)`).
+"""
+from __future__ import annotations
+
+import torch
+
+# (module type, whether it mixes rows only in training mode)
+_MIXING: list[tuple[type, bool]] = [
+    (torch.nn.modules.batchnorm._BatchNorm, True),
+    (torch.nn.modules.instancenorm._InstanceNorm, False),
+    (torch.nn.MultiheadAttention, False),
+]
+
+
+def _pyg_mixing() -> list[tuple[type, bool]]:
+    from torch_geometric import nn as pyg_nn
+
+    found: list[tuple[type, bool]] = []
+    for name, training_only in (("BatchNorm", True), ("GraphNorm", False), ("PairNorm", False),
+                                ("DiffGroupNorm", True), ("InstanceNorm", False),
+                                ("MessageNorm", False), ("HeteroBatchNorm", True)):
+        cls = getattr(pyg_nn, name, None)
+        if isinstance(cls, type):
+            found.append((cls, training_only))
+    layer_norm = getattr(pyg_nn, "LayerNorm", None)
+    if isinstance(layer_norm, type):
+        found.append((layer_norm, False))  # mode="graph" mixes rows; checked below
+    aggregation = getattr(pyg_nn, "Aggregation", None)
+    if isinstance(aggregation, type):
+        found.append((aggregation, False))  # global pooling modules
+    return found
+
+
+def _mixes(module: torch.nn.Module, cls: type, training_only: bool, any_mode: bool) -> bool:
+    if not isinstance(module, cls):
+        return False
+    if cls.__name__ == "LayerNorm" and cls.__module__.startswith("torch_geometric"):
+        return getattr(module, "mode", "graph") == "graph"
+    if cls.__name__ == "MessageNorm":
+        return False  # normalises per vertex: row-local
+    if training_only and not module.training and not any_mode:
+        # BatchNorm in eval mode uses running statistics unless told otherwise
+        return bool(getattr(module, "track_running_stats", True)) is False
+    return True
+
+
+def batch_mixing_modules(root: torch.nn.Module, any_mode: bool = False) -> list[str]:
+    """Qualified names (with types) of submodules of `root` that mix rows across the batch in
+    their current mode (`any_mode`: in training or eval mode, e.g. BatchNorm always counts);
+    aggregation modules that are part of a MessagePassing layer are row-local per destination
+    and not listed."""
+    from torch_geometric.nn import MessagePassing
+
+    kinds = _MIXING + _pyg_mixing()
+    inside_layers = {id(m) for layer in root.modules() if isinstance(layer, MessagePassing)
+                     for m in layer.modules() if m is not layer}
+    found = []
+    for name, module in root.named_modules():
+        if id(module) in inside_layers:
+            continue
+        if any(_mixes(module, cls, training_only, any_mode) for cls, training_only in kinds):
+            found.append(f"{name or '<model>'} ({type(module).__name__})")
+    return found

@@ -1,0 +1,211 @@
+"""Hop-aware trimming: seed outputs and all gradients equal the untrimmed model's; models that
+mix vertices are detected and left untrimmed; the hop layout is recovered from edges alone."""
+import math
+
+import pytest
+import torch
+from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE, GCNConv, MessagePassing, SAGEConv
+from torch_geometric.sampler.utils import to_csc
+
+from gnnorch.intercept.layers import BatchGraph, LayerSeam
+from gnnorch.sampling.uniform import sample_neighbors
+from gnnorch.trim import HopLayout, hops_from_edges
+
+from helpers import cora
+
+
+def sampled_batch(fanout, seeds=16, seed=0):
+    data = cora()
+    colptr, row, _ = to_csc(data, device="cpu", share_memory=False, is_sorted=False)
+    torch.manual_seed(seed)
+    s = sample_neighbors(colptr, row, torch.randperm(data.num_nodes)[:seeds], fanout)
+    x = data.x[s.node].double()
+    edge_index = torch.stack([s.row, s.col])
+    layout = HopLayout.from_counts(s.num_sampled_nodes, s.num_sampled_edges)
+    return x, edge_index, layout, seeds
+
+
+class Custom(torch.nn.Module):
+    """A hand-written stack: encoder Linear, two layers, a residual, a per-vertex head."""
+
+    def __init__(self, cin, hidden, cout):
+        super().__init__()
+        self.enc = torch.nn.Linear(cin, hidden)
+        self.conv1 = SAGEConv(hidden, hidden)
+        self.conv2 = GCNConv(hidden, hidden)
+        self.head = torch.nn.Linear(hidden, cout)
+
+    def forward(self, x, edge_index):
+        h = self.enc(x).relu()
+        h = h + self.conv1(h, edge_index).relu()
+        h = self.conv2(h, edge_index, edge_weight=None)
+        return self.head(h)
+
+
+class GlobalMix(torch.nn.Module):
+    """Subtracts the batch mean between layers: trimming would change the seeds' outputs."""
+
+    def __init__(self, cin, hidden, cout):
+        super().__init__()
+        self.conv1 = SAGEConv(cin, hidden)
+        self.conv2 = SAGEConv(hidden, cout)
+
+    def forward(self, x, edge_index):
+        h = self.conv1(x, edge_index)
+        return self.conv2(h - h.mean(dim=0), edge_index)
+
+
+def make(kind, layers):
+    torch.manual_seed(1)
+    cin, hidden, cout = 1433, 24, 7
+    if kind == "sage":
+        model = GraphSAGE(cin, hidden, layers, cout)
+    elif kind == "gcn":
+        model = GCN(cin, hidden, layers, cout)
+    elif kind == "gat":
+        model = GAT(cin, hidden, layers, cout, heads=2)
+    elif kind == "gin":
+        model = GIN(cin, hidden, layers, cout)
+    elif kind == "sage_jk":
+        model = GraphSAGE(cin, hidden, layers, cout, jk="cat")
+    elif kind == "custom":
+        model = Custom(cin, hidden, cout)
+    elif kind == "batchnorm":
+        model = GraphSAGE(cin, hidden, layers, cout, norm="batch_norm")
+    else:
+        model = GlobalMix(cin, hidden, cout)
+    return model.double()
+
+
+def forward_backward(model, x, edge_index, seeds, graph=None):
+    """Seed outputs and parameter gradients; with `graph`, under the layer seam (second
+    forward: the first one calibrates)."""
+    model.zero_grad()
+    if graph is None:
+        out = model(x, edge_index)
+    else:
+        seam = LayerSeam(trim=True)
+        with seam.installed():
+            seam.set_batch(graph)
+            with torch.no_grad():
+                model(x, edge_index)
+            seam.set_batch(graph)
+            out = model(x, edge_index)
+        state = next(iter(seam.models.values()))
+        forward_backward.state, forward_backward.out = state, out
+    out[:seeds].pow(2).sum().backward()
+    return out[:seeds].detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kind, layers, fanout", [
+    ("sage", 2, [5, 5]), ("sage", 3, [5, 4, 3]), ("gcn", 2, [5, 5]), ("gcn", 3, [4, 3, 3]),
+    ("gat", 2, [5, 5]), ("gin", 2, [5, 5]), ("gin", 3, [3, 3, 3]), ("sage_jk", 2, [5, 5]),
+    ("custom", 2, [6, 4]), ("sage", 2, [-1, 3]), ("gcn", 2, [3, 3, 3]),
+])
+def test_trimmed_equals_untrimmed_forward_and_backward(kind, layers, fanout):
+    x, edge_index, layout, seeds = sampled_batch(fanout)
+    model = make(kind, layers)
+    model.eval()  # dropout-free: the two runs must see the same computation
+    ref_out, ref_grads = forward_backward(model, x, edge_index, seeds)
+    graph = BatchGraph(edge_index, x.size(0), seeds, layout)
+    out, grads = forward_backward(model, x, edge_index, seeds, graph)
+    state = forward_backward.state
+    assert state.trim, state.reason
+    assert state.trimmed_forwards == 1
+    torch.testing.assert_close(out, ref_out, rtol=1e-9, atol=1e-10)
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(grads[name], g, rtol=1e-9, atol=1e-10, msg=name)
+    full = forward_backward.out
+    assert torch.isnan(full[seeds:]).all(), "non-seed output rows must be NaN"
+
+
+def test_trimming_computes_fewer_rows():
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    model = make("sage", 2).eval()
+    seam = LayerSeam(trim=True)
+    graph = BatchGraph(edge_index, x.size(0), seeds, layout)
+    with seam.installed(), torch.no_grad():
+        for _ in range(2):
+            seam.set_batch(graph)
+            model(x, edge_index)
+    stats = seam.stats()
+    assert stats["rows_untrimmed"] == 2 * x.size(0)  # one trimmed forward, two layers
+    assert stats["rows_computed"] == layout.rows_within(1) + layout.rows_within(0)
+
+
+@pytest.mark.parametrize("kind, reason", [("batchnorm", "BatchNorm"), ("global", "differ")])
+def test_vertex_mixing_models_are_left_untrimmed(kind, reason):
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    model = make(kind, 2).train()
+    torch.manual_seed(3)
+    ref_out, ref_grads = forward_backward(model, x, edge_index, seeds)
+    graph = BatchGraph(edge_index, x.size(0), seeds, layout)
+    torch.manual_seed(3)
+    model.train()
+    out, grads = forward_backward(model, x, edge_index, seeds, graph)
+    state = forward_backward.state
+    assert not state.trim and reason in state.reason
+    assert not torch.isnan(forward_backward.out).any()
+    if kind == "global":  # deterministic: untrimmed numbers are the reference's
+        torch.testing.assert_close(out, ref_out)
+
+
+def test_calibration_check_keeps_rng_and_train_mode():
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    model = GraphSAGE(1433, 16, 2, 7, dropout=0.5).double().train()
+    graph = BatchGraph(edge_index, x.size(0), seeds, layout)
+    seam = LayerSeam(trim=True)
+    torch.manual_seed(0)
+    with seam.installed():
+        seam.set_batch(graph)
+        model(x, edge_index)
+    after_seam = torch.rand(3)
+    torch.manual_seed(0)
+    model(x, edge_index)
+    assert torch.equal(torch.rand(3), after_seam)
+    assert all(m.training for m in model.modules())
+    assert next(iter(seam.models.values())).trim
+
+
+def test_no_layout_means_no_trimming():
+    x, edge_index, _, seeds = sampled_batch([5, 5])
+    model = make("sage", 2).eval()
+    graph = BatchGraph(edge_index, x.size(0), seeds, None, reason="not directional")
+    seam = LayerSeam(trim=True)
+    with seam.installed(), torch.no_grad():
+        seam.set_batch(graph)
+        out = model(x, edge_index)
+    assert not torch.isnan(out).any()
+    assert next(iter(seam.models.values())).reason == "not directional"
+
+
+def test_seam_is_removed_afterwards():
+    before = MessagePassing.__dict__.get("__call__")
+    with LayerSeam().installed():
+        assert "__call__" in MessagePassing.__dict__
+    assert MessagePassing.__dict__.get("__call__") is before
+
+
+@pytest.mark.parametrize("fanout", [[5, 5], [3, 4, 2], [-1]])
+def test_hop_layout_recovered_from_edges(fanout):
+    x, edge_index, layout, seeds = sampled_batch(fanout)
+    derived = hops_from_edges(edge_index, x.size(0), seeds, len(fanout))
+    assert derived is not None
+    assert derived.nodes == layout.nodes
+    assert derived.edges == layout.edges
+
+
+def test_hop_layout_rejects_unordered_batches():
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    flipped = edge_index.flip(0)  # bidirectional-like: destinations in the last hop
+    assert hops_from_edges(flipped, x.size(0), seeds, 2) is None
+
+
+def test_layer_bounds():
+    layout = HopLayout.from_counts([4, 10, 30], [20, 60])
+    assert layout.bounds(0, 2).num_src == 44 and layout.bounds(0, 2).num_dst == 14
+    assert layout.bounds(1, 2).num_src == 14 and layout.bounds(1, 2).num_dst == 4
+    assert layout.bounds(0, 3) is None  # a 3-layer model on a 2-hop sample: first layer whole
+    with pytest.raises(ValueError):
+        HopLayout.from_counts([1, 2], [3, 4])
+    assert math.isclose(layout.num_nodes, 44)
