@@ -134,6 +134,7 @@ class LayerSeam:
         self.batch: BatchGraph | None = None
         self.models: "weakref.WeakKeyDictionary[torch.nn.Module, ModelState]" = \
             weakref.WeakKeyDictionary()
+        self.states: list[ModelState] = []  # outlive their models, for the report
         self._depth = 0
         self._trace: _Trace | None = None
         self._forced: str | None = None      # mode forced by the one-off check
@@ -172,7 +173,7 @@ class LayerSeam:
 
     def stats(self) -> dict:
         return {"enabled": self.trim_enabled,
-                "models": [s.to_dict() for s in self.models.values()],
+                "models": [s.to_dict() for s in self.states if s.layers],
                 "rows_computed": self.rows_computed, "rows_untrimmed": self.rows_untrimmed}
 
     # -- model boundaries -----------------------------------------------------------------
@@ -184,6 +185,7 @@ class LayerSeam:
         if state is None:
             state = ModelState(name=type(module).__name__)
             self.models[module] = state
+            self.states.append(state)
         if self._forced is not None:
             mode = self._forced
         elif not self.trim_enabled or self.batch.layout is None:

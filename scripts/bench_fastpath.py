@@ -1,0 +1,203 @@
+"""The exact fast path (issue #4): epoch time of vanilla PyG vs gnnorch's sampler and hop-aware
+trimming, and test accuracy on Cora / CiteSeer with and without them.
+
+Part 1, epoch time. Workload: products-like power-law graph (default 200K nodes, mean degree
+25, 100 features, 47 classes, 10% training seeds), 3-layer GraphSAGE 100->256->256->47, fanout
+[15, 10, 5], batch 1024, one epoch. The same `train` function runs vanilla (called directly:
+PyG's NeighborLoader on torch_sparse, model on every sampled vertex) and under `Runtime` with
+one rank on all cores and each feature combination:
+
+    sampler="pyg",     trim=False   the runtime's own overhead
+    sampler="gnnorch", trim=False   the vectorised sampler alone
+    sampler="pyg",     trim=True    trimming alone (hop counts recovered from the edges)
+    sampler="gnnorch", trim=True    the fast path
+
+`train` times its own epoch loop, so every configuration is measured the same way, each in a
+fresh process (allocator state drifts within a process); vanilla runs first and last and the
+reference is their mean. Other features (rewrites, cache, auto-tuning) are off, so the table
+isolates the fast path. The sampler's own throughput is `scripts/bench_sampler.py`.
+
+Part 2, accuracy. `examples/train_vanilla.py`'s GraphSAGE on Cora and CiteSeer, 20 epochs,
+seeds 0..2: test accuracy of vanilla vs the fast path.
+
+    .venv/bin/python scripts/bench_fastpath.py --nodes 200000 --out bench-results/fastpath.json
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torch_geometric
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import GraphSAGE
+
+import gnnorch
+from gnnorch.datasets import load_citeseer, load_cora, products_like
+from gnnorch.launch.topology import current_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {
+    "runtime, sampler=pyg, trim=False": dict(sampler="pyg", trim=False),
+    "runtime, sampler=gnnorch, trim=False": dict(sampler="gnnorch", trim=False),
+    "runtime, sampler=pyg, trim=True": dict(sampler="pyg", trim=True),
+    "runtime, fast path (gnnorch + trim)": dict(sampler="gnnorch", trim=True),
+}
+# Features the fast-path comparison keeps off, where this version of gnnorch has them.
+OTHER_FEATURES_OFF = {"rewrite": False, "cache": False, "autotune": False}
+
+
+def train(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0):
+    """An ordinary PyG training function; returns its own per-epoch seconds and final loss."""
+    torch.manual_seed(seed)
+    loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
+                            batch_size=batch_size, shuffle=True)
+    model = GraphSAGE(data.num_features, hidden, num_layers=len(fanout),
+                      out_channels=int(data.y.max()) + 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+    epoch_seconds, loss = [], None
+    for _ in range(epochs):
+        model.train()
+        start = time.perf_counter()
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+        epoch_seconds.append(time.perf_counter() - start)
+    return {"epoch_seconds": epoch_seconds, "loss": loss.item()}
+
+
+def runtime_options(features: dict) -> dict:
+    options = dict(processes=1, threads=current_topology().num_usable, **features)
+    options.update({k: v for k, v in OTHER_FEATURES_OFF.items() if k in gnnorch.VALID_OPTIONS})
+    return options
+
+
+def measure_one(label: str, nodes: int, epochs: int, seed: int) -> dict:
+    data = products_like(num_nodes=nodes, seed=seed)
+    start = time.perf_counter()
+    if label == "vanilla":
+        out, stats = train(data, epochs=epochs), None
+    else:
+        runtime = gnnorch.Runtime(train, **runtime_options(CONFIGS[label]))
+        out = runtime(data, epochs=epochs)
+        stats = runtime.last_run.stats[0]
+    wall = time.perf_counter() - start
+    row = {"label": label, "epoch_seconds": out["epoch_seconds"],
+           "best_epoch_seconds": min(out["epoch_seconds"]), "call_wall_seconds": wall,
+           "final_loss": out["loss"]}
+    if stats is not None:
+        row["trim"] = stats.get("trim")
+        row["sampler"] = stats.get("sampler")
+    return row
+
+
+def run_fresh(label: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--measure", label, "--nodes", str(args.nodes),
+           "--epochs", str(args.epochs), "--seed", str(args.seed)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{label} failed:\n{proc.stderr[-3000:]}")
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"  {label:<40} epoch {row['best_epoch_seconds']:8.2f} s  "
+          f"loss {row['final_loss']:.3f}", flush=True)
+    return row
+
+
+def accuracy_study(seeds: int) -> list[dict]:
+    spec = importlib.util.spec_from_file_location("train_vanilla", ROOT / "examples" / "train_vanilla.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    rows = []
+    for name, load in (("Cora", load_cora), ("CiteSeer", load_citeseer)):
+        data = load()
+        for label in ("vanilla", "fast path"):
+            accs = []
+            for seed in range(seeds):
+                fn = example.train if label == "vanilla" else gnnorch.Runtime(
+                    example.train, **runtime_options(CONFIGS["runtime, fast path (gnnorch + trim)"]))
+                model = fn(data, epochs=20, seed=seed)
+                accs.append(example.evaluate(model, NeighborLoader(
+                    data, num_neighbors=[-1, -1], input_nodes=data.test_mask, batch_size=512)))
+            rows.append({"dataset": name, "label": label, "accuracies": accs,
+                         "mean": statistics.mean(accs)})
+            print(f"  {name:<9} {label:<10} test accuracy {statistics.mean(accs):.4f} "
+                  f"({', '.join(f'{a:.3f}' for a in accs)})", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[200_000])
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--accuracy-seeds", type=int, default=3)
+    ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("bench-results/fastpath.json"))
+    ap.add_argument("--measure", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure_one(args.measure, args.nodes[0], args.epochs, args.seed)))
+        return
+
+    topo = current_topology()
+    print(f"machine: {topo}; torch {torch.__version__}, torch_geometric "
+          f"{torch_geometric.__version__}, python {platform.python_version()}")
+    graphs = []
+    for nodes in args.nodes:
+        sub = argparse.Namespace(**{**vars(args), "nodes": nodes})
+        print(f"\nproducts-like graph, {nodes} nodes; each configuration in a fresh process:")
+        first = run_fresh("vanilla", sub)
+        rows = [run_fresh(label, sub) for label in CONFIGS]
+        last = run_fresh("vanilla", sub)
+        first["label"], last["label"] = "vanilla PyG (first)", "vanilla PyG (last)"
+        vanilla = (first["best_epoch_seconds"] + last["best_epoch_seconds"]) / 2
+        rows = [first] + rows + [last]
+        for row in rows:
+            row["speedup_vs_vanilla"] = vanilla / row["best_epoch_seconds"]
+        graphs.append({"nodes": nodes, "vanilla_reference_seconds": vanilla, "rows": rows})
+        print(f"\n| {nodes} nodes: configuration | epoch s | speedup vs vanilla | final loss |")
+        print("|---|---|---|---|")
+        for row in rows:
+            print(f"| {row['label']} | {row['best_epoch_seconds']:.2f} | "
+                  f"{row['speedup_vs_vanilla']:.2f}x | {row['final_loss']:.3f} |")
+        trim = rows[4].get("trim") or {}
+        if trim.get("rows_untrimmed"):
+            print(f"trimming: layer output rows computed {trim['rows_computed']} of "
+                  f"{trim['rows_untrimmed']} ({trim['rows_computed'] / trim['rows_untrimmed']:.1%})")
+
+    accuracy = []
+    if not args.skip_accuracy:
+        print(f"\naccuracy, {args.accuracy_seeds} seeds:")
+        accuracy = accuracy_study(args.accuracy_seeds)
+        print("\n| dataset | vanilla | fast path | difference (pt) |")
+        print("|---|---|---|---|")
+        for van, fast in zip(accuracy[::2], accuracy[1::2]):
+            print(f"| {van['dataset']} | {van['mean']:.4f} | {fast['mean']:.4f} | "
+                  f"{100 * (fast['mean'] - van['mean']):+.2f} |")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "bench_fastpath", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"topology": topo.to_dict(), "platform": platform.platform(),
+                    "python": platform.python_version(), "torch": torch.__version__,
+                    "torch_geometric": torch_geometric.__version__, "argv": sys.argv},
+        "workload": {"model": "GraphSAGE 3 layers", "hidden": 256, "fanout": [15, 10, 5],
+                     "batch_size": 1024, "epochs": args.epochs},
+        "graphs": graphs, "accuracy": accuracy,
+    }, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

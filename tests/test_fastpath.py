@@ -1,0 +1,104 @@
+"""The exact fast path under the runtime: gnnorch's sampler behind the user's NeighborLoader and
+hop-aware trimming of the user's model, transparent and exact for what the user reads."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import GCN, GraphSAGE
+
+import gnnorch
+
+from helpers import cora
+
+
+def train_losses(data, epochs=2, norm=None, model_cls="sage", fanout=(5, 5), read_all=False):
+    """A plain PyG training loop with dropout; returns per-step losses and the last output."""
+    torch.manual_seed(0)
+    loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
+                            batch_size=35, shuffle=True)
+    cls = GraphSAGE if model_cls == "sage" else GCN
+    model = cls(data.num_features, 32, len(fanout), 7, dropout=0.5, norm=norm)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses, out = [], None
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)
+            rows = out if read_all else out[:batch.batch_size]
+            loss = F.cross_entropy(rows, batch.y[:rows.size(0)])
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return {"losses": losses, "out": out.detach(), "batch_size": batch.batch_size}
+
+
+def run(fn, *args, **options):
+    runtime = gnnorch.Runtime(fn, processes=1, **options)
+    value = runtime(*args)
+    return value, runtime.last_run.stats[0]
+
+
+@pytest.mark.parametrize("model_cls", ["sage", "gcn"])
+def test_trimming_keeps_the_loss_curve(model_cls):
+    data = cora()
+    plain, _ = run(train_losses, data, 2, None, model_cls, sampler="gnnorch", trim=False)
+    trimmed, stats = run(train_losses, data, 2, None, model_cls, sampler="gnnorch", trim=True)
+    (model,) = stats["trim"]["models"]
+    assert model["trimmed"] and model["trimmed_forwards"] == len(trimmed["losses"]) - 1
+    assert stats["trim"]["rows_computed"] < stats["trim"]["rows_untrimmed"]
+    torch.testing.assert_close(torch.tensor(trimmed["losses"]), torch.tensor(plain["losses"]),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_default_runtime_uses_gnnorch_sampler_and_trims():
+    data = cora()
+    value, stats = run(train_losses, data, 1)
+    loaders = stats["sampler"]["loaders"]
+    assert [entry["backend"] for entry in loaders] == ["gnnorch"]
+    assert stats["trim"]["models"][0]["trimmed"]
+    bs = value["batch_size"]
+    assert torch.isnan(value["out"][bs:]).all()          # rows the user may not rely on
+    assert not torch.isnan(value["out"][:bs]).any()
+
+
+def test_reading_non_seed_rows_fails_loudly():
+    value, _ = run(train_losses, cora(), 1, None, "sage", (5, 5), True)
+    assert all(torch.isnan(torch.tensor(value["losses"][1:])))
+
+
+def test_batchnorm_model_is_left_untrimmed_with_reason():
+    value, stats = run(train_losses, cora(), 1, "batch_norm")
+    (model,) = stats["trim"]["models"]
+    assert not model["trimmed"] and "BatchNorm" in model["reason"]
+    assert not torch.isnan(value["out"]).any()
+
+
+def test_trim_false_and_pyg_sampler_are_respected():
+    pytest.importorskip("torch_sparse")
+    _, stats = run(train_losses, cora(), 1, sampler="pyg", trim=False)
+    assert stats["sampler"]["loaders"][0]["backend"] in ("torch_sparse", "pyg-lib")
+    assert "trim" not in stats
+
+
+def test_pyg_sampler_is_trimmed_from_recovered_hops():
+    pytest.importorskip("torch_sparse")
+    data = cora()
+    _, stats = run(train_losses, data, 1, sampler="pyg")
+    assert stats["trim"]["models"][0]["trimmed"], stats["trim"]
+
+
+def test_bad_feature_values_name_the_option():
+    with pytest.raises(ValueError, match="sampler"):
+        gnnorch.Runtime(train_losses, sampler="fast")
+    with pytest.raises(ValueError, match="trim"):
+        gnnorch.Runtime(train_losses, trim="yes")
+
+
+@pytest.mark.usefixtures("no_leftover_children")
+def test_two_ranks_trim_too():
+    runtime = gnnorch.Runtime(train_losses, processes=2)
+    value = runtime(cora(), 1)
+    for rank in (0, 1):
+        assert runtime.last_run.stats[rank]["trim"]["models"][0]["trimmed"]
+    assert all(torch.isfinite(torch.tensor(value["losses"])))
