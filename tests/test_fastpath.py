@@ -1,5 +1,7 @@
 """The exact fast path under the runtime: gnnorch's sampler behind the user's NeighborLoader and
 hop-aware trimming of the user's model, transparent and exact for what the user reads."""
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,13 +13,14 @@ import gnnorch
 from helpers import cora
 
 
-def train_losses(data, epochs=2, norm=None, model_cls="sage", fanout=(5, 5), read_all=False):
-    """A plain PyG training loop with dropout; returns per-step losses and the last output."""
+def train_losses(data, epochs=2, norm=None, model_cls="sage", fanout=(5, 5), read_all=False,
+                 dropout=0.5):
+    """A plain PyG training loop; returns per-step losses and the last output."""
     torch.manual_seed(0)
     loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
                             batch_size=35, shuffle=True)
     cls = GraphSAGE if model_cls == "sage" else GCN
-    model = cls(data.num_features, 32, len(fanout), 7, dropout=0.5, norm=norm)
+    model = cls(data.num_features, 32, len(fanout), 7, dropout=dropout, norm=norm)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     losses, out = [], None
     for _ in range(epochs):
@@ -33,19 +36,43 @@ def train_losses(data, epochs=2, norm=None, model_cls="sage", fanout=(5, 5), rea
     return {"losses": losses, "out": out.detach(), "batch_size": batch.batch_size}
 
 
+@contextlib.contextmanager
+def jumping_knowledge(mode):
+    """Make BasicGNN models built inside the block use JumpingKnowledge `mode`."""
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    original = BasicGNN.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **{**kwargs, "jk": mode})
+
+    if mode is not None:
+        BasicGNN.__init__ = init
+    try:
+        yield
+    finally:
+        BasicGNN.__init__ = original
+
+
 def run(fn, *args, **options):
     runtime = gnnorch.Runtime(fn, processes=1, **options)
     value = runtime(*args)
     return value, runtime.last_run.stats[0]
 
 
-@pytest.mark.parametrize("model_cls", ["sage", "gcn"])
-def test_trimming_keeps_the_loss_curve(model_cls):
+@pytest.mark.parametrize("model_cls, jk", [("sage", None), ("gcn", None), ("sage", "cat")])
+def test_trimming_keeps_the_loss_curve(model_cls, jk):
+    """Compact BasicGNNs draw dropout masks for fewer rows, so the RNG streams differ: compare
+    without dropout. A JumpingKnowledge model is padded: same RNG stream, dropout on."""
     data = cora()
-    plain, _ = run(train_losses, data, 2, None, model_cls, sampler="gnnorch", trim=False)
-    trimmed, stats = run(train_losses, data, 2, None, model_cls, sampler="gnnorch", trim=True)
+    dropout = 0.5 if jk else 0.0
+    args = (data, 2, None, model_cls, (5, 5), False, dropout)
+    with jumping_knowledge(jk):
+        plain, _ = run(train_losses, *args, sampler="gnnorch", trim=False)
+        trimmed, stats = run(train_losses, *args, sampler="gnnorch", trim=True)
     (model,) = stats["trim"]["models"]
     assert model["trimmed"] and model["trimmed_forwards"] == len(trimmed["losses"]) - 1
+    assert model["compact"] == (jk is None)
     assert stats["trim"]["rows_computed"] < stats["trim"]["rows_untrimmed"]
     torch.testing.assert_close(torch.tensor(trimmed["losses"]), torch.tensor(plain["losses"]),
                                rtol=1e-4, atol=1e-5)

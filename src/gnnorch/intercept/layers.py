@@ -11,7 +11,9 @@ first forward on a batch (which runs untrimmed). It then runs on input rows [0, 
 edges into rows [0, c_D), as a bipartite (x_src, x_dst) call when the layer type accepts one, and
 its output is zero-padded back to all rows (zeros, not NaN: rows nobody reads must not poison
 gradients through row-wise ops such as a Linear on all rows). The model's output rows other than
-the seeds are set to NaN, so code that reads them fails loudly instead of silently.
+the seeds are set to NaN, so code that reads them fails loudly instead of silently. PyG's
+BasicGNN models whose code between layers is row-local (no JumpingKnowledge, no norm) skip the
+padding ("compact"): each layer returns only the rows the next one reads.
 
 A model is trimmed only if (1) it holds no module that mixes rows across the batch
 (`gnnorch.trim.mixing`), and (2) a one-off check on its first batch, in eval mode without
@@ -98,12 +100,14 @@ class ModelState:
     name: str
     layers: int | None = None      # K: MessagePassing calls on the batch graph per forward
     trim: bool = False
+    compact: bool = False          # layers return only the rows the next layer reads
     reason: str | None = "not yet seen on a batch with hop counts"
     trimmed_forwards: int = 0
     untrimmed_forwards: int = 0
 
     def to_dict(self) -> dict:
         return {"model": self.name, "layers": self.layers, "trimmed": self.trim,
+                "compact": self.compact,
                 "reason": None if self.trim else self.reason,
                 "trimmed_forwards": self.trimmed_forwards,
                 "untrimmed_forwards": self.untrimmed_forwards}
@@ -221,12 +225,14 @@ class LayerSeam:
                 f"a forward made {trace.calls} layer calls instead of {state.layers}")
             return module(*args, **kwargs)  # recomputed untrimmed (trim now off for it)
         state.trimmed_forwards += 1
-        return self._mask_non_seed_rows(output)
+        return self._mask_non_seed_rows(output, state.compact)
 
-    def _mask_non_seed_rows(self, output: Any) -> Any:
+    def _mask_non_seed_rows(self, output: Any, compact: bool) -> Any:
+        """The model output with a row per batch vertex, NaN beyond the seeds."""
         batch = self.batch
+        rows = batch.num_nodes if not compact else batch.batch_size
         if (isinstance(output, Tensor) and output.dim() >= 1 and output.is_floating_point()
-                and output.size(0) == batch.num_nodes and batch.num_nodes > batch.batch_size):
+                and output.size(0) == rows and batch.num_nodes > batch.batch_size):
             rest = output.new_full((batch.num_nodes - batch.batch_size,) + output.shape[1:],
                                    math.nan)
             return torch.cat([output[:batch.batch_size], rest])
@@ -246,11 +252,13 @@ class LayerSeam:
         if mixing:
             state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
             return
-        equal, detail = self._check(model, args, kwargs)
+        state.compact = _row_local_basic_gnn(model)
+        equal, detail = self._check(model, state, args, kwargs)
         state.trim = equal
         state.reason = None if equal else detail
 
-    def _check(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, str]:
+    def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,
+               kwargs: dict) -> tuple[bool, str]:
         """Trimmed vs untrimmed seed outputs of `model` on this batch, in eval mode, no grad,
         RNG untouched; the model's train/eval flags are restored."""
         flags = [(m, m.training) for m in model.modules()]
@@ -261,7 +269,7 @@ class LayerSeam:
                 self._forced = "plain"
                 plain = model(*args, **kwargs)
                 self._forced = "trim"
-                trimmed = model(*args, **kwargs)
+                trimmed = self._mask_non_seed_rows(model(*args, **kwargs), state.compact)
         finally:
             self._forced = None
             for m, training in flags:
@@ -288,7 +296,9 @@ class LayerSeam:
         index = trace.calls
         trace.calls += 1
         x = args[0] if args else kwargs.get("x")
-        if not (isinstance(x, Tensor) and x.size(0) == batch.num_nodes):
+        compact_input = (trace.mode == "trim" and trace.state.compact and index > 0
+                         and isinstance(x, Tensor))
+        if not (isinstance(x, Tensor) and x.size(0) == batch.num_nodes) and not compact_input:
             trace.problem = (f"{type(layer).__name__} received inputs that are not one row per "
                              f"batch vertex")
             return original(layer, *args, **kwargs)
@@ -300,7 +310,11 @@ class LayerSeam:
         bounds = batch.layout.bounds(index, trace.state.layers)
         if bounds is None or not self._trimmable(layer, kwargs):
             return original(layer, *args, **kwargs)
-        return self._trimmed_call(layer, original, args, kwargs, x, edge_index, bounds)
+        if x.size(0) < bounds.num_src:
+            trace.problem = f"{type(layer).__name__} received fewer rows than it reads"
+            return original(layer, *args, **kwargs)
+        return self._trimmed_call(layer, original, args, kwargs, x, edge_index, bounds,
+                                  trace.state.compact)
 
     def _trimmable(self, layer: Any, kwargs: dict) -> bool:
         if getattr(layer, "flow", "source_to_target") != "source_to_target":
@@ -312,7 +326,8 @@ class LayerSeam:
         return not (isinstance(layer, GCNConv) and layer.cached)
 
     def _trimmed_call(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict,
-                      x: Tensor, edge_index: Tensor, bounds: LayerBounds) -> Tensor:
+                      x: Tensor, edge_index: Tensor, bounds: LayerBounds,
+                      compact: bool) -> Tensor:
         from torch_geometric.nn import GCNConv
 
         batch = self.batch
@@ -345,8 +360,20 @@ class LayerSeam:
         if self._forced is None:  # the one-off check does not count
             self.rows_computed += bounds.num_dst
             self.rows_untrimmed += batch.num_nodes
+        if compact:
+            return out
         pad = [0, 0] * (out.dim() - 1) + [0, batch.num_nodes - bounds.num_dst]
         return F.pad(out, pad)
+
+
+def _row_local_basic_gnn(model: torch.nn.Module) -> bool:
+    """Whether `model` is a PyG BasicGNN (forward not overridden) whose code between layers is
+    row-local and shape-agnostic: activation and dropout only (no norm, no JumpingKnowledge)."""
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    return (isinstance(model, BasicGNN) and type(model).forward is BasicGNN.forward
+            and model.jk_mode is None
+            and all(isinstance(norm, torch.nn.Identity) for norm in model.norms))
 
 
 def _keep_edges(value: Any, keep: Tensor, num_edges: int) -> Any:
