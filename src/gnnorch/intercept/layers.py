@@ -11,9 +11,10 @@ first forward on a batch (which runs untrimmed). It then runs on input rows [0, 
 edges into rows [0, c_D), as a bipartite (x_src, x_dst) call when the layer type accepts one, and
 its output is zero-padded back to all rows (zeros, not NaN: rows nobody reads must not poison
 gradients through row-wise ops such as a Linear on all rows). The model's output rows other than
-the seeds are set to NaN, so code that reads them fails loudly instead of silently. PyG's
-BasicGNN models whose code between layers is row-local (no JumpingKnowledge, no norm) skip the
-padding ("compact"): each layer returns only the rows the next one reads.
+the seeds are set to NaN, so code that reads them fails loudly instead of silently. Models whose
+code between layers is row-local and shape-agnostic (activation, dropout, Linear: e.g. PyG's
+BasicGNN without JumpingKnowledge) skip the padding ("compact"): each layer returns only the
+rows the next one reads. Which of the two a model gets is decided by the one-off check.
 
 A model is trimmed only if (1) it holds no module that mixes rows across the batch
 (`gnnorch.trim.mixing`), and (2) a one-off check on its first batch, in eval mode without
@@ -142,6 +143,7 @@ class LayerSeam:
         self._depth = 0
         self._trace: _Trace | None = None
         self._forced: str | None = None      # mode forced by the one-off check
+        self._forced_problem: str | None = None
         self._pair = _pair_capable()
         self.rows_computed = 0               # output rows computed by trimmed layer calls
         self.rows_untrimmed = 0              # what the same calls compute untrimmed
@@ -209,7 +211,11 @@ class LayerSeam:
         if self._depth != 0 or trace is None or trace.model is not module:
             return None
         self._trace = None
-        if self._forced is not None or output is None:
+        if self._forced is not None:
+            if trace.problem is not None or trace.calls != trace.state.layers:
+                self._forced_problem = trace.problem or "the layer count changed"
+            return None
+        if output is None:
             return None
         state = trace.state
         if trace.mode == "calibrate":
@@ -252,37 +258,53 @@ class LayerSeam:
         if mixing:
             state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
             return
-        state.compact = _row_local_basic_gnn(model)
-        equal, detail = self._check(model, state, args, kwargs)
-        state.trim = equal
-        state.reason = None if equal else detail
+        state.trim, state.compact, state.reason = self._check(model, state, args, kwargs)
 
     def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,
-               kwargs: dict) -> tuple[bool, str]:
-        """Trimmed vs untrimmed seed outputs of `model` on this batch, in eval mode, no grad,
-        RNG untouched; the model's train/eval flags are restored."""
+               kwargs: dict) -> tuple[bool, bool, str | None]:
+        """(trim, compact, reason): trimmed vs untrimmed seed outputs of `model` on this batch,
+        in eval mode, without gradients, RNG untouched; train/eval flags are restored.
+
+        Compact trimming (no padding) is tried first; a model whose code between layers needs
+        every row (a residual on all rows, JumpingKnowledge concatenation) fails it, loudly
+        (an exception) or by a different output, and is checked padded instead.
+        """
         flags = [(m, m.training) for m in model.modules()]
         bs = self.batch.batch_size
+        reason = "the model's output is not one tensor with a row per vertex"
         try:
             model.eval()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 self._forced = "plain"
                 plain = model(*args, **kwargs)
-                self._forced = "trim"
-                trimmed = self._mask_non_seed_rows(model(*args, **kwargs), state.compact)
+                if not (isinstance(plain, Tensor) and plain.dim() >= 1 and plain.size(0) >= bs):
+                    return False, False, reason
+                for compact in (True, False):
+                    state.compact = compact
+                    self._forced, self._forced_problem = "trim", None
+                    try:
+                        out = self._mask_non_seed_rows(model(*args, **kwargs), compact)
+                    except Exception as exc:  # noqa: BLE001 - compact shapes may not fit
+                        reason = f"trimmed forward failed: {type(exc).__name__}: {exc}"
+                        continue
+                    finally:
+                        self._depth, self._trace = 0, None
+                    if self._forced_problem is not None:
+                        reason = self._forced_problem
+                        continue
+                    if not (isinstance(out, Tensor) and out.shape == plain.shape):
+                        continue
+                    a, b = plain[:bs], out[:bs]
+                    if torch.allclose(a, b, rtol=VERIFY_RTOL, atol=VERIFY_ATOL, equal_nan=True):
+                        return True, compact, None
+                    diff = float((a - b).abs().nan_to_num(math.inf).max())
+                    reason = (f"trimmed and untrimmed seed outputs differ (max abs diff "
+                              f"{diff:.3g}): the model mixes vertices across the batch")
+                return False, False, reason
         finally:
             self._forced = None
             for m, training in flags:
                 m.training = training
-        if not (isinstance(plain, Tensor) and isinstance(trimmed, Tensor)
-                and plain.shape == trimmed.shape and plain.dim() >= 1 and plain.size(0) >= bs):
-            return False, "the model's output is not one tensor with a row per vertex"
-        a, b = plain[:bs], trimmed[:bs]
-        if torch.allclose(a, b, rtol=VERIFY_RTOL, atol=VERIFY_ATOL, equal_nan=True):
-            return True, ""
-        diff = float((a - b).abs().nan_to_num(math.inf).max())
-        return False, (f"trimmed and untrimmed seed outputs differ (max abs diff {diff:.3g}): "
-                       "the model mixes vertices across the batch")
 
     # -- layer calls ----------------------------------------------------------------------
     def _on_layer(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
@@ -364,16 +386,6 @@ class LayerSeam:
             return out
         pad = [0, 0] * (out.dim() - 1) + [0, batch.num_nodes - bounds.num_dst]
         return F.pad(out, pad)
-
-
-def _row_local_basic_gnn(model: torch.nn.Module) -> bool:
-    """Whether `model` is a PyG BasicGNN (forward not overridden) whose code between layers is
-    row-local and shape-agnostic: activation and dropout only (no norm, no JumpingKnowledge)."""
-    from torch_geometric.nn.models.basic_gnn import BasicGNN
-
-    return (isinstance(model, BasicGNN) and type(model).forward is BasicGNN.forward
-            and model.jk_mode is None
-            and all(isinstance(norm, torch.nn.Identity) for norm in model.norms))
 
 
 def _keep_edges(value: Any, keep: Tensor, num_edges: int) -> Any:
