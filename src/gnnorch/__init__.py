@@ -6,7 +6,11 @@
 from .errors import (GnnorchError, RankDiedError, RankFailedError, RankStartError,
                      SerializationError)
 from .runtime import VALID_OPTIONS, RunInfo, Runtime
+from .cache import CacheConfig
+from .tune import TuneConfig, TuningReport
 
 __version__ = "0.1.0"
-__all__ = ["Runtime", "RunInfo", "VALID_OPTIONS", "GnnorchError", "RankDiedError",
-           "RankFailedError", "RankStartError", "SerializationError", "__version__"]
+__all__ = ["Runtime", "RunInfo", "VALID_OPTIONS", "CacheConfig",
+           "TuningReport", "TuneConfig", "GnnorchError",
+           "RankDiedError", "RankFailedError", "RankStartError", "SerializationError",
+           "__version__"]

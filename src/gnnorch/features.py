@@ -8,11 +8,17 @@ to rank processes inside their start-up spec. Each feature is a seam installed b
   (it returns hop counts), else gnnorch's vectorised sampler (`gnnorch.sampling`);
   ``"gnnorch"``: always ours; ``"pyg"``: PyG's own choice (pyg-lib or torch_sparse), untouched.
 * `trim`: hop-aware trimming of the user's MessagePassing layers (exact for seed rows).
+* `cache`, `staleness`, `hot_ratio`: the hotness-aware historical-embedding cache
+  (`gnnorch.cache`; off by default, it changes numerics). `cache` is False, True, a
+  `gnnorch.cache.CacheConfig` or a dict of its fields; `staleness` / `hot_ratio` override the
+  config's. `cache_config` gives the merged configuration (None when off).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from .cache.config import CacheConfig, resolve_cache
 
 SAMPLERS = ("auto", "gnnorch", "pyg")
 
@@ -23,12 +29,23 @@ class Features:
 
     sampler: str = "auto"
     trim: bool = True
+    cache: Any = False             # False | True | CacheConfig (a dict is converted)
+    staleness: int | None = None
+    hot_ratio: float | str | None = None
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if not isinstance(self.trim, bool):
             raise ValueError(f"trim must be True or False, got {self.trim!r}")
+        if isinstance(self.cache, dict):  # from to_dict / JSON
+            object.__setattr__(self, "cache", CacheConfig.from_dict(self.cache))
+        resolve_cache(self.cache, self.staleness, self.hot_ratio)  # validates
+
+    @property
+    def cache_config(self) -> CacheConfig | None:
+        """The run's cache configuration (None: the cache is off)."""
+        return resolve_cache(self.cache, self.staleness, self.hot_ratio)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

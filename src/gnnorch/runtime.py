@@ -20,6 +20,8 @@ from .launch.inprocess import run_in_process
 from .launch.plan import CorePlan, RankCores, assign_cores, default_plan
 from .launch.supervisor import LaunchSpec, RankGroup
 from .launch.topology import Topology, current_topology
+from .tune.config import TuneConfig
+from .tune.report import TuningReport
 
 _DEVICES = ("auto", "cpu", "cuda")
 
@@ -64,6 +66,13 @@ class _Options:
     collective_timeout: float = 1800.0
     sampler: str = "auto"
     trim: bool = True
+    cache: Any = False
+    staleness: int | None = None
+    hot_ratio: float | str | None = None
+    autotune: bool | None = None
+    tune: Any = None
+    report_dir: str | os.PathLike | None = None
+    verbose: bool = True
 
 
 VALID_OPTIONS = tuple(f.name for f in dataclasses.fields(_Options))
@@ -96,6 +105,31 @@ class Runtime:
             vectorised sampler, exact in distribution), "gnnorch" or "pyg" (PyG's own choice).
         trim: hop-aware trimming of MessagePassing layers (exact for the seed rows; other rows
             of a layer's output hold NaN). Default True.
+        cache: the hotness-aware historical-embedding cache (`gnnorch.cache`, docs/cache.md).
+            Off by default (it changes numerics). True (defaults), False, a
+            `gnnorch.CacheConfig` or a dict of its fields. On training loaders, the bottom
+            MessagePassing layer's output rows of hot vertices reached at the last sampled hop
+            come from a store refreshed with recent weights (no gradient flows into them), and
+            those vertices are not expanded by the sampler. Evaluation loaders run exactly.
+        staleness: cache bound in optimizer steps: a cached row a forward uses was computed
+            with weights at most this many steps old (default 4; 0: refreshed before each use).
+        hot_ratio: share of the graph's vertices that are hot (float in (0, 1], default 0.1),
+            or "auto" (searched on measured step time, at most `CacheConfig.max_hot_ratio`).
+        autotune: search processes x sampler_cores x threads by Bayesian optimisation over
+            short probes of `train` itself, then run `train` once with the best plan
+            (`gnnorch.tune.driver`). Default (None): on when device is CPU and none of
+            processes / sampler_cores / threads is given. True with some of them given tunes the
+            others; True with all three given is an error. Tuning runs only when it pays: the
+            default plan runs first as the real run, and goes on untuned when the projected
+            tuning time exceeds `tune['max_overhead']` of the projected run (small jobs).
+        tune: tuner settings, a dict or `gnnorch.tune.TuneConfig` (budget, n_initial_points,
+            estimator, acq_func, seed, min_gain, probe_batches, warmup_batches, max_overhead,
+            epochs, ...; see `TuneConfig`).
+        report_dir: folder where the tuning report is written (``report.json``, atomically,
+            after every probe and every epoch). Default None: the report is kept in memory
+            only (`runtime.report`).
+        verbose: progress bars (tuning probes, then training epochs) and a one-line summary on
+            stderr when tuning runs. Default True.
     """
 
     def __init__(self, train: Callable, **options: Any) -> None:
@@ -113,6 +147,9 @@ class Runtime:
         self.plan = self._resolve_plan()
         self.features = Features(**{name: getattr(self.options, name) for name in FEATURE_OPTIONS})
         self.last_run: RunInfo | None = None
+        self.tune_config = TuneConfig.from_option(self.options.tune)
+        self.autotune = self._resolve_autotune()
+        self.report: TuningReport | None = None  # set by an autotuned call
 
     # -- configuration --------------------------------------------------------------------
     def _resolve_device(self) -> str:
@@ -150,6 +187,27 @@ class Runtime:
         plan.check(self.topology)
         return plan
 
+    def _resolve_autotune(self) -> bool:
+        o = self.options
+        if not isinstance(o.verbose, bool):
+            raise ValueError(f"verbose must be True or False, got {o.verbose!r}")
+        if o.report_dir is not None and not isinstance(o.report_dir, (str, os.PathLike)):
+            raise ValueError(f"report_dir must be a folder path or None, got {o.report_dir!r}")
+        given = [n for n in ("processes", "sampler_cores", "threads") if getattr(o, n) is not None]
+        if o.autotune is None:
+            return self.device == "cpu" and not given
+        if not isinstance(o.autotune, bool):
+            raise ValueError(f"autotune must be True, False or None (automatic), "
+                             f"got {o.autotune!r}")
+        if o.autotune and self.device != "cpu":
+            raise ValueError("autotune=True is supported on device='cpu' only; pass "
+                             "autotune=False (or leave it unset) on CUDA")
+        if o.autotune and len(given) == 3:
+            raise ValueError("autotune=True but processes, sampler_cores and threads are all "
+                             "given: nothing is left to tune; leave out the ones to tune, or "
+                             "pass autotune=False")
+        return o.autotune
+
     def _gpus(self) -> list[int] | None:
         if self.device != "cuda":
             return None
@@ -159,6 +217,10 @@ class Runtime:
 
     # -- running --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.autotune:
+            from .tune.driver import run_autotuned
+
+            return run_autotuned(self, args, kwargs)
         plan = self.plan
         cores = assign_cores(plan, self.topology) if self.options.bind else None
         seed = self.options.seed if self.options.seed is not None else torch.initial_seed() % 2**31

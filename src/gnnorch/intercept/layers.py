@@ -23,12 +23,23 @@ this catches functional mixing (global pooling, attention over the batch). A tri
 that meets an unexpected layer count falls back to an untrimmed recomputation and disables
 trimming for that model. GCNConv's symmetric normalisation is computed on the untrimmed batch
 graph (degrees of sources beyond the bound would otherwise change), then trimmed.
+
+Layer hook (`LayerSeam.layer_hook`, used by the historical-embedding cache, `gnnorch.cache`):
+every layer call of a traced model on the batch's edge_index, in any mode, is handed to
+`hook.on_layer(HookedCall)`, which returns the call's output (normally `call.run()`, the seam's
+own computation, possibly with rows replaced), and every finished forward to
+`hook.on_forward_end(model, state, calls, batch)`. The one-off check's forwards bypass the hook.
+A batch whose `extra_degree` is set (vertices whose in-edges were pruned from the sample) gets
+GCN normalisations that count those in-edges, trimmed or not. The seam follows the thread that
+installed it only; other threads (e.g. the cache's background refresh) pass through untouched.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
+import threading
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -62,6 +73,11 @@ class BatchGraph:
     batch_size: int
     layout: HopLayout | None       # None: not trimmable (reason says why)
     reason: str | None = None
+    n_id: Tensor | None = None     # global ids of the batch's vertices (batch.n_id)
+    training: bool = True          # False for batches of evaluation loaders
+    # in-edges pruned from the sample per vertex, counted by GCN normalisations (cache)
+    extra_degree: Tensor | None = None
+    cache: Any = None              # the historical-embedding cache's per-batch data
     _aliases: set[int] = dataclasses.field(default_factory=set)
     _norms: dict[tuple, tuple[Tensor, Tensor]] = dataclasses.field(default_factory=dict)
 
@@ -88,6 +104,12 @@ class BatchGraph:
 
         key = (improved, add_self_loops, flow, dtype, edge_index.device,
                None if edge_weight is None else id(edge_weight))
+        if key not in self._norms and self.extra_degree is not None:
+            from ..cache.degree import gcn_norm_extra
+
+            self._norms[key] = gcn_norm_extra(edge_index, edge_weight, self.num_nodes,
+                                              improved, add_self_loops, flow, dtype,
+                                              self.extra_degree)
         if key not in self._norms:
             self._norms[key] = gcn_norm(edge_index, edge_weight, self.num_nodes, improved,
                                         add_self_loops, flow, dtype)
@@ -128,14 +150,33 @@ class _Trace:
 LayerCall = Callable[..., Any]
 
 
+@dataclasses.dataclass
+class HookedCall:
+    """A layer call of a traced model on the batch's edge_index, as the layer hook sees it;
+    `run()` computes it the way the seam would without a hook (trimmed when it can)."""
+
+    model: torch.nn.Module
+    state: ModelState
+    mode: str
+    index: int                     # l: the call's position in the forward (0: bottom layer)
+    layer: Any
+    x: Any
+    edge_index: Tensor
+    args: tuple
+    kwargs: dict
+    batch: BatchGraph
+    run: Callable[[], Any]
+
+
 class LayerSeam:
     """Installs the MessagePassing seam; `set_batch` announces each sampled batch."""
 
-    def __init__(self, trim: bool = True) -> None:
+    def __init__(self, trim: bool = True, rewrites: Any = None) -> None:
         from torch_geometric.nn import MessagePassing
 
         self.cls = MessagePassing
         self.trim_enabled = trim
+        self.rewrites = rewrites             # a gnnorch.rewrite.RewriteEngine or None
         self.batch: BatchGraph | None = None
         self.models: "weakref.WeakKeyDictionary[torch.nn.Module, ModelState]" = \
             weakref.WeakKeyDictionary()
@@ -147,6 +188,8 @@ class LayerSeam:
         self._pair = _pair_capable()
         self.rows_computed = 0               # output rows computed by trimmed layer calls
         self.rows_untrimmed = 0              # what the same calls compute untrimmed
+        self.layer_hook: Any = None          # see the module docstring (the cache)
+        self._thread: int | None = None      # the thread the seam follows
 
     # -- installation ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -159,6 +202,7 @@ class LayerSeam:
             return seam._on_layer(layer, original, args, kwargs)
 
         self.cls.__call__ = __call__
+        self._thread = threading.get_ident()
         h1 = register_module_forward_pre_hook(self._on_enter)
         h2 = register_module_forward_hook(self._on_exit, with_kwargs=True, always_call=True)
         try:
@@ -184,6 +228,8 @@ class LayerSeam:
 
     # -- model boundaries -----------------------------------------------------------------
     def _on_enter(self, module: torch.nn.Module, args: tuple) -> None:
+        if threading.get_ident() != self._thread:
+            return None
         self._depth += 1
         if self._depth != 1 or self.batch is None or isinstance(module, self.cls):
             return None
@@ -205,7 +251,10 @@ class LayerSeam:
         self._trace = _Trace(module, state, mode)
         return None
 
-    def _on_exit(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+    def _on_exit(self, module: torch.nn.Module, args: tuple, kwargs: dict,
+                 output: Any = None) -> Any:  # no output when the forward raised
+        if threading.get_ident() != self._thread:
+            return None
         self._depth = max(0, self._depth - 1)
         trace = self._trace
         if self._depth != 0 or trace is None or trace.model is not module:
@@ -217,6 +266,8 @@ class LayerSeam:
             return None
         if output is None:
             return None
+        if self.layer_hook is not None:
+            self.layer_hook.on_forward_end(module, trace.state, trace.calls, self.batch)
         state = trace.state
         if trace.mode == "calibrate":
             state.untrimmed_forwards += 1
@@ -310,33 +361,71 @@ class LayerSeam:
     def _on_layer(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
         trace = self._trace
         batch = self.batch
-        if trace is None or trace.mode == "plain" or batch is None or self._depth < 1:
-            return original(layer, *args, **kwargs)
+        if (trace is None or batch is None or self._depth < 1
+                or (trace.mode == "plain" and self.layer_hook is None
+                    and batch.extra_degree is None)
+                or threading.get_ident() != self._thread):
+            return self._run(layer, original, args, kwargs)
         edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
         if not batch.is_own(edge_index):
-            return original(layer, *args, **kwargs)
+            return self._run(layer, original, args, kwargs)
         index = trace.calls
         trace.calls += 1
         x = args[0] if args else kwargs.get("x")
+        if self.layer_hook is not None and self._forced is None:
+            run = functools.partial(self._layer_call, trace, index, layer, original, args,
+                                    kwargs, x, edge_index)
+            return self.layer_hook.on_layer(HookedCall(trace.model, trace.state, trace.mode,
+                                                       index, layer, x, edge_index, args,
+                                                       kwargs, batch, run))
+        return self._layer_call(trace, index, layer, original, args, kwargs, x, edge_index)
+
+    def _layer_call(self, trace: _Trace, index: int, layer: Any, original: LayerCall,
+                    args: tuple, kwargs: dict, x: Any, edge_index: Tensor) -> Any:
+        """Layer call `index` of the traced forward, trimmed when the model is."""
+        batch = self.batch
+        if trace.mode == "plain":
+            return self._untrimmed_call(layer, original, args, kwargs, x, edge_index)
         compact_input = (trace.mode == "trim" and trace.state.compact and index > 0
                          and isinstance(x, Tensor))
         if not (isinstance(x, Tensor) and x.size(0) == batch.num_nodes) and not compact_input:
             trace.problem = (f"{type(layer).__name__} received inputs that are not one row per "
                              f"batch vertex")
-            return original(layer, *args, **kwargs)
+            return self._run(layer, original, args, kwargs)
         if trace.mode == "calibrate":
-            return original(layer, *args, **kwargs)
+            return self._untrimmed_call(layer, original, args, kwargs, x, edge_index)
         if index >= (trace.state.layers or 0):
             trace.problem = f"a forward made more than {trace.state.layers} layer calls"
-            return original(layer, *args, **kwargs)
+            return self._run(layer, original, args, kwargs)
         bounds = batch.layout.bounds(index, trace.state.layers)
         if bounds is None or not self._trimmable(layer, kwargs):
-            return original(layer, *args, **kwargs)
+            return self._untrimmed_call(layer, original, args, kwargs, x, edge_index)
         if x.size(0) < bounds.num_src:
             trace.problem = f"{type(layer).__name__} received fewer rows than it reads"
-            return original(layer, *args, **kwargs)
+            return self._run(layer, original, args, kwargs)
         return self._trimmed_call(layer, original, args, kwargs, x, edge_index, bounds,
                                   trace.state.compact)
+
+    def _untrimmed_call(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict,
+                        x: Any, edge_index: Tensor) -> Any:
+        """An untrimmed call; a GCN layer on a batch with pruned vertices (`extra_degree`) is
+        normalised with their degrees all the same."""
+        from torch_geometric.nn import GCNConv
+
+        batch = self.batch
+        if (batch.extra_degree is not None and isinstance(layer, GCNConv) and layer.normalize
+                and self._trimmable(layer, kwargs) and isinstance(x, Tensor)
+                and x.size(0) == batch.num_nodes):
+            return self._trimmed_call(layer, original, args, kwargs, x, edge_index, None, False)
+        return self._run(layer, original, args, kwargs)
+
+    def _run(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
+        """Run one layer call: through the rewrite engine when rewrites are on (it returns what
+        the layer's own forward would), else the layer's own call."""
+        if self.rewrites is None:
+            return original(layer, *args, **kwargs)
+        return self.rewrites.forward(layer, lambda *a, **k: original(layer, *a, **k), args,
+                                     kwargs)
 
     def _trimmable(self, layer: Any, kwargs: dict) -> bool:
         if getattr(layer, "flow", "source_to_target") != "source_to_target":
@@ -348,11 +437,15 @@ class LayerSeam:
         return not (isinstance(layer, GCNConv) and layer.cached)
 
     def _trimmed_call(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict,
-                      x: Tensor, edge_index: Tensor, bounds: LayerBounds,
+                      x: Tensor, edge_index: Tensor, bounds: LayerBounds | None,
                       compact: bool) -> Tensor:
+        """The call on rows [0, bounds.num_dst) (bounds None: all rows, untrimmed)."""
         from torch_geometric.nn import GCNConv
 
         batch = self.batch
+        full = bounds is None
+        if full:
+            bounds = LayerBounds(num_src=batch.num_nodes, num_dst=batch.num_nodes)
         num_edges = edge_index.size(1)
         rest_args = list(args[2:])
         rest_kwargs = {k: v for k, v in kwargs.items() if k not in ("x", "edge_index")}
@@ -374,12 +467,12 @@ class LayerSeam:
         if gcn:
             layer.normalize = False
         try:
-            out = original(layer, inputs, edge_index, *rest_args, **rest_kwargs)
+            out = self._run(layer, original, (inputs, edge_index, *rest_args), rest_kwargs)
         finally:
             if gcn:
                 layer.normalize = True
         out = out[:bounds.num_dst]
-        if self._forced is None:  # the one-off check does not count
+        if self._forced is None and not full:  # the one-off check does not count
             self.rows_computed += bounds.num_dst
             self.rows_untrimmed += batch.num_nodes
         if compact:

@@ -82,6 +82,7 @@ class LoaderState:
     backend_reason: str | None = None
     directional: bool = True       # hop layout meaningful (trimming possible)
     num_hops: int | None = None
+    cache: Any = None              # training loaders: their gnnorch.cache.manager.LoaderCache
 
     def to_dict(self) -> dict:
         return {"role": self.role, "index": self.index, "backend": self.backend,
@@ -166,6 +167,8 @@ class NeighborLoaderInterceptor:
         if sampler is not None:
             sampler.num_items = len(loader.dataset)
         state.directional, state.num_hops = _layout_kind(loader)
+        if train and ctx.cache is not None:  # the historical-embedding cache (gnnorch.cache)
+            state.cache = ctx.cache.attach(loader, state)
         loader._gnnorch_state = state
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.to_dict())
 
@@ -184,7 +187,8 @@ class NeighborLoaderInterceptor:
             state.backend_reason = "the loader was given its own neighbor_sampler"
         elif not isinstance(data, Data):
             state.backend_reason = f"{type(data).__name__} input is sampled by PyG"
-        elif choice == "auto" and pyg_typing.WITH_PYG_LIB:
+        elif choice == "auto" and pyg_typing.WITH_PYG_LIB and not (
+                state.role == "train" and ctx.cache is not None):  # the cache prunes with ours
             state.backend, state.backend_reason = "pyg-lib", "pyg-lib is installed (sampler='auto')"
         else:
             from ..sampling.neighbor import FastNeighborSampler
@@ -212,6 +216,8 @@ class NeighborLoaderInterceptor:
             loader.num_workers = ctx.plan.sampler_cores
             if loader.num_workers > 0 and loader.prefetch_factor is None:
                 loader.prefetch_factor = 2
+        if state.cache is not None:  # before workers start: they copy the pruning mask
+            state.cache.epoch_start(loader)
         cpus = ctx.sampler_cpus
         if loader.num_workers > 0 and cpus and len(cpus) == loader.num_workers:
             with loader.enable_cpu_affinity(loader_cores=cpus):
@@ -254,7 +260,8 @@ def batch_graph(batch: Any, state: LoaderState) -> BatchGraph | None:
     if not isinstance(edge_index, torch.Tensor) or not isinstance(size, int):
         return None
     graph = BatchGraph(edge_index=edge_index, num_nodes=int(batch.num_nodes), batch_size=size,
-                       layout=None)
+                       layout=None, n_id=getattr(batch, "n_id", None),
+                       training=state.role == "train")
     if not state.directional or state.num_hops is None:
         graph.reason = "the loader's batches are not directional neighbour samples"
         return graph
@@ -273,7 +280,10 @@ def _announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState) -> 
     """Announce each batch to the layer seam while the user works on it."""
     try:
         for batch in iterator:
-            seam.set_batch(batch_graph(batch, state))
+            graph = batch_graph(batch, state)
+            if graph is not None and state.cache is not None:
+                state.cache.annotate(graph, batch)
+            seam.set_batch(graph)
             yield batch
     finally:
         seam.set_batch(None)

@@ -24,11 +24,20 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
     with contextlib.ExitStack() as stack:
         stack.enter_context(context.activate(ctx))
         stack.enter_context(NeighborLoaderInterceptor().installed())
-        if ctx.features.trim:
+        cache = ctx.features.cache_config
+        if ctx.features.trim or cache is not None:
             seam = LayerSeam(trim=ctx.features.trim)
             stack.enter_context(seam.installed())
             ctx.layer_seam = seam
             stack.callback(lambda: ctx.stats.__setitem__("trim", seam.stats()))
+        if cache is not None:  # the historical-embedding cache hooks into the layer seam
+            from ..cache.manager import CacheManager
+
+            manager = CacheManager(ctx, cache)
+            stack.enter_context(manager.installed())
+            seam.layer_hook = manager
+            ctx.cache = manager
+            stack.callback(lambda: ctx.stats.__setitem__("cache", manager.stats()))
         if ctx.distributed:
             stack.enter_context(GradientSynchronizer(ctx.world_size, comm_device).installed())
         yield ctx

@@ -54,6 +54,8 @@ class RankContext:
         default_factory=list)
     # the MessagePassing seam of this run (gnnorch.intercept.layers.LayerSeam) or None
     layer_seam: Any = None
+    # the historical-embedding cache of this run (gnnorch.cache.manager.CacheManager) or None
+    cache: Any = None
     _pending: tuple[CorePlan, RankCores | None] | None = None
     _loaders_built: int = 0
 

@@ -46,6 +46,10 @@ class LaunchSpec:
     start_timeout: float = 120.0
     collective_timeout: float = 1800.0
     features: Features = dataclasses.field(default_factory=Features)
+    # auto-tuner: end after {"warmup": W, "batches": B} measured steps (gnnorch.tune.probe)
+    probe: dict | None = None
+    mute: bool = False                # rank 0's output to <log_dir>/rank0.log, not the caller
+    epoch_feed: str | None = None     # rank 0 rewrites this JSON file after every epoch
 
 
 @dataclasses.dataclass
@@ -134,6 +138,7 @@ class RankGroup:
             "seed": spec.seed, "backend": spec.backend, "store_port": store_port,
             "start_timeout": spec.start_timeout, "collective_timeout": spec.collective_timeout,
             "features": spec.features.to_dict(),
+            "probe": spec.probe, "epoch_feed": spec.epoch_feed if rank == 0 else None,
         }
         env = dict(os.environ)
         env.update(GNNORCH_RANK_SPEC=json.dumps(rank_spec), PYTHONUNBUFFERED="1",
@@ -142,7 +147,7 @@ class RankGroup:
         if spec.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(spec.gpus[rank])
         log_path = None
-        if rank == 0:
+        if rank == 0 and not spec.mute:
             out, err = subprocess.PIPE, subprocess.PIPE
         else:
             log_path = spec.log_dir / f"rank{rank}.log"

@@ -92,8 +92,17 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
             comm_device = torch.device("cuda", 0)
         dist.init_process_group(spec["backend"], store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=spec["collective_timeout"]))
-        with session(ctx, comm_device):
-            result = fn(*args, **kwargs)
+        from ..tune.probe import ProbeEnd, install_epoch_feed, install_probe
+
+        if spec.get("probe"):
+            install_probe(ctx, spec["probe"])
+        if spec.get("epoch_feed"):
+            install_epoch_feed(ctx, spec["epoch_feed"])
+        try:
+            with session(ctx, comm_device):
+                result = fn(*args, **kwargs)
+        except ProbeEnd:  # a tuning probe's measured steps are done: a normal end
+            result = None
         summary = ctx.summary()
         if rank == 0:
             conn.send(("result", serialize.dumps_result(result), summary))

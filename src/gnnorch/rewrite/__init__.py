@@ -1,0 +1,17 @@
+"""Exact re-ordering of linear transform and linear aggregation per GNN layer (DAHA, WiseGraph).
+
+Modules: ``rules`` (one exact alternative order per PyG layer type, with the conditions
+under which it is exact), ``shapes`` (the sizes of a layer call and their log2 buckets),
+``costmodel`` (least-squares model of forward + backward time per operation and device),
+``calibrate`` (bounded start-up micro-benchmarks), ``timing`` (side-effect-free fwd+bwd
+timing), ``planner`` (per layer and bucket: measure, then decide), ``engine``
+(:class:`RewriteEngine`, what the layer dispatcher calls).
+"""
+from .costmodel import CostModel, Op
+from .engine import VALID_MODES, RewriteEngine
+from .planner import Planner
+from .rules import RULES, rule_for
+from .shapes import LayerShape
+
+__all__ = ["RewriteEngine", "VALID_MODES", "CostModel", "Op", "Planner", "RULES", "rule_for",
+           "LayerShape"]

@@ -1,0 +1,323 @@
+"""The rewrite engine: the one object the layer dispatcher calls for every layer call.
+
+``engine.forward(layer, original_forward, args, kwargs)`` returns what
+``original_forward(*args, **kwargs)`` returns (same values up to rounding, same gradients
+for inputs and parameters), running either PyG's order or the exact rewritten one:
+
+1. ``rule_for(layer)`` / ``rule.applicable`` / ``rule.bind`` -- or the call goes to PyG,
+   with the reason counted for the report;
+2. the call's :class:`~gnnorch.rewrite.shapes.LayerShape` picks a bucket; the
+   :class:`~gnnorch.rewrite.planner.Planner` chooses an order from the cost model's
+   prediction, then from measurements;
+3. the first calls of a bucket (and every ``reprobe_every``-th) are *probed*: both orders
+   run forward + backward on detached copies of the inputs, via ``torch.autograd.grad``
+   (no ``.grad`` is touched), each run inside ``torch.random.fork_rng`` (both orders draw
+   the same dropout masks; the user's random stream is untouched) and with the layer's
+   buffers restored afterwards (BatchNorm statistics are untouched). Each time is first
+   predicted, then fed to the cost model (online refinement, prequential error);
+4. every probe also compares the two orders' outputs: should a rewrite ever disagree with
+   PyG (e.g. under a PyG version whose layer code changed), the layer is left to PyG
+   from then on, with a ``RuntimeWarning`` and the reason in the report.
+
+Modes: ``True`` rewrites where it pays, ``"report"`` decides and reports but always runs
+PyG's order, ``False`` passes every call straight through.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+from .calibrate import calibrate
+from .costmodel import CostModel
+from .planner import ORIGINAL, REWRITTEN, BucketState, Planner
+from .rules import Rule, rule_for
+from .rules.base import Call
+from .shapes import LayerShape
+from .timing import time_call
+
+__all__ = ["RewriteEngine", "VALID_MODES"]
+
+VALID_MODES = (True, False, "report")
+
+
+@dataclass
+class _LayerEntry:
+    """Per-layer bookkeeping (the layer itself is only weakly referenced)."""
+
+    ref: weakref.ref
+    index: int
+    name: str
+    type_name: str
+    rule: Rule | None
+    reason: str | None
+    params: tuple[torch.nn.Parameter, ...] = ()
+    static_ok: bool = False
+    broken: str | None = None
+    calls: int = 0
+    rewritten_calls: int = 0
+    probe_s: float = 0.0
+    reasons: Counter = field(default_factory=Counter)
+
+
+def _detach(value: Any, wrt: list[Tensor]) -> Any:
+    """A copy of an argument whose floating tensors that need a gradient are fresh leaves
+    (collected in ``wrt``); tuples and lists are copied one level deep."""
+    if isinstance(value, Tensor) and value.requires_grad:
+        leaf = value.detach().requires_grad_()
+        wrt.append(leaf)
+        return leaf
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detach(v, wrt) for v in value)
+    return value
+
+
+@contextlib.contextmanager
+def _buffers_restored(layer: Module) -> Iterator[None]:
+    """Run a probe without changing the layer's buffers (e.g. BatchNorm statistics)."""
+    saved = [(buf, buf.detach().clone()) for buf in layer.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buf, value in saved:
+                buf.copy_(value)
+
+
+def _same_random_stream(device: torch.device) -> contextlib.AbstractContextManager:
+    """Every run inside starts from the current random state, which is restored after it:
+    both orders draw the same dropout masks and the user's stream does not move."""
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+
+
+def _mismatch(original: Tensor, rewritten: Tensor) -> str | None:
+    """Why two outputs of one call are not the same result, or None.
+
+    The bound is loose on purpose (1e-3 of the output's scale, or 30 machine epsilons for
+    half precision): reordering moves float32 results by ~1e-6 relative, a wrong rewrite
+    by O(1).
+    """
+    if original.shape != rewritten.shape:
+        return f"shape {tuple(rewritten.shape)} != {tuple(original.shape)}"
+    if original.numel() == 0:
+        return None
+    scale = float(original.abs().max()) + 1e-12
+    worst = float((original.double() - rewritten.double()).abs().max())
+    tolerance = max(1e-3, 30 * torch.finfo(original.dtype).eps) * scale
+    if not worst <= tolerance:  # also catches NaN
+        return f"max |difference| {worst:.3g} at output scale {scale:.3g}"
+    return None
+
+
+class RewriteEngine:
+    """Chooses, per layer and shape bucket, PyG's order or the exact rewritten one.
+
+    ``mode``: True, False or ``"report"``. ``device``: device whose cost model is
+    calibrated up front (default: each layer's parameter device, calibrated lazily on
+    first use). ``calibration_s``: wall-clock budget of the start-up micro-benchmarks per
+    device. ``probes_per_bucket`` / ``reprobe_every`` / ``margin``: see
+    :class:`~gnnorch.rewrite.planner.Planner`. ``repeats``: timings per order in one probe
+    (the minimum is kept).
+    """
+
+    def __init__(self, mode: bool | str = True, device: torch.device | str | None = None,
+                 calibration_s: float = 2.0, probes_per_bucket: int = 2,
+                 reprobe_every: int = 1000, margin: float = 0.03, repeats: int = 2):
+        if mode not in VALID_MODES or isinstance(mode, int) and not isinstance(mode, bool):
+            raise ValueError(f"rewrite mode must be True, False or 'report', got {mode!r}")
+        if repeats < 1 or probes_per_bucket < 0 or calibration_s < 0:
+            raise ValueError("repeats must be >= 1, probes_per_bucket and calibration_s >= 0")
+        self.mode = mode
+        self.calibration_s = calibration_s
+        self.repeats = repeats
+        self.planner = Planner(probes_per_bucket=probes_per_bucket,
+                               reprobe_every=reprobe_every, margin=margin)
+        self._models: dict[str, CostModel] = {}
+        self._entries: list[_LayerEntry] = []
+        self._by_id: dict[int, _LayerEntry] = {}
+        self._names: dict[int, str] = {}
+        if device is not None and mode is not False:
+            self.cost_model(torch.device(device))
+
+    # ------------------------------------------------------------------ public API
+    def forward(self, layer: Module, original_forward: Callable[..., Any], args: tuple,
+                kwargs: dict) -> Any:
+        """Run one layer call in the chosen order; returns what ``original_forward`` would."""
+        if self.mode is False:
+            return original_forward(*args, **kwargs)
+        entry = self._entry(layer)
+        entry.calls += 1
+        call = self._admit(entry, layer, args, kwargs)
+        if isinstance(call, str):
+            entry.reasons[call] += 1
+            return original_forward(*args, **kwargs)
+        rule = entry.rule
+        params_grad = any(p.requires_grad for p in entry.params)
+        shape = rule.shape(layer, call, params_grad)
+        device = entry.params[0].device if entry.params else torch.device("cpu")
+        model = self.cost_model(device)
+        state = self.planner.state(entry.index, shape)
+        predicted = None
+        if self.planner.needs_prediction(state):
+            predicted = tuple(model.predict(rule.ops(layer, shape, rewritten),
+                                            _model_key(entry, order))
+                              for order, rewritten in ((ORIGINAL, False), (REWRITTEN, True)))
+        if self.planner.plan(state, predicted):
+            self._probe(entry, layer, original_forward, args, kwargs, shape, state, model,
+                        device)
+        # (a probe may just have changed the choice, or found the rewrite broken)
+        if self.mode is True and state.rewrite and entry.broken is None:
+            entry.rewritten_calls += 1
+            return rule.forward(layer, call)
+        return original_forward(*args, **kwargs)
+
+    def register_names(self, model: Module, prefix: str = "") -> None:
+        """Name the report's layers by their qualified names in ``model``."""
+        for name, module in model.named_modules(prefix=prefix):
+            self._names[id(module)] = name or type(module).__name__
+            entry = self._by_id.get(id(module))
+            if entry is not None and entry.ref() is module:
+                entry.name = self._names[id(module)]
+
+    def bucket_state(self, layer: Module, shape: LayerShape) -> BucketState | None:
+        """The planner's state for ``layer`` at ``shape``'s bucket; None if never seen."""
+        entry = self._by_id.get(id(layer))
+        if entry is None or entry.ref() is not layer:
+            return None
+        return self.planner.buckets.get((entry.index, shape.bucket()))
+
+    def cost_model(self, device: torch.device) -> CostModel:
+        """The cost model of ``device`` at the current thread count (calibrated on first use)."""
+        key = _device_key(device)
+        if key not in self._models:
+            model = CostModel(device=key)
+            if self.calibration_s > 0:
+                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                    calibrate(model, device, budget_s=self.calibration_s)
+            self._models[key] = model
+        return self._models[key]
+
+    def report(self) -> dict[str, Any]:
+        """JSON-serialisable report: per layer its rule or the reasons it was left alone,
+        per bucket predicted vs measured times and the choice; per device the cost model.
+
+        ``mape_prequential``: every probe's time against the prediction made just before it
+        (held-out by construction); ``mape_prequential_warm``: the same without each bucket's
+        first probe, i.e. once the model has seen the layer at that size."""
+        layers = []
+        for entry in self._entries:
+            buckets = [state.as_dict() for (layer_key, _), state in self.planner.buckets.items()
+                       if layer_key == entry.index]
+            layers.append({
+                "name": entry.name,
+                "type": entry.type_name,
+                "original_order": entry.rule.original_order if entry.rule else None,
+                "rewritten_order": entry.rule.rewritten_order if entry.rule else None,
+                "calls": entry.calls,
+                "rewritten_calls": entry.rewritten_calls,
+                "probe_s": entry.probe_s,
+                "left_alone": dict(entry.reasons),
+                "buckets": buckets,
+            })
+        states = self.planner.buckets.values()
+        pairs = [pair for state in states for pair in state.errors]
+        warm = [pair for state in states for pair in state.errors[2:]]  # after a first probe
+        return {
+            "mode": self.mode,
+            "mape_prequential": CostModel.mape_of(pairs),
+            "mape_prequential_warm": CostModel.mape_of(warm),
+            "cost_models": {key: model.summary() for key, model in self._models.items()},
+            "layers": layers,
+        }
+
+    # ------------------------------------------------------------------ internals
+    def _entry(self, layer: Module) -> _LayerEntry:
+        entry = self._by_id.get(id(layer))
+        if entry is None or entry.ref() is not layer:
+            found = rule_for(layer)
+            index = len(self._entries)
+            entry = _LayerEntry(ref=weakref.ref(layer), index=index,
+                                name=self._names.get(id(layer), f"{type(layer).__name__}#{index}"),
+                                type_name=type(layer).__name__,
+                                rule=found if isinstance(found, Rule) else None,
+                                reason=found if isinstance(found, str) else None)
+            self._by_id[id(layer)] = entry
+            self._entries.append(entry)
+        return entry
+
+    def _admit(self, entry: _LayerEntry, layer: Module, args: tuple,
+               kwargs: dict) -> Call | str:
+        """The bound call when the rule may run it; else the reason it goes to PyG.
+
+        The static part of the rule's check (class, aggregation, configuration, lazy
+        parameters) is cached once it passes; hooks and explain mode are checked every call.
+        """
+        rule = entry.rule
+        if rule is None:
+            return entry.reason or "no rule"
+        if entry.broken is not None:
+            return entry.broken
+        if not entry.static_ok:
+            reason = rule.static_reason(layer)
+            if reason is not None:
+                return reason
+            entry.static_ok = True
+            entry.params = tuple(layer.parameters())
+        return rule.dynamic_reason(layer) or rule.bind(layer, args, kwargs)
+
+    def _probe(self, entry: _LayerEntry, layer: Module, original_forward: Callable[..., Any],
+               args: tuple, kwargs: dict, shape: LayerShape, state: BucketState,
+               model: CostModel, device: torch.device) -> None:
+        """Time both orders fwd+bwd on detached inputs; feed model and planner."""
+        rule = entry.rule
+        start = time.perf_counter()
+        with _buffers_restored(layer):
+            inputs: list[Tensor] = []
+            d_args = _detach(tuple(args), inputs)
+            d_kwargs = {k: _detach(v, inputs) for k, v in kwargs.items()}
+            call = rule.bind(layer, d_args, d_kwargs)
+            wrt = [p for p in entry.params if p.requires_grad] + inputs
+            runs: dict[str, Callable[[], Any]] = {
+                ORIGINAL: lambda: original_forward(*d_args, **d_kwargs),
+                REWRITTEN: lambda: rule.forward(layer, call),
+            }
+            times: dict[str, list[float]] = {ORIGINAL: [], REWRITTEN: []}
+            outputs: dict[str, Tensor] = {}
+            for repeat in range(self.repeats):
+                orders = (ORIGINAL, REWRITTEN) if repeat % 2 == 0 else (REWRITTEN, ORIGINAL)
+                for order in orders:
+                    with _same_random_stream(device):
+                        seconds, outputs[order] = time_call(runs[order], wrt, shape.backward,
+                                                            device)
+                    times[order].append(seconds)
+        mismatch = _mismatch(outputs[ORIGINAL], outputs[REWRITTEN])
+        if mismatch is not None:
+            entry.broken = f"rewrite disabled: its output differs from PyG's ({mismatch})"
+            warnings.warn(f"gnnorch: {entry.name}: {entry.broken}", RuntimeWarning, stacklevel=3)
+        for order, rewritten in ((ORIGINAL, False), (REWRITTEN, True)):
+            measured = min(times[order])
+            predicted = model.observe(rule.ops(layer, shape, rewritten), measured,
+                                      key=_model_key(entry, order))
+            self.planner.record(state, order, predicted, measured)
+        self.planner.finish_probe(state)
+        entry.probe_s += time.perf_counter() - start
+
+
+def _model_key(entry: _LayerEntry, order: str) -> str:
+    """The cost model's key for one layer's order (its learnt correction ratio)."""
+    return f"{entry.type_name}#{entry.index}:{order}"
+
+
+def _device_key(device: torch.device) -> str:
+    if device.type == "cpu":
+        return f"cpu:{torch.get_num_threads()}t"
+    return str(device)

@@ -1,0 +1,118 @@
+"""Per-layer, per-shape-bucket choice between a layer's original and rewritten order.
+
+"Measure, then decide": the first ``probes_per_bucket`` calls of every (layer, bucket) are
+probed -- both orders timed forward + backward on the real inputs -- and from then on the
+bucket runs the order with the lower *measured* median time. Before a bucket has been
+measured, and for buckets never probed, the cost model's prediction decides. Either way a
+rewrite must win by ``margin`` (default 3%): within the noise the layer keeps PyG's order.
+Every ``reprobe_every`` calls a bucket is probed again, which keeps the cost model refined
+and lets the choice follow a machine whose speed drifts.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from .shapes import Bucket, LayerShape
+
+__all__ = ["ORIGINAL", "REWRITTEN", "BucketState", "Planner"]
+
+ORIGINAL = "original"
+REWRITTEN = "rewritten"
+
+
+@dataclass
+class BucketState:
+    """Everything known about one (layer, bucket)."""
+
+    shape: LayerShape
+    calls: int = 0
+    probes: int = 0
+    predicted: dict[str, float] = field(default_factory=dict)
+    measured: dict[str, deque] = field(
+        default_factory=lambda: {ORIGINAL: deque(maxlen=8), REWRITTEN: deque(maxlen=8)})
+    errors: list[tuple[float, float]] = field(default_factory=list)
+    rewrite: bool = False
+    decided_by: str = "model"
+
+    def median(self, order: str) -> float | None:
+        """Median measured fwd+bwd seconds of ``order``; None before any probe."""
+        samples = self.measured[order]
+        return statistics.median(samples) if samples else None
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-friendly summary: predicted beside measured, the choice and its basis."""
+        return {
+            "bucket": list(self.shape.bucket()),
+            "shape": self.shape.as_dict(),
+            "calls": self.calls,
+            "probes": self.probes,
+            "choice": REWRITTEN if self.rewrite else ORIGINAL,
+            "decided_by": self.decided_by,
+            "predicted_s": dict(self.predicted),
+            "measured_s": {order: self.median(order) for order in (ORIGINAL, REWRITTEN)},
+            "speedup_measured": _ratio(self.median(ORIGINAL), self.median(REWRITTEN)),
+            "mape_prequential": (sum(abs(p - m) / m for p, m in self.errors) / len(self.errors)
+                                 if self.errors else None),
+        }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+@dataclass
+class Planner:
+    """Decisions per (layer key, bucket). Holds no model: predictions are passed in."""
+
+    probes_per_bucket: int = 2
+    reprobe_every: int = 1000
+    margin: float = 0.03
+    buckets: dict[tuple[int, Bucket], BucketState] = field(default_factory=dict)
+
+    def state(self, layer_key: int, shape: LayerShape) -> BucketState:
+        """The state of ``shape``'s bucket for this layer (created on first sight)."""
+        key = (layer_key, shape.bucket())
+        if key not in self.buckets:
+            self.buckets[key] = BucketState(shape=shape)
+        return self.buckets[key]
+
+    def plan(self, state: BucketState, predicted: tuple[float, float] | None) -> bool:
+        """Count a call, update the bucket's choice (``state.rewrite``); True when this call
+        should be probed first (then :meth:`finish_probe` re-decides).
+
+        ``predicted``: the model's (original, rewritten) seconds for this call, or None when
+        the bucket's measured choice stands and no prediction was needed.
+        """
+        state.calls += 1
+        if predicted is not None:
+            state.predicted = {ORIGINAL: predicted[0], REWRITTEN: predicted[1]}
+        probe = (state.probes < self.probes_per_bucket
+                 or (self.reprobe_every > 0 and state.calls % self.reprobe_every == 0))
+        self._decide(state)
+        return probe
+
+    def needs_prediction(self, state: BucketState) -> bool:
+        """True while the bucket's choice still rests on the model."""
+        return state.decided_by != "measured" or not state.predicted
+
+    def record(self, state: BucketState, order: str, predicted: float, measured: float) -> None:
+        """Add one probe measurement of ``order`` (with the prediction made before it)."""
+        state.measured[order].append(measured)
+        state.errors.append((predicted, measured))
+
+    def finish_probe(self, state: BucketState) -> None:
+        """Close a probe (both orders recorded) and re-decide the bucket."""
+        state.probes += 1
+        self._decide(state)
+
+    def _decide(self, state: BucketState) -> None:
+        original, rewritten = state.median(ORIGINAL), state.median(REWRITTEN)
+        if original is not None and rewritten is not None:
+            state.rewrite = rewritten < (1.0 - self.margin) * original
+            state.decided_by = "measured"
+        elif state.predicted:
+            state.rewrite = (state.predicted[REWRITTEN]
+                             < (1.0 - self.margin) * state.predicted[ORIGINAL])
+            state.decided_by = "model"

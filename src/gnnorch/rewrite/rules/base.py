@@ -1,0 +1,163 @@
+"""What every rewrite rule shares: the rule interface and the checks that keep it exact.
+
+A rule re-orders the linear transform ``W`` and the linear aggregation ``A`` of one PyG
+layer type, using the identity ``A (X W^T) = (A X) W^T`` (aggregation is a linear map over
+rows, the transform a linear map over columns, so they commute). A rule only applies when
+nothing observable depends on the order:
+
+* the layer is exactly the PyG class (a subclass may override ``forward`` or ``message``);
+* its aggregation is ``sum`` or ``mean`` (both linear; ``max``, ``std``, ``lstm`` ... are not);
+* no parameter is still lazy, no propagate/message/aggregate/edge-update hook is registered
+  (it would see the other order's tensors) and explain mode is off;
+* the sub-modules the rewrite calls in a different place (e.g. ``lin_l``) carry no hooks;
+* per call: ``edge_index`` is a plain dense ``[2, E]`` LongTensor (a ``SparseTensor``,
+  ``torch.sparse`` tensor or ``EdgeIndex`` is left to PyG).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+from torch.nn.parameter import is_lazy
+from torch_geometric.nn.aggr import MeanAggregation, SumAggregation
+from torch_geometric.nn.conv import MessagePassing
+
+from ..costmodel import Op
+from ..shapes import LayerShape
+
+__all__ = ["Call", "Rule", "hook_reason", "edge_index_reason", "linear_aggr_kind",
+           "requires_grad", "backward_expected"]
+
+#: The bound arguments of one layer call, by parameter name (defaults applied).
+Call = dict[str, Any]
+
+_MP_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks",
+             "_message_forward_pre_hooks", "_message_forward_hooks",
+             "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
+             "_message_and_aggregate_forward_pre_hooks",
+             "_message_and_aggregate_forward_hooks",
+             "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_signature(layer_type: type[MessagePassing]) -> inspect.Signature:
+    return inspect.signature(layer_type.forward)
+
+
+def linear_aggr_kind(layer: MessagePassing) -> str | None:
+    """``"agg_sum"`` / ``"agg_mean"`` for a linear aggregation, else None."""
+    module = type(getattr(layer, "aggr_module", None))
+    if module is SumAggregation:
+        return "agg_sum"
+    if module is MeanAggregation:
+        return "agg_mean"
+    return None
+
+
+def hook_reason(layer: MessagePassing, moved: Iterable[Module]) -> str | None:
+    """Why hooks or explain mode forbid a rewrite right now; None when nothing does."""
+    for name in _MP_HOOKS:
+        if getattr(layer, name, None):
+            hook = name.strip("_").replace("_", " ")
+            return f"{hook} registered: hooks would see the other order"
+    if getattr(layer, "explain", None):
+        return "explain mode is on"
+    for module in moved:
+        if module._forward_hooks or module._forward_pre_hooks:
+            return f"{type(module).__name__} sub-module has forward hooks"
+    return None
+
+
+def edge_index_reason(edge_index: object) -> str | None:
+    """None for a plain ``[2, E]`` integer tensor; else why the call is left to PyG."""
+    if type(edge_index) is not Tensor:
+        return f"edge_index is a {type(edge_index).__name__}: left to PyG"
+    if edge_index.layout != torch.strided:
+        return f"edge_index has layout {edge_index.layout}: left to PyG"
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        return f"edge_index has shape {tuple(edge_index.shape)}, expected [2, E]"
+    return None
+
+
+def requires_grad(*tensors: Tensor | None) -> bool:
+    """True when any given tensor requires a gradient."""
+    return any(t is not None and t.requires_grad for t in tensors)
+
+
+def backward_expected(params_grad: bool, *inputs: Tensor | None) -> bool:
+    """A backward pass will run through this call: grad mode is on and a parameter
+    (``params_grad``) or an input requires a gradient."""
+    return torch.is_grad_enabled() and (params_grad or requires_grad(*inputs))
+
+
+class Rule(ABC):
+    """An exact alternative order for one PyG layer type.
+
+    ``original_order`` / ``rewritten_order`` name the two orders ("aggregate-first",
+    "transform-first"); ``forward`` computes the rewritten order and must equal the layer's
+    own forward (values and gradients) whenever ``applicable`` and ``bind`` accept.
+    """
+
+    layer_type: ClassVar[type[MessagePassing]]
+    original_order: ClassVar[str]
+    rewritten_order: ClassVar[str]
+
+    def applicable(self, layer: MessagePassing) -> str | None:
+        """None when the layer may be rewritten now, else the reason it is left alone."""
+        return self.static_reason(layer) or self.dynamic_reason(layer)
+
+    def static_reason(self, layer: MessagePassing) -> str | None:
+        """The part of :meth:`applicable` fixed once the layer is built and initialised:
+        class, aggregation, configuration, lazy parameters."""
+        if type(layer) is not self.layer_type:
+            return f"{type(layer).__name__} subclasses {self.layer_type.__name__}: not rewritten"
+        if linear_aggr_kind(layer) is None:
+            return f"aggregation {layer.aggr!r} is not linear (needs sum or mean)"
+        if any(is_lazy(p) for p in layer.parameters()):
+            return "parameters are not initialised yet (lazy)"
+        return self.config_reason(layer)
+
+    def dynamic_reason(self, layer: MessagePassing) -> str | None:
+        """The part of :meth:`applicable` that may change between calls: hooks, explain."""
+        return hook_reason(layer, self.moved_modules(layer))
+
+    def bind(self, layer: MessagePassing, args: tuple, kwargs: dict) -> Call | str:
+        """The call's arguments by name, or the reason this call is left to PyG."""
+        try:
+            bound = _forward_signature(self.layer_type).bind(layer, *args, **kwargs)
+        except TypeError as error:
+            return f"arguments do not match {self.layer_type.__name__}.forward: {error}"
+        bound.apply_defaults()
+        call = dict(bound.arguments)
+        del call["self"]
+        return edge_index_reason(call["edge_index"]) or self.call_reason(layer, call) or call
+
+    def call_reason(self, layer: MessagePassing, call: Call) -> str | None:
+        """Per-call reason to leave this call to PyG (beyond edge_index); None by default."""
+        return None
+
+    @abstractmethod
+    def config_reason(self, layer: MessagePassing) -> str | None:
+        """Reason the layer's configuration forbids the rewrite; None when it allows it."""
+
+    @abstractmethod
+    def moved_modules(self, layer: MessagePassing) -> list[Module]:
+        """Sub-modules whose call the rewrite bypasses or moves (they must carry no hooks)."""
+
+    @abstractmethod
+    def shape(self, layer: MessagePassing, call: Call, params_grad: bool) -> LayerShape:
+        """Sizes of this call; ``params_grad``: some parameter of the layer needs a gradient."""
+
+    @abstractmethod
+    def ops(self, layer: MessagePassing, shape: LayerShape, rewritten: bool) -> list[Op]:
+        """The operations either order runs, for the cost model."""
+
+    @abstractmethod
+    def forward(self, layer: MessagePassing, call: Call) -> Any:
+        """The rewritten order; returns what the layer's forward returns."""

@@ -1,0 +1,171 @@
+"""GINConv whose ``nn`` starts with a Linear: transform first through that Linear.
+
+PyG computes ``out_i = nn((1 + eps) x_i + sum_{j in N(i)} x_j)``. When ``nn = rest ∘ L``
+with ``L(z) = W z + b`` affine, linearity of ``W`` gives::
+
+    L((1 + eps) x_i + sum_j x_j) = (1 + eps) (W x_i) + sum_j (W x_j) + b
+
+so the rewrite transforms source (and destination) rows by ``W`` without the bias,
+sums the narrower rows, adds ``(1 + eps) W x_i`` and ``b``, then applies ``rest`` unchanged.
+``nn`` may be a Linear (``torch.nn.Linear`` or PyG's ``Linear``), a ``torch.nn.Sequential``
+whose first module is one, or PyG's ``MLP`` (its first operation is ``lins[0]``; the rest
+of ``MLP.forward`` -- act/norm/dropout per layer, the plain last layer -- is replayed
+step for step after it).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn import Module
+from torch_geometric.nn import GINConv
+from torch_geometric.nn.dense.linear import Linear as PygLinear
+from torch_geometric.nn.models import MLP
+
+from ..costmodel import Op
+from ..shapes import LayerShape
+from .base import Call, Rule, backward_expected, linear_aggr_kind, requires_grad
+
+__all__ = ["GINRule", "split_first_linear"]
+
+_LINEARS = (torch.nn.Linear, PygLinear)
+
+
+def _mlp_after_first(mlp: MLP) -> Callable[[Tensor], Tensor]:
+    """``MLP.forward`` (PyG 2.8, no batch / return_emb) minus the first ``lins[0]`` call."""
+    def rest(x: Tensor) -> Tensor:
+        for i, norm in enumerate(mlp.norms):
+            if i > 0:
+                x = mlp.lins[i](x)
+            if mlp.act is not None and mlp.act_first:
+                x = mlp.act(x)
+            x = norm(x, None, None) if mlp.supports_norm_batch else norm(x)
+            if mlp.act is not None and not mlp.act_first:
+                x = mlp.act(x)
+            x = F.dropout(x, p=mlp.dropout[i], training=mlp.training)
+        if mlp.plain_last:
+            if len(mlp.norms) > 0:
+                x = mlp.lins[-1](x)
+            x = F.dropout(x, p=mlp.dropout[-1], training=mlp.training)
+        return x
+    return rest
+
+
+def split_first_linear(nn: Module) -> tuple[Module, Callable[[Tensor], Tensor], list[Module]] | str:
+    """``(L, rest, bypassed)`` with ``nn(z) == rest(L(z))``, or why ``nn`` cannot be split.
+
+    ``bypassed``: modules whose ``__call__`` the split skips (they must carry no hooks).
+    """
+    if type(nn) in _LINEARS:
+        return nn, (lambda x: x), [nn]
+    if type(nn) is torch.nn.Sequential:
+        if len(nn) == 0 or type(nn[0]) not in _LINEARS:
+            return "nn is a Sequential that does not start with a Linear"
+        tail = list(nn)[1:]
+
+        def rest(x: Tensor) -> Tensor:
+            for module in tail:
+                x = module(x)
+            return x
+        return nn[0], rest, [nn, nn[0]]
+    if type(nn) is MLP:
+        if type(nn.lins[0]) not in _LINEARS:
+            return "MLP's first layer is not a Linear"
+        return nn.lins[0], _mlp_after_first(nn), [nn, nn.lins[0]]
+    return (f"nn is a {type(nn).__name__}: only Linear, Sequential(Linear, ...) or MLP "
+            "are split")
+
+
+def _tail_modules(nn: Module) -> list[Module]:
+    """The modules ``nn`` applies after its first Linear, in order (for the cost model)."""
+    if type(nn) is torch.nn.Sequential:
+        return list(nn)[1:]
+    if type(nn) is not MLP:
+        return []
+    tail: list[Module] = []
+    for i, norm in enumerate(nn.norms):
+        tail += ([nn.lins[i]] if i > 0 else []) + [norm] + ([nn.act] if nn.act is not None else [])
+    if nn.plain_last and len(nn.norms) > 0:
+        tail.append(nn.lins[-1])
+    return tail
+
+
+def _tail_ops(nn: Module, n: int, backward: bool) -> list[Op]:
+    """Cost-model operations of ``nn`` after its first Linear, on ``n`` rows (the same in
+    both orders): its Linears, and one elementwise pass per other module."""
+    ops, width = [], split_first_linear(nn)[0].weight.size(0)
+    for module in _tail_modules(nn):
+        if type(module) in _LINEARS:
+            ops.append(Op("linear", n=n, f_in=width, f_out=module.weight.size(0),
+                          backward=backward, input_grad=True))
+            width = module.weight.size(0)
+        elif not isinstance(module, torch.nn.Identity):
+            ops.append(Op("elementwise", n=n, f_in=width, backward=backward))
+    return ops
+
+
+class GINRule(Rule):
+    """Transform-first GINConv through the first Linear of ``nn``."""
+
+    layer_type = GINConv
+    original_order = "aggregate-first"
+    rewritten_order = "transform-first"
+
+    def config_reason(self, layer: GINConv) -> str | None:
+        split = split_first_linear(layer.nn)
+        return split if isinstance(split, str) else None
+
+    def moved_modules(self, layer: GINConv) -> list[Module]:
+        split = split_first_linear(layer.nn)
+        return [] if isinstance(split, str) else split[2]
+
+    def shape(self, layer: GINConv, call: Call, params_grad: bool) -> LayerShape:
+        x = call["x"]
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        size = call["size"]
+        first = split_first_linear(layer.nn)[0]
+        if size is not None and size[1] is not None:
+            n_dst = int(size[1])
+        else:
+            n_dst = x_dst.size(0) if x_dst is not None else x_src.size(0)
+        return LayerShape(n_src=x_src.size(0), n_dst=n_dst,
+                          n_edges=call["edge_index"].size(1), f_in=x_src.size(-1),
+                          f_out=first.weight.size(0), input_grad=requires_grad(x_src, x_dst),
+                          backward=backward_expected(params_grad, x_src, x_dst))
+
+    def ops(self, layer: GINConv, shape: LayerShape, rewritten: bool) -> list[Op]:
+        s, b = shape, shape.backward
+        kind = linear_aggr_kind(layer) or "agg_sum"
+        ops = [Op(f"overhead:GINConv:{'rewritten' if rewritten else 'original'}",
+                  n_edges=s.n_edges, n_dst=s.n_dst, f_out=s.f_out)]
+        if rewritten:
+            ops += [Op("linear", n=s.n_src, f_in=s.f_in, f_out=s.f_out, backward=b,
+                       input_grad=s.input_grad),
+                    Op(kind, n_src=s.n_src, n_dst=s.n_dst, n_edges=s.n_edges, f_in=s.f_out,
+                       backward=b, input_grad=True),
+                    Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b),
+                    Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b)]
+        else:
+            ops += [Op(kind, n_src=s.n_src, n_dst=s.n_dst, n_edges=s.n_edges, f_in=s.f_in,
+                       backward=b, input_grad=s.input_grad),
+                    Op("elementwise", n=s.n_dst, f_in=s.f_in, backward=b),
+                    Op("linear", n=s.n_dst, f_in=s.f_in, f_out=s.f_out, backward=b,
+                       input_grad=True)]
+        return ops + _tail_ops(layer.nn, s.n_dst, b)
+
+    def forward(self, layer: GINConv, call: Call) -> Tensor:
+        first, rest, _ = split_first_linear(layer.nn)
+        x = call["x"]
+        if isinstance(x, Tensor):
+            h_src = h_dst = F.linear(x, first.weight)
+        else:
+            h_src = F.linear(x[0], first.weight)
+            h_dst = None if x[1] is None else F.linear(x[1], first.weight)
+        out = layer.propagate(call["edge_index"], x=(h_src, h_dst), size=call["size"])
+        if h_dst is not None:
+            out = out + (1 + layer.eps) * h_dst
+        if first.bias is not None:
+            out = out + first.bias
+        return rest(out)

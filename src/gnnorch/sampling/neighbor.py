@@ -1,0 +1,135 @@
+"""PyG's :class:`~torch_geometric.sampler.NeighborSampler` with gnnorch's vectorised sampler.
+
+:class:`FastNeighborSampler` keeps PyG's constructor, CSC conversion (``colptr``, ``row``,
+``perm``), fanout handling and post-processing (``sample_from_nodes`` /
+``sample_from_edges``, bidirectional conversion); it only replaces ``_sample`` for
+homogeneous, non-temporal, unweighted, non-disjoint sampling, and returns per-hop node and
+edge counts there (so ``trim_to_layer`` works without pyg-lib). Everything else goes to
+PyG's own ``_sample``; :attr:`FastNeighborSampler.fallback_reason` says why.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import NeighborSampler, SamplerOutput
+from torch_geometric.sampler.base import DataType, SubgraphType
+
+from gnnorch.sampling.uniform import new_workspace, sample_neighbors
+
+__all__ = ["FastNeighborSampler"]
+
+# PyG warns that sampling without pyg-lib is deprecated; it does not apply to our fast path.
+_PYG_LIB_WARNING = r"Using '.*' without a 'pyg-lib' installation is deprecated"
+
+
+class FastNeighborSampler(NeighborSampler):
+    """Drop-in :class:`~torch_geometric.sampler.NeighborSampler` (same arguments).
+
+    The fast path draws from the same distribution as PyG: uniform without replacement
+    (an exact uniform ``k``-subset per node), i.i.d. uniform with replacement, every node
+    expanded once at the hop it first appears. Exclusion (:meth:`set_exclusion`) stops chosen
+    nodes from being expanded at chosen hops, on the fast path only.
+
+    Pickles without its scratch buffers (DataLoader workers re-create them lazily). Safe to
+    call from several threads at once: each concurrent call borrows its own buffer.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        num_neighbors: Any,
+        subgraph_type: SubgraphType | str = "directional",
+        replace: bool = False,
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: str | None = None,
+        weight_attr: str | None = None,
+        is_sorted: bool = False,
+        share_memory: bool = False,
+        directed: bool = True,
+        sample_direction: Literal["forward", "backward"] = "forward",
+    ):
+        fast = (DataType.from_data(data) == DataType.homogeneous and time_attr is None
+                and weight_attr is None and not disjoint)
+        with warnings.catch_warnings():
+            if fast:
+                warnings.filterwarnings("ignore", message=_PYG_LIB_WARNING)
+            super().__init__(
+                data, num_neighbors, subgraph_type=subgraph_type, replace=replace,
+                disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
+                weight_attr=weight_attr, is_sorted=is_sorted, share_memory=share_memory,
+                directed=directed, sample_direction=sample_direction)
+        self._exclude: Tensor | None = None
+        self._exclude_hops: frozenset[int] = frozenset()
+        self._workspaces: list[Tensor] = []
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why sampling goes to PyG's own ``_sample``, or None when the fast path is used."""
+        if self.is_hetero:
+            return "heterogeneous graph"
+        if self.is_temporal:
+            return "temporal sampling (time_attr)"
+        if self.edge_weight is not None:
+            return "weighted sampling (weight_attr)"
+        if self.disjoint:
+            return "disjoint sampling"
+        return None
+
+    def set_exclusion(self, mask: Tensor | None, hops: Iterable[int] = ()) -> None:
+        """Nodes in ``mask`` (bool ``[num_nodes]``) are not expanded at the listed hops.
+
+        Hop 0 is the seeds' hop. ``mask=None`` clears the exclusion.
+        """
+        if mask is None:
+            self._exclude, self._exclude_hops = None, frozenset()
+            return
+        if mask.dtype != torch.bool or mask.shape != (self.colptr.numel() - 1,):
+            raise ValueError(f"exclusion mask must be bool [{self.colptr.numel() - 1}], "
+                             f"got {mask.dtype} {list(mask.shape)}")
+        self._exclude = mask.to(self.colptr.device)
+        self._exclude_hops = frozenset(int(h) for h in hops)
+
+    @property
+    def exclusion(self) -> tuple[Tensor | None, frozenset[int]]:
+        """The current ``(mask, hops)`` set by :meth:`set_exclusion`."""
+        return self._exclude, self._exclude_hops
+
+    def _sample(self, seed: Any, seed_time: Any = None, **kwargs: Any) -> Any:
+        """PyG's hook: one sampling call for a seed tensor (or dict, for PyG's path)."""
+        if (not isinstance(seed, Tensor) or seed_time is not None
+                or self.fallback_reason is not None):
+            return super()._sample(seed, seed_time, **kwargs)
+        induced = self.subgraph_type == SubgraphType.induced
+        workspace = self._borrow_workspace()
+        try:
+            out = sample_neighbors(
+                self.colptr, self.row, seed, self.num_neighbors.get_mapped_values(),
+                replace=self.replace, directed=not induced, exclude=self._exclude,
+                exclude_hops=self._exclude_hops, workspace=workspace)
+        finally:
+            self._workspaces.append(workspace)
+        row, col = out.row, out.col
+        if self.sample_direction == "backward":
+            row, col = col, row
+        # PyG reports no hop counts for induced subgraphs (their edges are not hop-ordered).
+        return SamplerOutput(
+            node=out.node, row=row, col=col, edge=out.edge, batch=None,
+            num_sampled_nodes=None if induced else out.num_sampled_nodes,
+            num_sampled_edges=out.num_sampled_edges)
+
+    def _borrow_workspace(self) -> Tensor:
+        """A free all -1 global-to-local buffer (``list.pop`` is atomic across threads)."""
+        try:
+            return self._workspaces.pop()
+        except IndexError:
+            return new_workspace(self.colptr.numel() - 1, self.colptr.device)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_workspaces"] = []
+        return state

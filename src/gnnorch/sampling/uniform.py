@@ -1,0 +1,263 @@
+"""Vectorised uniform k-hop neighbour sampling in plain torch (CPU or CUDA).
+
+The graph is given in CSC form, as PyG's :class:`~torch_geometric.sampler.NeighborSampler`
+holds it: the in-edges of node ``v`` are the positions ``colptr[v] .. colptr[v+1]-1`` of
+``row``, and ``row[p]`` is the source of the edge at position ``p``.
+
+Semantics (PyG's homogeneous, directional sampling): the seeds form hop 0's frontier; every
+node is expanded exactly once, at the hop where it first appears, so hop ``h+1``'s frontier is
+the set of nodes first reached at hop ``h``. A frontier node with in-degree ``d`` and fanout
+``k`` contributes
+
+* all ``d`` in-edges when ``k < 0``, or when sampling without replacement and ``d <= k``;
+* a uniformly random ``k``-subset of its in-edges without replacement and ``d > k``
+  (Robert Floyd's algorithm, vectorised over nodes: ``O(k^2)`` per node, independent of ``d``);
+* ``k`` independent uniform draws from its in-edges with replacement (``d > 0``).
+
+Layout of the result (the same as torch_sparse's ``neighbor_sample``): seeds first, in input
+order and with duplicates kept, then each hop's new nodes in order of first appearance; edges
+hop by hop, grouped by destination in frontier order.
+
+Implementation notes: gathers use ``index_select`` and scatters ``scatter_`` /
+``scatter_reduce_(..., include_self=True)``, several times faster on CPU than advanced
+indexing, ``index_put_`` and ``include_self=False``; global ids are relabelled through a
+reusable ``[num_nodes]`` map, so no call sorts or hashes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["SampledSubgraph", "UNSEEN", "new_workspace", "sample_neighbors"]
+
+#: Workspace value of a node without a local id (larger than any local id, for ``amin``).
+UNSEEN = torch.iinfo(torch.int64).max
+
+
+@dataclasses.dataclass
+class SampledSubgraph:
+    """A sampled subgraph in local indices.
+
+    ``node[row[e]] -> node[col[e]]`` is the graph edge at CSC position ``edge[e]``
+    (``row[edge[e]] == node[row[e]]`` and ``colptr[node[col[e]]] <= edge[e] < colptr[...+1]``).
+    ``sum(num_sampled_nodes) == len(node)``; for directional sampling
+    ``sum(num_sampled_edges) == len(edge)`` and the first ``num_sampled_edges[0]`` edges end
+    in seeds, the next ``num_sampled_edges[1]`` in hop 1's new nodes, and so on. For induced
+    subgraphs (``directed=False``) edges are not hop-ordered and ``num_sampled_edges`` is None.
+    """
+
+    node: Tensor
+    row: Tensor
+    col: Tensor
+    edge: Tensor
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int] | None
+
+
+def new_workspace(num_nodes: int, device: torch.device | str | None = None) -> Tensor:
+    """A global-to-local id map for :func:`sample_neighbors`: int64 ``[num_nodes]``, all
+    :data:`UNSEEN`.
+
+    :func:`sample_neighbors` leaves it all :data:`UNSEEN` again on return, so one buffer
+    serves any number of calls (one call at a time).
+    """
+    return torch.full((num_nodes,), UNSEEN, dtype=torch.long, device=device)
+
+
+def sample_neighbors(
+    colptr: Tensor,
+    row: Tensor,
+    seeds: Tensor,
+    num_neighbors: Sequence[int],
+    *,
+    replace: bool = False,
+    directed: bool = True,
+    exclude: Tensor | None = None,
+    exclude_hops: Iterable[int] | None = None,
+    generator: torch.Generator | None = None,
+    workspace: Tensor | None = None,
+) -> SampledSubgraph:
+    """Samples ``len(num_neighbors)`` hops of in-neighbours around ``seeds``.
+
+    Args:
+        colptr, row: the graph in CSC form (int64, same device; ``TypeError`` otherwise).
+        seeds: global ids of the seed nodes (duplicates are kept, as PyG does).
+        num_neighbors: fanout per hop; -1 takes every in-edge.
+        replace: sample with replacement.
+        directed: False returns every edge among the sampled nodes (PyG's
+            ``subgraph_type='induced'``) instead of the sampled edges.
+        exclude: bool ``[num_nodes]``; a node in it that is in the frontier of a hop listed in
+            ``exclude_hops`` is kept but not expanded (no in-edges, no neighbours added).
+        exclude_hops: hop indices (0 = the seeds' hop) at which ``exclude`` applies.
+        generator: random source (default: torch's global RNG of the device).
+        workspace: a buffer from :func:`new_workspace` to reuse; a fresh one otherwise.
+    """
+    if colptr.dtype != torch.long or row.dtype != torch.long:
+        raise TypeError(f"colptr and row must be int64, got {colptr.dtype} and {row.dtype}")
+    num_nodes = colptr.numel() - 1
+    seeds = seeds.to(device=colptr.device, dtype=torch.long)
+    g2l = new_workspace(num_nodes, colptr.device) if workspace is None else workspace
+    hops = frozenset(exclude_hops or ()) if exclude is not None else frozenset()
+    try:
+        out = _sample(colptr, row, seeds, list(num_neighbors), replace, directed,
+                      exclude, hops, generator, g2l)
+    except BaseException:
+        g2l.fill_(UNSEEN)
+        raise
+    g2l.index_fill_(0, out.node, UNSEEN)
+    return out
+
+
+def _sample(colptr: Tensor, row: Tensor, seeds: Tensor, num_neighbors: list[int],
+            replace: bool, directed: bool, exclude: Tensor | None, exclude_hops: frozenset[int],
+            generator: torch.Generator | None, g2l: Tensor) -> SampledSubgraph:
+    """Body of :func:`sample_neighbors`; leaves ``g2l[v]`` = local id of every sampled ``v``.
+
+    Invariant at the top of hop ``h``: ``frontier`` holds hop ``h``'s expanding nodes, whose
+    local ids are ``first_local .. first_local + len(frontier) - 1``, and ``num_nodes`` nodes
+    have local ids so far.
+    """
+    g2l.scatter_reduce_(0, seeds, _arange(0, seeds.numel(), seeds), "amin")
+    nodes, rows, cols, edges = [seeds], [], [], []
+    num_sampled_nodes, num_sampled_edges = [seeds.numel()], []
+    frontier, first_local, num_nodes = seeds, 0, seeds.numel()
+    for hop, k in enumerate(num_neighbors):
+        start = colptr.index_select(0, frontier)
+        deg = colptr.index_select(0, frontier + 1) - start
+        if hop in exclude_hops:
+            deg.masked_fill_(exclude.index_select(0, frontier), 0)
+        owner, offset = _sample_offsets(deg, k, replace, generator)
+        pos = start.index_select(0, owner).add_(offset)
+        new, src = _relabel(g2l, row.index_select(0, pos), num_nodes)
+        nodes.append(new)
+        num_sampled_nodes.append(new.numel())
+        if directed:
+            rows.append(src)
+            cols.append(owner.add_(first_local))
+            edges.append(pos)
+            num_sampled_edges.append(pos.numel())
+        frontier, first_local, num_nodes = new, num_nodes, num_nodes + new.numel()
+    node = torch.cat(nodes)
+    if not directed:
+        src, dst, pos = _induced_edges(colptr, row, node, g2l)
+        return SampledSubgraph(node, src, dst, pos, num_sampled_nodes, None)
+    return SampledSubgraph(node, torch.cat(rows), torch.cat(cols), torch.cat(edges),
+                           num_sampled_nodes, num_sampled_edges)
+
+
+def _arange(start: int, end: int, like: Tensor) -> Tensor:
+    return torch.arange(start, end, dtype=torch.long, device=like.device)
+
+
+def _sample_offsets(deg: Tensor, k: int, replace: bool,
+                    generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """Chooses in-edges of one frontier: returns ``(owner, offset)`` per sampled edge.
+
+    ``owner`` is the frontier index of the edge's destination (non-decreasing: edges are
+    grouped by destination) and ``offset`` in ``[0, deg[owner])`` its place in that node's CSC
+    segment. Per node: ``deg`` edges (all) if ``k < 0`` or (no replacement and ``deg <= k``);
+    a uniform ``k``-subset if no replacement and ``deg > k``; ``k`` i.i.d. uniform offsets with
+    replacement and ``deg > 0``.
+    """
+    if k < 0:
+        count = deg
+    elif replace:
+        count = (deg > 0).long().mul_(k)
+    else:
+        count = deg.clamp_max(k)
+    owner, offset, first_slot = _segments(count)
+    if k <= 0:
+        return owner, offset
+    if replace:
+        return owner, _uniform_below(deg.index_select(0, owner), generator)
+    big = (deg > k).nonzero().squeeze(1)
+    if big.numel() > 0:
+        slots = first_slot.index_select(0, big) + _arange(0, k, deg).unsqueeze(1)
+        subsets = _floyd_subsets(deg.index_select(0, big), k, generator)
+        offset.scatter_(0, slots.flatten(), subsets.flatten())
+    return owner, offset
+
+
+def _segments(count: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Lays out ``count[i]`` slots per segment ``i``, segment after segment.
+
+    Returns ``(owner, rank, first_slot)``: slot ``s`` belongs to segment ``owner[s]`` and is
+    its ``rank[s]``-th slot; segment ``i`` starts at slot ``first_slot[i] = sum(count[:i])``.
+    ``owner[s]`` is the number of segments ending at or before ``s`` (a cumulative sum of
+    end markers), which is cheaper than ``repeat_interleave`` on CPU.
+    """
+    end = torch.cumsum(count, 0)
+    total = int(end[-1]) if end.numel() else 0
+    first_slot = end - count
+    marks = torch.zeros(total + 1, dtype=torch.long, device=count.device)
+    marks.index_add_(0, end, torch.ones_like(end))
+    owner = marks[:total].cumsum_(0)
+    rank = _arange(0, total, count).sub_(first_slot.index_select(0, owner))
+    return owner, rank, first_slot
+
+
+def _uniform_below(bound: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One independent uniform integer in ``[0, bound[i])`` per entry (``bound >= 1``).
+
+    ``floor(U * b)`` with ``U`` uniform float64 on ``[0, 1)`` (53 random bits): each value
+    has probability ``1/b`` up to a relative error of ``b * 2**-53``; the clamp only guards
+    the round-up of ``U * b`` to ``b`` for ``U`` within ``2**-53`` of 1.
+    """
+    u = torch.rand(bound.shape, dtype=torch.float64, device=bound.device, generator=generator)
+    return u.mul_(bound).long().clamp_max_(bound - 1)
+
+
+def _floyd_subsets(deg: Tensor, k: int, generator: torch.Generator | None) -> Tensor:
+    """``[k, m]``: column ``i`` is a uniformly random ``k``-subset of ``[0, deg[i])``, ``deg > k``.
+
+    Robert Floyd's algorithm, one row per step, all columns at once. Step ``j`` works on
+    ``J = deg - k + j``: draw ``t`` uniform in ``[0, J]``; take ``t`` unless already taken,
+    else ``J`` (never taken before step ``j``). Invariant: after step ``j`` the first ``j + 1``
+    rows hold a uniform ``(j + 1)``-subset of ``[0, J]``. Induction: a target set ``T``
+    arises from ``j + 1`` equally likely (previous subset, ``t``) pairs whether or not
+    ``J`` is in ``T``, so ``P(T) = (j + 1) / (C(J, j) (J + 1)) = 1 / C(J + 1, j + 1)``.
+    Cost ``O(m k^2)`` whatever the degrees.
+    """
+    out = torch.empty((k, deg.numel()), dtype=torch.long, device=deg.device)
+    top = deg - k
+    for j in range(k):
+        t = _uniform_below(top + 1, generator)
+        if j > 0:
+            t = torch.where((out[:j] == t).any(0), top, t)
+        out[j] = t
+        top += 1
+    return out
+
+
+def _relabel(g2l: Tensor, ids: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """Gives local ids ``num_nodes, num_nodes + 1, ...`` to the distinct unseen ``ids``.
+
+    New ids follow first appearance in ``ids``. Returns ``(new, local)``: the newly mapped
+    global ids in local-id order, and the local id of every entry of ``ids``. Step 1 scatters
+    ``num_nodes + position`` with ``amin``: a mapped node keeps its id (``< num_nodes``), an
+    unseen one gets its first position; the entries that read back their own value are the
+    first occurrences of unseen nodes. Step 2 compacts those to consecutive ids.
+    """
+    tag = _arange(num_nodes, num_nodes + ids.numel(), ids)
+    g2l.scatter_reduce_(0, ids, tag, "amin")
+    new = ids.masked_select(g2l.index_select(0, ids) == tag)
+    g2l.scatter_(0, new, _arange(num_nodes, num_nodes + new.numel(), ids))
+    return new, g2l.index_select(0, ids)
+
+
+def _induced_edges(colptr: Tensor, row: Tensor, node: Tensor,
+                   g2l: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Every in-edge of every sampled node whose source is sampled too, as ``(src, dst, pos)``.
+
+    ``dst`` runs over local ids in order and, within one destination, edges keep CSC order;
+    ``src = g2l[row[pos]]`` (a duplicated seed maps to its first copy).
+    """
+    start = colptr.index_select(0, node)
+    owner, rank, _ = _segments(colptr.index_select(0, node + 1) - start)
+    pos = start.index_select(0, owner).add_(rank)
+    src = g2l.index_select(0, row.index_select(0, pos))
+    keep = src != UNSEEN
+    return src.masked_select(keep), owner.masked_select(keep), pos.masked_select(keep)

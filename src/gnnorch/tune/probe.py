@@ -1,0 +1,313 @@
+"""Probes: the user's real function, launched with a candidate plan and ended after a bounded
+number of training steps, measured in steady state.
+
+A `ProbeMeter` is a batch callback (`RankContext.batch_callbacks`): it sees every training step
+of the rank end (`EpochTimer.batch_ends` / `batch_seeds`), skips ``warmup`` steps and the first
+step of every epoch (its interval includes the loader's start and whatever the user did between
+epochs), measures the next ``batches`` steps, and then calls ``on_budget`` -- by default
+raising `ProbeEnd`, which ends the user's function. The runtime treats `ProbeEnd` as the normal
+end of a probe, never as a failure. All ranks of a launch run equal step counts, so all of them
+stop after the same step (no collective is left half-done).
+
+This module is imported by rank processes: keep it free of heavy imports (no skopt).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+PROBE_STAT = "probe"
+
+
+class ProbeEnd(BaseException):
+    """Ends the user's function after a probe's measured steps (a BaseException, so a user's
+    ``except Exception`` does not swallow it)."""
+
+
+def warmup_for(warmup: int, sampler_cores: int) -> int:
+    """Steps excluded before measuring: `warmup` plus the loader's prefetch depth (2 per worker)."""
+    return int(warmup) + 2 * int(sampler_cores)
+
+
+class ProbeMeter:
+    """Batch callback measuring steady-state training throughput of one rank.
+
+    Its live summary is kept in ``stats`` (the rank context's ``stats["probe"]``), so it reaches
+    the caller with the rank's summary however the function ends.
+    """
+
+    def __init__(self, warmup: int, batches: int,
+                 on_budget: Callable[["ProbeMeter"], None] | None = None,
+                 stats: dict | None = None) -> None:
+        self.warmup, self.batches = int(warmup), int(batches)
+        self.on_budget = on_budget
+        self.active = True
+        self.start = time.perf_counter()
+        self.steps = 0
+        self._prev: tuple | None = None        # (epoch key, stamp)
+        self._epoch_steps: dict[tuple, int] = {}
+        self._epoch_total: dict[tuple, int | None] = {}
+        self.stats = stats if stats is not None else {}
+        self.stats.update({
+            "warmup": self.warmup, "target_batches": self.batches, "batches": 0, "seeds": 0,
+            "seconds": 0.0, "steps": 0, "first_step_at": None, "batch_size": None,
+            "epoch_length": None, "epoch_length_exact": False, "epochs_seen": 0,
+            "complete": False,
+        })
+
+    def __call__(self, timer: Any) -> None:
+        if not self.active or not timer.batch_ends:
+            return
+        key = (timer.loader, timer.epoch)
+        stamp, seeds = timer.batch_ends[-1], timer.batch_seeds[-1]
+        st = self.stats
+        if key not in self._epoch_steps:
+            self._epoch_steps[key] = 0
+            self._epoch_total[key] = _epoch_length(timer)
+            st["epochs_seen"] = len(self._epoch_steps)
+        self._epoch_steps[key] += 1
+        self.steps += 1
+        st["steps"] = self.steps
+        if st["first_step_at"] is None:
+            st["first_step_at"] = stamp - self.start
+            st["batch_size"] = int(seeds)
+        if self._prev is not None and self._prev[0] == key and self.steps > self.warmup \
+                and not st["complete"]:
+            st["batches"] += 1
+            st["seeds"] += int(seeds)
+            st["seconds"] += stamp - self._prev[1]
+        self._prev = (key, stamp)
+        self._update_epoch_length(key)
+        if not st["complete"] and st["batches"] >= self.batches:
+            st["complete"] = True
+            if self.on_budget is None:
+                raise ProbeEnd()
+            self.on_budget(self)
+
+    def _update_epoch_length(self, current: tuple) -> None:
+        """Steps per epoch of the first training loader: exact once an epoch of it ended or
+        its length is known, else the steps seen so far (a lower bound)."""
+        keys = [k for k in self._epoch_steps if k[0] == current[0]]
+        exact = self._epoch_total.get(current)
+        finished = [self._epoch_steps[k] for k in keys if k != current]
+        if exact:
+            length, is_exact = exact, True
+        elif finished:
+            length, is_exact = max(finished), True
+        else:
+            length, is_exact = self._epoch_steps[current], False
+        self.stats["epoch_length"], self.stats["epoch_length_exact"] = length, is_exact
+
+    @property
+    def throughput(self) -> float | None:
+        st = self.stats
+        return st["seeds"] / st["seconds"] if st["seconds"] > 0 else None
+
+    def summary(self) -> dict:
+        return dict(self.stats)
+
+
+def _epoch_length(timer: Any) -> int | None:
+    """Batches in the timer's epoch, when the loader can tell (best effort)."""
+    total = getattr(timer, "total", None)
+    if isinstance(total, int) and total > 0:
+        return total
+    try:  # the DataLoader iterator driving this epoch sits in a caller's frame (loader._timed)
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        frame = sys._getframe(1)
+        for _ in range(4):
+            if frame is None:
+                break
+            for value in list(frame.f_locals.values()):
+                for _depth in range(4):
+                    if isinstance(value, _BaseDataLoaderIter):
+                        return len(value)
+                    inner = getattr(value, "gi_frame", None)
+                    if inner is None:
+                        break
+                    value = inner.f_locals.get("iterator")
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001 - only an estimate
+        pass
+    return None
+
+
+def combine(summaries: dict[int, dict]) -> dict:
+    """One probe's measurement from its ranks' summaries: seeds summed over ranks, divided by
+    the slowest rank's measured seconds."""
+    probes = {r: s.get("stats", {}).get(PROBE_STAT) for r, s in summaries.items()}
+    probes = {r: p for r, p in probes.items() if p}
+    if not probes:
+        return {"batches": 0, "seeds": 0, "seconds": 0.0, "throughput": None, "steps": 0,
+                "batch_size_per_rank": [], "complete": False}
+    seconds = max(p["seconds"] for p in probes.values())
+    seeds = sum(p["seeds"] for p in probes.values())
+    first = probes[min(probes)]
+    return {
+        "batches": min(p["batches"] for p in probes.values()),
+        "seeds": seeds,
+        "seconds": seconds,
+        "throughput": seeds / seconds if seconds > 0 else None,
+        "steps": first["steps"],
+        "warmup": first["warmup"],
+        "first_step_at": first["first_step_at"],
+        "epoch_length": first["epoch_length"],
+        "epoch_length_exact": first["epoch_length_exact"],
+        "batch_size_per_rank": [probes[r]["batch_size"] for r in sorted(probes)],
+        "complete": all(p["complete"] for p in probes.values()),
+    }
+
+
+def install_probe(ctx: Any, probe: dict) -> ProbeMeter:
+    """Rank side: add a meter that ends the function after the probe's steps."""
+    stats = ctx.stats.setdefault(PROBE_STAT, {})
+    meter = ProbeMeter(probe["warmup"], probe["batches"], stats=stats)
+    ctx.batch_callbacks.append(meter)
+    return meter
+
+
+# --------------------------------------------------------------------------- epoch feed
+
+
+class EpochFeed(list):
+    """A rank context's epoch list that calls `hook(records)` whenever an epoch is recorded
+    (`EpochTimer.close` appends to `ctx.epochs`)."""
+
+    def __init__(self, hook: Callable[[list[dict]], None]) -> None:
+        super().__init__()
+        self.hook = hook
+
+    def append(self, record: Any) -> None:  # noqa: D102
+        super().append(record)
+        try:
+            self.hook([r.to_dict() for r in self])
+        except Exception:  # noqa: BLE001 - progress must never break training
+            pass
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON to a temporary file in the same folder, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)      # mkstemp makes 0600; a report is for reading
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def install_epoch_feed(ctx: Any, path: str) -> None:
+    """Rank side: write the rank's epoch records to `path` (atomically) after every epoch."""
+    ctx.epochs = EpochFeed(lambda records: write_json_atomic(path, {"epochs": records}))
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+class OutputCapture:
+    """Holds back what the user's code writes to sys.stdout / sys.stderr (in order) until
+    `release` (write it out, then let output through) or `discard`."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[int, str]] = []
+        self.lock = threading.Lock()
+        self.real = (sys.stdout, sys.stderr)
+        self.active = False
+
+    def __enter__(self) -> "OutputCapture":
+        self.real = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = _Held(self, 0), _Held(self, 1)
+        self.active = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.discard()
+
+    def _restore(self) -> None:
+        if self.active:
+            sys.stdout, sys.stderr = self.real
+            self.active = False
+
+    def release(self) -> None:
+        with self.lock:
+            if not self.active:
+                return
+            self._restore()
+            for stream, text in self.chunks:
+                self.real[stream].write(text)
+            self.chunks.clear()
+            for s in self.real:
+                s.flush()
+
+    def discard(self) -> str:
+        with self.lock:
+            self._restore()
+            text = "".join(t for _, t in self.chunks)
+            self.chunks.clear()
+            return text
+
+    def text(self) -> str:
+        with self.lock:
+            return "".join(t for _, t in self.chunks)
+
+
+class _Held(io.TextIOBase):
+    def __init__(self, capture: OutputCapture, stream: int) -> None:
+        self.capture, self.stream = capture, stream
+
+    def write(self, text: str) -> int:
+        with self.capture.lock:
+            if self.capture.active:
+                self.capture.chunks.append((self.stream, text))
+                return len(text)
+        return self.capture.real[self.stream].write(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.capture.real[self.stream], "encoding", "utf-8")
+
+
+class RngState:
+    """The caller's global random states (torch CPU, Python, numpy), restored after an aborted
+    in-process probe so the real run starts from the same state."""
+
+    def __init__(self) -> None:
+        import numpy as np
+        import torch
+
+        self.torch = torch.get_rng_state()
+        self.python = random.getstate()
+        self.numpy = np.random.get_state()
+
+    def restore(self) -> None:
+        import numpy as np
+        import torch
+
+        torch.set_rng_state(self.torch)
+        random.setstate(self.python)
+        np.random.set_state(self.numpy)
