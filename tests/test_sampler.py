@@ -126,7 +126,7 @@ CONFIGS = [([-1], False), ([3], False), ([3], True), ([1], False), ([2, 2], Fals
 @pytest.mark.parametrize("fanout,replace", CONFIGS)
 def test_inclusion_matches_exact_reference(mixed, fanout, replace):
     _, colptr, row = mixed
-    seeds, draws = torch.arange(0, 9), 3000
+    seeds, draws = torch.arange(0, 9), 2000
     rng = random.Random(1)
     ours = _counts(draws, row.numel(),
                    _ours(colptr, row, seeds, fanout, replace, torch.Generator().manual_seed(1)))
@@ -136,13 +136,13 @@ def test_inclusion_matches_exact_reference(mixed, fanout, replace):
 
 
 @pytest.mark.parametrize("fanout,replace",
-                         [([-1], False), ([8], False), ([3], True), ([2, 2], True),
+                         [([-1], False), ([20], False), ([3], True), ([2, 2], True),
                           ([-1, 3], True), ([20, 20], False)])
 def test_inclusion_matches_torch_sparse(mixed, fanout, replace):
     """Where torch_sparse's draw is exact: all edges, d <= k, or with replacement."""
     pytest.importorskip("torch_sparse")
     _, colptr, row = mixed
-    seeds, draws = torch.arange(0, 9), 3000
+    seeds, draws = torch.arange(0, 9), 2000
     torch.manual_seed(2)
     ref = _counts(draws, row.numel(), lambda: torch.ops.torch_sparse.neighbor_sample(
         colptr, row, seeds, fanout, replace, True)[3])
@@ -327,6 +327,7 @@ def test_neighbor_loader_batches(medium, num_workers):
         _check_batch(data, batch)
 
 
+@pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without a 'pyg-lib'")
 def test_neighbor_loader_fields_match_pyg(medium):
     pytest.importorskip("torch_sparse")
     data = medium[0]
