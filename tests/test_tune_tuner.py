@@ -121,7 +121,25 @@ def test_initial_design_is_capped_on_a_tiny_space():
 def test_flat_objective_stops_on_expected_gain():
     tuner = run(SearchSpace.for_cores(32), budget=30, fn=lambda p: 100.0)
     assert "expects < 1% gain" in tuner.stop_reason
-    assert tuner.measured < 30
+    assert "no better throughput in the last" in tuner.stop_reason
+    model_points = sum(o.chosen_by == "tuner" for o in tuner.history)
+    assert 5 <= model_points and tuner.measured < 30
+
+
+def test_simulation_replays_the_stopping_rule_exactly():
+    from gnnorch.tune import simulate as sim
+
+    machine = sim.MACHINES[64]
+    model, space = sim.EpochModel(machine), sim.space_for(machine)
+    measure = sim.noisy(model, seed=3)
+    start = sim.default_point(machine)
+    free = sim.run_bo(space, measure, budget=30, seed=3, start=start)
+    tuner = Tuner(space, budget=30, seed=3)
+    tuner.observe(start, measure(start), "default")
+    while (s := tuner.suggest()) is not None:
+        tuner.observe(s.point, measure(s.point), s.chosen_by)
+    assert tuner.measured == sim.stop_index(free["checks"], len(free["trace"]))
+    assert [o.point for o in tuner.history] == free["trace"][:tuner.measured]
 
 
 def test_budget_and_exhaustion_stop():

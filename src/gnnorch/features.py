@@ -8,6 +8,9 @@ to rank processes inside their start-up spec. Each feature is a seam installed b
   (it returns hop counts), else gnnorch's vectorised sampler (`gnnorch.sampling`);
   ``"gnnorch"``: always ours; ``"pyg"``: PyG's own choice (pyg-lib or torch_sparse), untouched.
 * `trim`: hop-aware trimming of the user's MessagePassing layers (exact for seed rows).
+* `rewrite`: exact re-ordering of transform and aggregation per layer where a fitted cost model
+  and measurements say it is cheaper (`gnnorch.rewrite`): True, False, or ``"report"`` (decide
+  and report, never swap).
 * `cache`, `staleness`, `hot_ratio`: the hotness-aware historical-embedding cache
   (`gnnorch.cache`; off by default, it changes numerics). `cache` is False, True, a
   `gnnorch.cache.CacheConfig` or a dict of its fields; `staleness` / `hot_ratio` override the
@@ -21,6 +24,7 @@ from typing import Any
 from .cache.config import CacheConfig, resolve_cache
 
 SAMPLERS = ("auto", "gnnorch", "pyg")
+REWRITE_MODES = (True, False, "report")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Features:
 
     sampler: str = "auto"
     trim: bool = True
+    rewrite: bool | str = True
     cache: Any = False             # False | True | CacheConfig (a dict is converted)
     staleness: int | None = None
     hot_ratio: float | str | None = None
@@ -38,6 +43,9 @@ class Features:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if not isinstance(self.trim, bool):
             raise ValueError(f"trim must be True or False, got {self.trim!r}")
+        if not any(self.rewrite is mode or self.rewrite == mode == "report"
+                   for mode in REWRITE_MODES):
+            raise ValueError(f"rewrite must be True, False or 'report', got {self.rewrite!r}")
         if isinstance(self.cache, dict):  # from to_dict / JSON
             object.__setattr__(self, "cache", CacheConfig.from_dict(self.cache))
         resolve_cache(self.cache, self.staleness, self.hot_ratio)  # validates

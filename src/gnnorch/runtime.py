@@ -66,6 +66,7 @@ class _Options:
     collective_timeout: float = 1800.0
     sampler: str = "auto"
     trim: bool = True
+    rewrite: bool | str = True
     cache: Any = False
     staleness: int | None = None
     hot_ratio: float | str | None = None
@@ -105,6 +106,11 @@ class Runtime:
             vectorised sampler, exact in distribution), "gnnorch" or "pyg" (PyG's own choice).
         trim: hop-aware trimming of MessagePassing layers (exact for the seed rows; other rows
             of a layer's output hold NaN). Default True.
+        rewrite: exact re-ordering of linear transform and linear aggregation per layer
+            (GCN aggregate-first, SAGE / GIN transform-first, one-head GAT aggregate-first)
+            where a fitted cost model, checked by measuring both orders on the first calls of
+            each shape bucket, says it is cheaper (`gnnorch.rewrite`). True (default), False,
+            or "report" (decide and report in `last_run.stats[rank]["rewrite"]`, never swap).
         cache: the hotness-aware historical-embedding cache (`gnnorch.cache`, docs/cache.md).
             Off by default (it changes numerics). True (defaults), False, a
             `gnnorch.CacheConfig` or a dict of its fields. On training loaders, the bottom

@@ -11,6 +11,8 @@ import dataclasses
 from typing import Any
 
 HOTNESS = ("estimate", "count")
+STORE = ("auto", "output", "aggregate")
+GRADIENT = ("auto", "none", "linear")
 REFRESH = ("auto", "sample", "full")
 OVERLAP = ("auto", "thread", "off")
 
@@ -42,6 +44,20 @@ class CacheConfig:
         overlap_min_cores: see `overlap="auto"`.
         debug: a forward that would use a row older than the bound raises `StalenessError`
             instead of refreshing it first.
+        store: what a row holds. ``"output"`` (NeutronOrch): the bottom layer's output,
+            reused for up to `staleness` steps without gradient. ``"aggregate"`` (GCNConv
+            only): the weight-independent normalised sum of the raw neighbour features; the
+            row is finished with the *current* weights in every step, so it is never stale
+            and the bottom layer gets its full gradient (the neighbour sample is reused for up
+            to `staleness` steps). ``"auto"``: aggregate for GCNConv, output otherwise.
+        gradient: ``store="output"`` rows of a bottom layer that is linear in its weights
+            (SAGEConv with mean/sum aggregation and neither `project` nor `normalize`;
+            GraphConv) can carry the exact weight gradient although their value is cached: the
+            gradient of lin(a) w.r.t. lin's weights is g^T a, whatever the weights, so the
+            store keeps the raw aggregate a next to the output and the backward pass computes
+            g^T a (half of the row's work: the forward transform is still skipped).
+            ``"linear"``: do so where the layer allows; ``"none"``: no gradient into cached rows
+            (NeutronOrch); ``"auto"``: ``"linear"``.
         chunk_rows: refreshes are computed in chunks of at most this many hot vertices.
     """
 
@@ -55,6 +71,8 @@ class CacheConfig:
     overlap: str = "auto"
     overlap_min_cores: int = 4
     debug: bool = False
+    store: str = "auto"
+    gradient: str = "auto"
     chunk_rows: int = 32768
 
     def __post_init__(self) -> None:
@@ -80,6 +98,8 @@ class CacheConfig:
         _check(isinstance(self.overlap_min_cores, int) and self.overlap_min_cores >= 1,
                "overlap_min_cores", "an integer >= 1", self.overlap_min_cores)
         _check(isinstance(self.debug, bool), "debug", "True or False", self.debug)
+        _check(self.store in STORE, "store", f"one of {STORE}", self.store)
+        _check(self.gradient in GRADIENT, "gradient", f"one of {GRADIENT}", self.gradient)
         _check(isinstance(self.chunk_rows, int) and self.chunk_rows >= 1, "chunk_rows",
                "an integer >= 1", self.chunk_rows)
 

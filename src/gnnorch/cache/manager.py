@@ -43,7 +43,8 @@ from torch import Tensor
 from .auto import RatioSearch, ratio_grid
 from .config import CacheConfig
 from .hotness import count_hotness, estimate_hotness, in_degree, top_fraction
-from .refresh import Neighbourhoods, Refresher
+from .refresh import (BatchDegrees, CachedLinearRows, Neighbourhoods, Refresher,
+                      linear_parts)
 from .store import EmbeddingStore, StalenessError
 
 VERIFY_RTOL = 1e-4
@@ -62,6 +63,23 @@ def _cacheable_types() -> tuple[type, ...]:
 
     names = ("SAGEConv", "GCNConv", "GATConv", "GATv2Conv", "GINConv", "GraphConv")
     return tuple(getattr(pyg_nn, n) for n in names if isinstance(getattr(pyg_nn, n, None), type))
+
+
+def _cold_types() -> tuple[type, ...]:
+    """Bottom layers computed on their cold destination rows only (bipartite (x_src, x_dst)
+    layers; the hot rows are not transformed at all)."""
+    from torch_geometric import nn as pyg_nn
+
+    names = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GraphConv")
+    return tuple(getattr(pyg_nn, n) for n in names if isinstance(getattr(pyg_nn, n, None), type))
+
+
+def _looping_types() -> tuple[type, ...]:
+    """Layers that add self-loops pairing x_src[i] with x_dst[i]."""
+    from torch_geometric import nn as pyg_nn
+
+    return tuple(getattr(pyg_nn, n) for n in ("GATConv", "GATv2Conv")
+                 if isinstance(getattr(pyg_nn, n, None), type))
 
 
 def _pruning_safe_types() -> tuple[type, ...]:
@@ -88,6 +106,16 @@ class BatchInfo:
     x: Any                 # the batch's raw features (batch.x)
     pruned: bool           # sampled with the hot set excluded at hop L-1
     _hot: tuple[Any, Tensor, Tensor, int] | None = None
+    _degrees: BatchDegrees | None = None
+
+    def degrees(self, graph: Any) -> BatchDegrees | None:
+        """GCN bottom layers: the batch's in-degrees, for refreshes made in this batch."""
+        if not self.loader.degree_fix:
+            return None
+        if self._degrees is None:
+            self._degrees = BatchDegrees.of_batch(graph.n_id, graph.edge_index,
+                                                  graph.num_nodes, graph.extra_degree)
+        return self._degrees
 
     def hot(self, graph: Any) -> tuple[Tensor, Tensor, int]:
         """(batch rows of hot vertices at hop L-1, their store slots, number of hop L-1 rows)."""
@@ -122,10 +150,12 @@ class LoaderCache:
         self.layer: Any = None               # its bottom layer
         self.layers = None
         self.degree_fix = False
+        self.aggregate = False               # store="aggregate" (GCN)
         self.extra_size: Tensor | None = None
         self.sync: Refresher | None = None   # trainer-thread refresher
         self.bg: Refresher | None = None     # background refresher (overlap="thread")
         self._job: tuple | None = None
+        self._last_degrees: BatchDegrees | None = None  # GCN: the latest batch's degrees
         self._candidate: Any = None
         self._calls: list[_Call] = []
         self._first: tuple[Tensor, Tensor] | None = None
@@ -134,7 +164,8 @@ class LoaderCache:
         self.counters = dict(forwards=0, lookups=0, hits=0, batches=0, sampled_nodes=0,
                              sampled_edges=0, pruned_batches=0, pruned_vertices=0,
                              pruned_edges=0, refreshes=0, refresh_rows=0,
-                             background_refreshes=0, background_rows=0)
+                             background_refreshes=0, background_rows=0, cold_rows=0,
+                             skipped_rows=0)
         self.seconds = dict(setup=0.0, hotness=0.0, refresh=0.0, background=0.0, wait=0.0)
         self.max_staleness = 0
         self.info: dict[str, Any] = {}
@@ -225,6 +256,7 @@ class LoaderCache:
         self.info["verify_max_abs_diff"] = detail
         self.model = weakref.ref(model)
         self.layers = calls
+        self._last_degrees = graph.cache.degrees(graph)
         self._activate()
 
     def _structural_reason(self, calls: int, graph: Any) -> str | None:
@@ -263,26 +295,34 @@ class LoaderCache:
                     f"vertices; pruned sampling would change them")
         self.degree_fix = any(isinstance(c.layer, GCNConv) and c.layer.normalize
                               for c in recorded)
+        gcn_bottom = isinstance(first.layer, GCNConv) and first.layer.normalize
+        store = self.config.store
+        if store == "auto":
+            store = "aggregate" if gcn_bottom else "output"
+        if store == "aggregate" and not gcn_bottom:
+            return (f"store='aggregate' needs a GCNConv(normalize=True) bottom layer, not "
+                    f"{name}")
+        self.aggregate = store == "aggregate"
+        self.info["store"] = store
         if self.data is None or not isinstance(getattr(self.data, "x", None), Tensor):
             return "the loader's data has no raw feature matrix data.x"
         return None
 
     def _verify(self, graph: Any) -> tuple[str | None, float | None]:
         """The refresh computation vs the layer's own output on the first (unpruned) batch, for
-        hop L-1 vertices whose in-edges all come from hop L (in eval mode, no gradient)."""
+        hop L-1 vertices, on their in-edges in that batch (in eval mode, no gradient)."""
         x, edge_index = self._first
         layout = graph.layout
         lo, hi = layout.rows_within(self.hops - 2), layout.rows_within(self.hops - 1)
         src, dst = edge_index[0].cpu(), edge_index[1].cpu()
         into = (dst >= lo) & (dst < hi)
-        bad = torch.zeros(graph.num_nodes, dtype=torch.bool)
-        bad[dst[into & (src < hi)]] = True
         has = torch.zeros(graph.num_nodes, dtype=torch.bool)
         has[dst[into]] = True
-        test = (has & ~bad).nonzero().view(-1)[:VERIFY_VERTICES]
+        test = has.nonzero().view(-1)[:VERIFY_VERTICES]
         hood = Neighbourhoods(self.sampler.colptr, self.sampler.row, self.fanouts[-1],
                               bool(self.sampler.replace), False, self.manager.seed(self.index))
-        self.sync = Refresher(self.layer, self.data.x, hood, self.config.chunk_rows)
+        self.sync = Refresher(self.layer, self.data.x, hood, self.config.chunk_rows,
+                              self.aggregate)
         self.sync.snapshot()
         if test.numel() == 0:
             return None, None
@@ -290,7 +330,8 @@ class LoaderCache:
         keep = torch.isin(dst, test) & into
         local = torch.full((graph.num_nodes,), -1, dtype=torch.long)
         local[test] = torch.arange(test.numel())
-        mine = self.sync.compute_on(n_id[test], n_id[src[keep]], local[dst[keep]])
+        degrees = graph.cache.degrees(graph) if self.degree_fix else None
+        mine = self.sync.compute_on(n_id[test], n_id[src[keep]], local[dst[keep]], degrees)
         with torch.no_grad():
             ref = self.sync.shadow(x, edge_index)[test.to(x.device)]
         if not (isinstance(ref, Tensor) and ref.shape == mine.shape):
@@ -312,7 +353,7 @@ class LoaderCache:
                                         cfg.count_fraction, bool(self.sampler.replace), gen)
         else:
             self.scores = estimate_hotness(colptr, row, self.seeds, self.fanouts,
-                                           bool(self.sampler.replace))
+                                           self.batch_size, bool(self.sampler.replace))
         self.seconds["hotness"] = time.perf_counter() - t0
         if cfg.hot_ratio == "auto":
             self.search = RatioSearch(ratio_grid(cfg.max_hot_ratio))
@@ -326,6 +367,11 @@ class LoaderCache:
         full = cfg.refresh == "full" or k < 0 or (
             cfg.refresh == "auto" and float(deg.sum()) <= cfg.full_factor * float(sampled.sum()))
         self.sync.hood.full = full
+        parts = linear_parts(self.layer) if not self.aggregate else None
+        if cfg.gradient != "none" and parts is not None:
+            self.sync.linear = parts[2]
+        self.info["gradient"] = ("exact (aggregate rows)" if self.aggregate else
+                                 "linear" if self.sync.linear is not None else "none")
         self.info["refresh_neighbourhood"] = "full" if full else f"sample {k}"
         overlap = cfg.overlap
         if overlap == "auto":
@@ -342,8 +388,9 @@ class LoaderCache:
         if overlap == "thread":
             hood = Neighbourhoods(colptr, row, k, bool(self.sampler.replace), full,
                                   self.manager.seed(self.index) + 2)
-            self.bg = Refresher(self.layer, self.data.x, hood, cfg.chunk_rows)
+            self.bg = Refresher(self.layer, self.data.x, hood, cfg.chunk_rows, self.aggregate)
             self.bg.snapshot()
+            self.bg.linear = self.sync.linear
             self.bg.compute(self.store.hot_ids[:1])  # first call in the trainer thread
             self.stream = (torch.cuda.Stream(device=self.bg.device)
                            if self.bg.device.type == "cuda" else None)
@@ -360,13 +407,14 @@ class LoaderCache:
             ids = both.nonzero().view(-1)
             if ids.numel():
                 store.write(store.slots_of(ids), old.read(old.slots_of(ids)),
-                            old.version[old.slots_of(ids)])
+                            old.version[old.slots_of(ids)],
+                            old.read_aux(old.slots_of(ids)) if old.aux is not None else None)
         self._drop_job()
         self.store = store
         self.extra_size = self.sync.hood.size(store.hot_ids)
         missing = (store.version < 0).nonzero().view(-1)
         if missing.numel():
-            self._refresh_now(missing, self.manager.steps)
+            self._refresh_now(missing, self.manager.steps, self._last_degrees)
         self.sampler.set_exclusion(store.mask, {self.hops - 1})
         self.exclusion_on = True
         self.info["hot_ratio"] = len(store) / store.num_nodes
@@ -376,20 +424,92 @@ class LoaderCache:
 
     # -- per step -------------------------------------------------------------------------
     def bottom(self, call: Any, info: BatchInfo) -> Any:
-        """The bottom layer's call on a training batch: computed rows, hot rows from the store."""
+        """The bottom layer's call on a training batch: cold rows computed, hot rows of the last
+        expanded hop from the store (no gradient flows into them)."""
         rows, slots, last = info.hot(call.batch)
         c = self.counters
         c["forwards"] += 1
         c["lookups"] += last
         c["hits"] += rows.numel()
-        self._ensure_fresh(slots)
+        degrees = info.degrees(call.batch)
+        self._last_degrees = degrees
+        self._ensure_fresh(slots, degrees)
+        if self.aggregate:  # GCN rows finished with the current weights: exact, with gradient
+            out = call.run()
+            if rows.numel():
+                agg = self.store.read(slots).to(device=out.device, dtype=out.dtype)
+                out = out.index_add(0, rows.to(out.device), call.layer.lin(agg))
+            return out
+        if rows.numel() and call.mode == "trim" and isinstance(call.layer, _cold_types()):
+            bounds = call.batch.layout.bounds(0, call.state.layers)
+            if bounds is not None:
+                return self._cold_call(call, rows, slots, bounds, info.pruned)
         out = call.run()
         if rows.numel():
-            values = self.store.read(slots).to(device=out.device, dtype=out.dtype)
+            values = self._hot_values(call, rows, slots, out.dtype, out.device)
             out = out.index_put((rows.to(out.device),), values)
         return out
 
-    def _ensure_fresh(self, slots: Tensor) -> None:
+    def _hot_values(self, call: Any, rows: Tensor, slots: Tensor, dtype: torch.dtype,
+                    device: torch.device) -> Tensor:
+        """The stored rows; with gradient="linear" they carry the weights' exact gradient."""
+        values = self.store.read(slots).to(device=device, dtype=dtype)
+        if self.sync.linear is None or not torch.is_grad_enabled():
+            return values
+        lin_a, lin_r, _ = linear_parts(call.layer)
+        agg = self.store.read_aux(slots).to(device=device, dtype=dtype)
+        root = call.x[rows.to(call.x.device)].to(dtype) if lin_r is not None else None
+        return CachedLinearRows.apply(values, agg, root, lin_a.weight, lin_a.bias,
+                                      lin_r.weight if lin_r is not None else None)
+
+    def _cold_call(self, call: Any, rows: Tensor, slots: Tensor, bounds: Any,
+                   pruned: bool) -> Tensor:
+        """The trimmed bottom layer on its *cold* destination rows only, hot rows from the
+        store: what the seam's trimmed call computes, without transforming the hot rows.
+
+        Destinations are x[cold] (x_src stays x[:num_src]); layers that pair x_dst[i] with
+        x_src[i] through self-loops (GAT) get explicit self-loop edges instead."""
+        layer, x, batch = call.layer, call.x, call.batch
+        device = x.device
+        num_dst = bounds.num_dst
+        rows = rows.to(device)
+        cold_mask = torch.ones(num_dst, dtype=torch.bool, device=device)
+        cold_mask[rows] = False
+        cold = cold_mask.nonzero().view(-1)
+        position = torch.full((num_dst,), -1, dtype=torch.long, device=device)
+        position[cold] = torch.arange(cold.numel(), device=device)
+        src, dst = call.edge_index[0], call.edge_index[1]
+        if num_dst < batch.num_nodes - batch.layout.nodes[-1]:  # not the bottom of K = L hops
+            keep = dst < num_dst
+            src, dst = src[keep], dst[keep]
+        if not pruned:  # a pruned batch has no edges into hot rows of the last expanded hop
+            keep = cold_mask[dst]
+            src, dst = src[keep], dst[keep]
+        dst = position[dst]
+        loops = getattr(layer, "add_self_loops", False) and isinstance(layer, _looping_types())
+        if loops:
+            real = src != cold[dst]
+            src = torch.cat([src[real], cold])
+            dst = torch.cat([dst[real], torch.arange(cold.numel(), device=device)])
+            layer.add_self_loops = False
+        try:
+            computed = layer((x[:bounds.num_src], x[cold]), torch.stack([src, dst]))
+        finally:
+            if loops:
+                layer.add_self_loops = True
+        values = self._hot_values(call, rows, slots, computed.dtype, device)
+        order = torch.empty(num_dst, dtype=torch.long, device=device)
+        order[cold] = torch.arange(cold.numel(), device=device)
+        order[rows] = torch.arange(rows.numel(), device=device) + cold.numel()
+        out = torch.cat([computed, values])[order]
+        self.counters["cold_rows"] += cold.numel()
+        self.counters["skipped_rows"] += rows.numel()
+        if call.state.compact:
+            return out
+        pad = [0, 0] * (out.dim() - 1) + [0, batch.num_nodes - num_dst]
+        return torch.nn.functional.pad(out, pad)
+
+    def _ensure_fresh(self, slots: Tensor, degrees: BatchDegrees | None) -> None:
         step, bound = self.manager.steps, self.config.staleness
         self._install_job(wait=False)
         if slots.numel() == 0:
@@ -404,17 +524,17 @@ class LoaderCache:
                 raise StalenessError(
                     f"a forward at optimizer step {step} would use {stale.numel()} cached "
                     f"row(s) up to {age} steps old (bound {bound})")
-            self._refresh_now(stale, step)
+            self._refresh_now(stale, step, degrees)
         age = int(self.store.staleness(slots, step).max())
         self.max_staleness = max(self.max_staleness, age)
         if age > bound:  # cannot happen: refreshed above
             raise StalenessError(f"staleness {age} > bound {bound} after refresh")
 
-    def _refresh_now(self, slots: Tensor, step: int) -> None:
+    def _refresh_now(self, slots: Tensor, step: int, degrees: BatchDegrees | None) -> None:
         start = time.perf_counter()
         self.sync.snapshot()
-        values = self.sync.compute(self.store.hot_ids[slots])
-        self.store.write(slots, values, step)
+        values, aux = self.sync.compute(self.store.hot_ids[slots], degrees)
+        self.store.write(slots, values, step, aux)
         self.counters["refreshes"] += 1
         self.counters["refresh_rows"] += slots.numel()
         self.seconds["refresh"] += time.perf_counter() - start
@@ -440,21 +560,22 @@ class LoaderCache:
         if self.stream is not None:
             self.stream.wait_stream(torch.cuda.current_stream(self.bg.device))
         ids = store.hot_ids[slots]
-        future = self.manager.pool().submit(self._background, ids)
+        future = self.manager.pool().submit(self._background, ids, self._last_degrees)
         self._job = (future, slots, step, store)
 
-    def _background(self, ids: Tensor) -> tuple[Tensor, float, Any]:
+    def _background(self, ids: Tensor,
+                    degrees: BatchDegrees | None) -> tuple[Tensor, float, Any]:
         start = time.perf_counter()
         event = None
         with torch.no_grad():
             if self.stream is not None:
                 with torch.cuda.stream(self.stream):
-                    values = self.bg.compute(ids)
+                    values = self.bg.compute(ids, degrees)
                     event = torch.cuda.Event()
                     event.record(self.stream)
             else:
-                values = self.bg.compute(ids)
-        return values, time.perf_counter() - start, event
+                values = self.bg.compute(ids, degrees)
+        return values, time.perf_counter() - start, event  # values: (rows, aux)
 
     def _install_job(self, wait: bool) -> None:
         if self._job is None:
@@ -463,7 +584,7 @@ class LoaderCache:
         if not wait and not future.done():
             return
         start = time.perf_counter()
-        values, seconds, event = future.result()
+        (values, aux), seconds, event = future.result()
         if wait:
             self.seconds["wait"] += time.perf_counter() - start
         self._job = None
@@ -473,7 +594,8 @@ class LoaderCache:
         if store is not self.store:
             return
         newer = store.version[slots] < version
-        store.write(slots[newer], values[newer.to(values.device)], version)
+        store.write(slots[newer], values[newer.to(values.device)], version,
+                    aux[newer] if aux is not None else None)
         self.counters["background_refreshes"] += 1
         self.counters["background_rows"] += int(newer.sum())
 
@@ -515,7 +637,9 @@ class LoaderCache:
             "hops": getattr(self, "hops", None),
             "fanouts": getattr(self, "fanouts", None),
             "staleness_bound": self.config.staleness,
-            "max_staleness_seen": self.max_staleness,
+            # aggregate rows do not depend on the weights: only their neighbour sample ages
+            "max_staleness_seen": 0 if self.aggregate else self.max_staleness,
+            "max_sample_age_seen": self.max_staleness,
             "hot_vertices": len(store) if store is not None else 0,
             "hit_rate": c["hits"] / c["lookups"] if c["lookups"] else 0.0,
             "hits": c["hits"], "lookups": c["lookups"], "forwards": c["forwards"],
@@ -538,6 +662,8 @@ class LoaderCache:
             "setup_seconds": self.seconds["setup"],
             "hotness": self.config.hotness, "hotness_seconds": self.seconds["hotness"],
             "degree_correction": self.degree_fix,
+            "bottom_rows_computed": c["cold_rows"],
+            "bottom_rows_not_computed": c["skipped_rows"],
         })
         out.update(self.info)
         if self.search is not None:

@@ -6,13 +6,18 @@ the in-neighbourhood the cache uses (``sample``: the loader's bottom fanout draw
 sampler draws it; ``full``: every in-neighbour), its sources as rows of their own after the
 destinations (PyG's bipartite convention: destinations are the first rows of the sources, so
 layers that add self-loops pair x_dst[i] with x_src[i]). A source appears once per refresh graph
-even when it is also a destination: its raw features are all the bottom layer reads, and as a
-source row it has no in-edges, exactly like a vertex of the batch's last hop, which is what
-GCN's degree normalisation of the batch sees.
+even when it is also a destination: its raw features are all the bottom layer reads.
+
+GCNConv normalises by the degrees of the *batch* graph: a source u weighs 1/sqrt(deg(u) deg(v)).
+A refresh therefore takes the degrees from a `BatchDegrees` context, the batch in which the row
+is computed: a source that lies in that batch with in-edges counts its batch degree there, any
+other source counts only its self-loop (like a vertex of the batch's last hop); v counts its
+refresh neighbourhood plus its self-loop, as it would in a batch that had expanded it.
 
 Semantics: a cached row of v equals the bottom layer applied to v's refresh neighbourhood with
-the snapshot's weights. With ``refresh="full"`` and staleness 0 that is the layer on v's full
-neighbourhood with the current weights (the exactness test's reference).
+the snapshot's weights (GCN: with the degrees of the batch it was computed in). With
+``refresh="full"`` and staleness 0 that is the layer on v's full neighbourhood with the current
+weights, in the current batch (the exactness test's reference).
 """
 from __future__ import annotations
 
@@ -81,17 +86,131 @@ def refresh_graph(ids: Tensor, src: Tensor, dst: Tensor) -> tuple[Tensor, Tensor
     return nodes, edge_index
 
 
+class BatchDegrees:
+    """In-degrees (edges + pruned-edge corrections, without self-loops) of the vertices of one
+    batch that have in-edges there, looked up by global id (thread-safe: read-only)."""
+
+    def __init__(self, ids: Tensor, degrees: Tensor) -> None:
+        order = torch.argsort(ids)
+        self.ids, self.degrees = ids[order], degrees[order]
+
+    @classmethod
+    def of_batch(cls, n_id: Tensor, edge_index: Tensor, num_nodes: int,
+                 extra: Tensor | None) -> "BatchDegrees":
+        deg = torch.bincount(edge_index[1].cpu(), minlength=num_nodes).to(torch.float64)
+        if extra is not None:
+            deg = deg + extra.cpu().to(torch.float64)
+        has = deg > 0
+        return cls(n_id.cpu()[has], deg[has])
+
+    def lookup(self, ids: Tensor) -> Tensor:
+        """Batch in-degree of each global id (0 for vertices without in-edges there)."""
+        if self.ids.numel() == 0:
+            return torch.zeros(ids.numel(), dtype=torch.float64)
+        pos = torch.searchsorted(self.ids, ids).clamp_max(self.ids.numel() - 1)
+        found = self.ids[pos] == ids
+        return torch.where(found, self.degrees[pos], torch.zeros((), dtype=torch.float64))
+
+
+def _gcn(layer: Any) -> bool:
+    from torch_geometric.nn import GCNConv
+
+    return isinstance(layer, GCNConv) and layer.normalize
+
+
 def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pair: bool,
-               device: torch.device) -> tuple[Tensor, int]:
+               device: torch.device, degrees: BatchDegrees | None = None) -> tuple[Tensor, int]:
     """(the layer's output for `ids` on the refresh graph given by (src, dst), computed without
     gradient; the number of raw feature rows gathered)."""
     nodes, edge_index = refresh_graph(ids, src, dst)
     xs = x[nodes].to(device, non_blocking=True)
-    edge_index = edge_index.to(device, non_blocking=True)
+    n = ids.numel()
     with torch.no_grad():
         if pair:
-            return layer((xs, xs[:ids.numel()]), edge_index), nodes.numel()
-        return layer(xs, edge_index)[:ids.numel()], nodes.numel()
+            return layer((xs, xs[:n]), edge_index.to(device)), nodes.numel()
+        if not _gcn(layer):
+            return layer(xs, edge_index.to(device))[:n], nodes.numel()
+        # GCN: the batch's normalisation, made explicit (see the module docstring)
+        fill = 2.0 if layer.improved else 1.0
+        deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
+        deg_src = fill + (degrees.lookup(src) if degrees is not None
+                          else torch.zeros(src.numel(), dtype=torch.float64))
+        weight = torch.cat([(deg_src * deg_dst[dst]).rsqrt(), fill / deg_dst])
+        loops = torch.arange(n)
+        edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
+        layer.normalize = False  # a private snapshot: safe to switch
+        try:
+            out = layer(xs, edge_index.to(device), weight.to(device=device, dtype=xs.dtype))
+        finally:
+            layer.normalize = True
+        return out[:n], nodes.numel()
+
+
+def gcn_aggregate(x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, fill: float,
+                  degrees: BatchDegrees | None) -> tuple[Tensor, int]:
+    """The weight-independent part of GCN rows (``store="aggregate"``):
+    a_v = sum over refresh in-edges u -> v of x_u / sqrt(deg(u) deg(v)), degrees as in
+    `layer_rows`, without v's self-loop term (the batch adds it: a pruned v keeps its degree).
+    Then the layer's row is lin(x_v fill / deg(v) + a_v) + bias with the *current* weights.
+    Returns (a [len(ids), F_in] float64-accumulated in x's dtype, raw rows gathered)."""
+    n = ids.numel()
+    deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
+    deg_src = fill + (degrees.lookup(src) if degrees is not None
+                      else torch.zeros(src.numel(), dtype=torch.float64))
+    weight = (deg_src * deg_dst[dst]).rsqrt().to(x.dtype)
+    sources, inverse = torch.unique(src, return_inverse=True)
+    rows = x[sources]
+    out = torch.zeros((n,) + tuple(x.shape[1:]), dtype=x.dtype)
+    out.index_add_(0, dst, rows[inverse] * weight.view(-1, *([1] * (x.dim() - 1))))
+    return out, n + sources.numel()
+
+
+def linear_parts(layer: Any) -> tuple[Any, Any, str] | None:
+    """(lin applied to the neighbour aggregate, lin applied to the vertex itself or None, the
+    aggregation) of a bottom layer that is linear in its weights, else None."""
+    from torch_geometric.nn import GraphConv, SAGEConv
+
+    aggr = getattr(layer, "aggr", None)
+    if not isinstance(aggr, str) or aggr not in ("mean", "sum", "add"):
+        return None
+    if isinstance(layer, SAGEConv) and not layer.project and not layer.normalize:
+        return layer.lin_l, (layer.lin_r if layer.root_weight else None), aggr
+    if isinstance(layer, GraphConv):
+        return layer.lin_rel, layer.lin_root, aggr
+    return None
+
+
+def raw_aggregate(x: Tensor, num: int, src: Tensor, dst: Tensor, aggr: str) -> Tensor:
+    """The layer's aggregation of raw features over the edges src -> dst (global src ids)."""
+    out = torch.zeros((num,) + tuple(x.shape[1:]), dtype=x.dtype)
+    out.index_add_(0, dst, x[src])
+    if aggr == "mean":
+        count = torch.bincount(dst, minlength=num).clamp_min(1).to(x.dtype)
+        out /= count.view(-1, *([1] * (x.dim() - 1)))
+    return out
+
+
+class CachedLinearRows(torch.autograd.Function):
+    """Cached rows of a layer linear in its weights, value = lin_a(a) + lin_r(r) computed with
+    older weights: the forward returns the cached value, the backward gives the weights the
+    exact gradient g^T a (+ g^T r, and sum(g) for the bias), which does not depend on them."""
+
+    @staticmethod
+    def forward(ctx: Any, value: Tensor, agg: Tensor, root: Tensor | None, w_a: Tensor,
+                b_a: Tensor | None, w_r: Tensor | None) -> Tensor:
+        ctx.save_for_backward(agg, root if root is not None else agg)
+        ctx.flags = (b_a is not None, w_r is not None)
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        agg, root = ctx.saved_tensors
+        has_bias, has_root = ctx.flags
+        g = grad.reshape(grad.size(0), -1)
+        gw_a = g.t().mm(agg.reshape(agg.size(0), -1).to(g.dtype))
+        gb_a = g.sum(0) if has_bias else None
+        gw_r = g.t().mm(root.reshape(root.size(0), -1).to(g.dtype)) if has_root else None
+        return None, None, None, gw_a, gb_a, gw_r
 
 
 class Refresher:
@@ -104,7 +223,7 @@ class Refresher:
     """
 
     def __init__(self, live: torch.nn.Module, x: Tensor, hood: Neighbourhoods,
-                 chunk_rows: int) -> None:
+                 chunk_rows: int, aggregate: bool = False) -> None:
         self.live = live
         self.shadow = copy.deepcopy(live).eval()
         for p in self.shadow.parameters():
@@ -112,6 +231,8 @@ class Refresher:
         self.x, self.hood, self.chunk_rows = x, hood, chunk_rows
         self.pair = isinstance(live, pair_layer_types())
         self.device = next((p.device for p in live.parameters()), torch.device("cpu"))
+        self.aggregate = aggregate  # store GCN aggregates of raw features, not outputs
+        self.linear: str | None = None  # gradient="linear": the aggregation kept beside rows
         self.gathered = 0          # raw feature rows gathered by refreshes
         self.edges = 0             # refresh in-edges aggregated
 
@@ -122,21 +243,45 @@ class Refresher:
             for mine, theirs in zip(self.shadow.buffers(), self.live.buffers()):
                 mine.copy_(theirs)
 
-    def compute(self, ids: Tensor) -> Tensor:
-        """Rows for the global vertex ids `ids` (distinct) with the snapshot's weights."""
-        parts = []
+    def compute(self, ids: Tensor,
+                degrees: BatchDegrees | None = None) -> tuple[Tensor, Tensor | None]:
+        """(rows for the global vertex ids `ids` (distinct) with the snapshot's weights (GCN:
+        the degrees of the batch `degrees` describes), their raw aggregates when `linear` is
+        set, else None)."""
+        parts, auxes = [], []
         for start in range(0, ids.numel(), self.chunk_rows):
             chunk = ids[start:start + self.chunk_rows]
             src, dst = self.hood.edges(chunk)
-            rows, gathered = layer_rows(self.shadow, self.x, chunk, src, dst, self.pair,
-                                        self.device)
+            if self.aggregate:
+                rows, gathered = gcn_aggregate(self.x, chunk, src, dst, self._fill(), degrees)
+                rows = rows.to(self.device)
+            else:
+                rows, gathered = layer_rows(self.shadow, self.x, chunk, src, dst, self.pair,
+                                            self.device, degrees)
+            if self.linear is not None:
+                auxes.append(raw_aggregate(self.x, chunk.numel(), src, dst, self.linear))
             self.gathered += gathered
             self.edges += src.numel()
             parts.append(rows)
         if not parts:
-            return torch.empty(0)
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
+            return torch.empty(0), None
+        aux = torch.cat(auxes) if auxes else None
+        return (torch.cat(parts) if len(parts) > 1 else parts[0]), aux
 
-    def compute_on(self, ids: Tensor, src: Tensor, dst: Tensor) -> Tensor:
-        """Rows for `ids` on given in-edges (the one-off check against a batch)."""
-        return layer_rows(self.shadow, self.x, ids, src, dst, self.pair, self.device)[0]
+    def compute_on(self, ids: Tensor, src: Tensor, dst: Tensor,
+                   degrees: BatchDegrees | None = None) -> Tensor:
+        """The layer's output rows for `ids` on given in-edges, computed the way this refresher
+        stores them (the one-off check against a batch)."""
+        if not self.aggregate:
+            return layer_rows(self.shadow, self.x, ids, src, dst, self.pair, self.device,
+                              degrees)[0]
+        fill = self._fill()
+        agg, _ = gcn_aggregate(self.x, ids, src, dst, fill, degrees)
+        deg = torch.bincount(dst, minlength=ids.numel()).to(self.x.dtype) + fill
+        inner = self.x[ids] * (fill / deg).view(-1, *([1] * (self.x.dim() - 1))) + agg
+        with torch.no_grad():
+            out = self.shadow.lin(inner.to(self.device))
+            return out + self.shadow.bias if self.shadow.bias is not None else out
+
+    def _fill(self) -> float:
+        return 2.0 if getattr(self.shadow, "improved", False) else 1.0

@@ -32,6 +32,7 @@ class EmbeddingStore:
         self.slot[self.hot_ids] = torch.arange(self.hot_ids.numel())
         self.version = torch.full((self.hot_ids.numel(),), -1, dtype=torch.long)
         self.rows: Tensor | None = None
+        self.aux: Tensor | None = None   # gradient="linear": the raw aggregate of each row
 
     def __len__(self) -> int:
         return self.hot_ids.numel()
@@ -45,18 +46,29 @@ class EmbeddingStore:
         """Row of each global id (-1 for vertices that are not hot)."""
         return self.slot[ids.to(self.slot.device)]
 
-    def write(self, slots: Tensor, values: Tensor, version: int | Tensor) -> None:
-        """Store `values` (detached) for `slots`, computed at optimizer step `version`."""
+    def write(self, slots: Tensor, values: Tensor, version: int | Tensor,
+              aux: Tensor | None = None) -> None:
+        """Store `values` (detached; and `aux`, the rows' raw aggregates) for `slots`, computed
+        at optimizer step `version`."""
         values = values.detach()
         if self.rows is None:
             self.rows = values.new_zeros((len(self),) + tuple(values.shape[1:]))
         self.rows[slots.to(self.rows.device)] = values.to(self.rows.dtype)
+        if aux is not None:
+            if self.aux is None:
+                self.aux = aux.new_zeros((len(self),) + tuple(aux.shape[1:]))
+            self.aux[slots.to(self.aux.device)] = aux.detach().to(self.aux.dtype)
         self.version[slots] = version
 
     def read(self, slots: Tensor) -> Tensor:
         if self.rows is None:
             raise RuntimeError("the embedding store was read before it was filled")
         return self.rows[slots.to(self.rows.device)]
+
+    def read_aux(self, slots: Tensor) -> Tensor:
+        if self.aux is None:
+            raise RuntimeError("the embedding store holds no aggregates")
+        return self.aux[slots.to(self.aux.device)]
 
     def staleness(self, slots: Tensor, step: int) -> Tensor:
         """step - version of each slot (a never-computed row counts as infinitely stale)."""

@@ -359,12 +359,13 @@ class LayerSeam:
 
     # -- layer calls ----------------------------------------------------------------------
     def _on_layer(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
+        if threading.get_ident() != self._thread:  # other threads (cache refresh): untouched
+            return original(layer, *args, **kwargs)
         trace = self._trace
         batch = self.batch
         if (trace is None or batch is None or self._depth < 1
                 or (trace.mode == "plain" and self.layer_hook is None
-                    and batch.extra_degree is None)
-                or threading.get_ident() != self._thread):
+                    and batch.extra_degree is None)):
             return self._run(layer, original, args, kwargs)
         edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
         if not batch.is_own(edge_index):

@@ -13,6 +13,15 @@ from .layers import LayerSeam
 from .loader import NeighborLoaderInterceptor
 
 
+_COST_MODELS: dict = {}
+
+
+def shared_cost_models() -> dict:
+    """The rewrite cost models of this process (device and thread count -> fitted model):
+    calibrated once per process and refined by every run in it."""
+    return _COST_MODELS
+
+
 @contextlib.contextmanager
 def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterator[RankContext]:
     """Activate `ctx`, intercept NeighborLoader and the MessagePassing layers (when a layer
@@ -25,11 +34,18 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
         stack.enter_context(context.activate(ctx))
         stack.enter_context(NeighborLoaderInterceptor().installed())
         cache = ctx.features.cache_config
-        if ctx.features.trim or cache is not None:
-            seam = LayerSeam(trim=ctx.features.trim)
+        rewrites = None
+        if ctx.features.rewrite is not False:
+            from ..rewrite.engine import RewriteEngine
+
+            rewrites = RewriteEngine(ctx.features.rewrite, cost_models=shared_cost_models())
+        if ctx.features.trim or cache is not None or rewrites is not None:
+            seam = LayerSeam(trim=ctx.features.trim, rewrites=rewrites)
             stack.enter_context(seam.installed())
             ctx.layer_seam = seam
             stack.callback(lambda: ctx.stats.__setitem__("trim", seam.stats()))
+            if rewrites is not None:
+                stack.callback(lambda: ctx.stats.__setitem__("rewrite", rewrites.report()))
         if cache is not None:  # the historical-embedding cache hooks into the layer seam
             from ..cache.manager import CacheManager
 

@@ -79,7 +79,7 @@ def _random_op(kind: str, gen: torch.Generator, scale: float) -> Op:
         hi = max(lo + 1, int(lo + (hi - lo) * scale))
         return int(torch.randint(lo, hi + 1, (1,), generator=gen))
 
-    widths = (16, 32, 47, 64, 100, 128, 256, 602)
+    widths = [w for w in (16, 32, 47, 64, 100, 128, 256, 602) if w <= 64 + 600 * scale]
     f_in = widths[int(torch.randint(0, len(widths), (1,), generator=gen))]
     f_out = widths[int(torch.randint(0, len(widths), (1,), generator=gen))]
     flags = torch.rand(3, generator=gen) < 0.5
@@ -103,21 +103,24 @@ def calibrate(model: CostModel, device: torch.device, budget_s: float = 2.0,
               dtype: torch.dtype = torch.float32, seed: int = 0, repeats: int = 2) -> int:
     """Add micro-benchmark rows to ``model`` until ``budget_s`` seconds pass; then fit.
 
-    Kinds are visited round-robin and sizes grow over the run, so a short budget still
-    covers every kind at small sizes. Once every kind has a row, the model is refitted after
-    each round and an operation predicted to overrun the remaining budget is replaced by a
-    smaller one, so the run ends close to ``budget_s``. Returns the number of rows added.
+    Kinds are visited round-robin and sizes grow over the run. The first round, at the
+    smallest sizes, always runs (every kind gets a row, even past a tiny budget); after it
+    the model is refitted after each round and an operation predicted to overrun the
+    remaining budget is replaced by a smaller one, so the run ends close to ``budget_s``.
+    Returns the number of rows added.
     """
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     added, shrink = 0, 1.0
     while shrink > 1e-3:
         elapsed = time.perf_counter() - start
-        if elapsed >= budget_s:
+        first_round = added < len(OP_KINDS)
+        if elapsed >= budget_s and not first_round:
             break
         kind = OP_KINDS[added % len(OP_KINDS)]
-        op = _random_op(kind, gen, shrink * min(1.0, 0.1 + elapsed / budget_s))
-        if added >= len(OP_KINDS):
+        scale = 0.0 if first_round else shrink * min(1.0, 0.1 + elapsed / budget_s)
+        op = _random_op(kind, gen, scale)
+        if not first_round:
             if added % len(OP_KINDS) == 0:
                 model.fit()
             if model.predict([op]) * (repeats + 1) > budget_s - elapsed:

@@ -13,8 +13,6 @@ Every operation kind has a linear model in a few *work* features of its sizes::
                   need a gradient)  phi = agg features + [b w E f]
     edge_softmax  phi = [1, E, b E]
     elementwise   (n x f)  phi = [1, n f, b n f, big(n f)]
-    overhead:<layer>:<order>   (the rest of a layer call: Python, indexing, small ops)
-                  phi = [1, E, n_dst f_out]
 
 ``big(k) = max(0, k - 8M)`` elements: tensors above 32 MB (float32) are served by fresh
 ``mmap`` pages on every allocation (glibc's largest mmap threshold), so each element also
@@ -56,7 +54,7 @@ def _big(elements: float) -> float:
     return max(0.0, elements - BIG_ELEMENTS)
 
 
-#: Operation kinds with a fixed feature map (``overhead:*`` kinds are open-ended).
+#: The operation kinds.
 OP_KINDS: tuple[str, ...] = ("linear", "agg_sum", "agg_mean", "agg_weighted",
                              "edge_softmax", "elementwise")
 
@@ -102,10 +100,7 @@ def features(op: Op) -> list[float]:
     if op.kind == "elementwise":
         nf = float(op.n) * op.f_in
         return [1.0, nf, b * nf, _big(nf)]
-    if op.kind.startswith("overhead:"):
-        return [1.0, float(op.n_edges), float(op.n_dst) * op.f_out]
-    raise ValueError(f"unknown operation kind {op.kind!r}; expected one of {OP_KINDS} "
-                     "or 'overhead:<name>'")
+    raise ValueError(f"unknown operation kind {op.kind!r}; expected one of {OP_KINDS}")
 
 
 @dataclass

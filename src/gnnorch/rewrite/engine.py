@@ -126,12 +126,14 @@ class RewriteEngine:
     first use). ``calibration_s``: wall-clock budget of the start-up micro-benchmarks per
     device. ``probes_per_bucket`` / ``reprobe_every`` / ``margin``: see
     :class:`~gnnorch.rewrite.planner.Planner`. ``repeats``: timings per order in one probe
-    (the minimum is kept).
+    (the minimum is kept). ``cost_models``: a dict of fitted models shared between the engines
+    of one process (the runtime passes one, so calibration happens once per process).
     """
 
     def __init__(self, mode: bool | str = True, device: torch.device | str | None = None,
                  calibration_s: float = 2.0, probes_per_bucket: int = 2,
-                 reprobe_every: int = 1000, margin: float = 0.03, repeats: int = 2):
+                 reprobe_every: int = 1000, margin: float = 0.03, repeats: int = 2,
+                 cost_models: dict[str, CostModel] | None = None):
         if mode not in VALID_MODES or isinstance(mode, int) and not isinstance(mode, bool):
             raise ValueError(f"rewrite mode must be True, False or 'report', got {mode!r}")
         if repeats < 1 or probes_per_bucket < 0 or calibration_s < 0:
@@ -141,7 +143,8 @@ class RewriteEngine:
         self.repeats = repeats
         self.planner = Planner(probes_per_bucket=probes_per_bucket,
                                reprobe_every=reprobe_every, margin=margin)
-        self._models: dict[str, CostModel] = {}
+        # shared with other engines of the process when given: calibrated once, refined by all
+        self._models: dict[str, CostModel] = {} if cost_models is None else cost_models
         self._entries: list[_LayerEntry] = []
         self._by_id: dict[int, _LayerEntry] = {}
         self._names: dict[int, str] = {}
@@ -194,6 +197,21 @@ class RewriteEngine:
         if entry is None or entry.ref() is not layer:
             return None
         return self.planner.buckets.get((entry.index, shape.bucket()))
+
+    def predict(self, layer: Module, shape: LayerShape) -> dict[str, float]:
+        """The cost model's fwd(+bwd) seconds of both orders of ``layer`` at ``shape``
+        (with the layer's learnt ratios); the layer must have been seen by :meth:`forward`."""
+        entry, model = self._seen(layer)
+        return {order: model.predict(entry.rule.ops(layer, shape, order == REWRITTEN),
+                                     _model_key(entry, order)) for order in (ORIGINAL, REWRITTEN)}
+
+    def observe(self, layer: Module, shape: LayerShape, seconds: dict[str, float]) -> None:
+        """Feed measured fwd(+bwd) seconds per order of ``layer`` at ``shape`` to the cost
+        model (online refinement from measurements taken outside :meth:`forward`)."""
+        entry, model = self._seen(layer)
+        for order, measured in seconds.items():
+            model.observe(entry.rule.ops(layer, shape, order == REWRITTEN), measured,
+                          key=_model_key(entry, order))
 
     def cost_model(self, device: torch.device) -> CostModel:
         """The cost model of ``device`` at the current thread count (calibrated on first use)."""
@@ -253,6 +271,15 @@ class RewriteEngine:
             self._by_id[id(layer)] = entry
             self._entries.append(entry)
         return entry
+
+    def _seen(self, layer: Module) -> tuple[_LayerEntry, CostModel]:
+        """The entry and cost model of a layer :meth:`forward` has admitted at least once."""
+        entry = self._by_id.get(id(layer))
+        if entry is None or entry.ref() is not layer or not entry.static_ok:
+            raise ValueError(f"{type(layer).__name__} has not been run through the engine "
+                             "with a rewrite rule yet")
+        device = entry.params[0].device if entry.params else torch.device("cpu")
+        return entry, self.cost_model(device)
 
     def _admit(self, entry: _LayerEntry, layer: Module, args: tuple,
                kwargs: dict) -> Call | str:

@@ -27,7 +27,10 @@ class TuneConfig:
         seed: random state of the initial design and of the model (default 0): with the same
             measurements the trial sequence repeats exactly.
         min_gain: stop when the model's expected improvement over the best measured throughput,
-            over every configuration not yet measured, is below this fraction (default 0.01).
+            over every configuration not yet measured, is below this fraction (default 0.01) at
+            two successive proposals and the last `patience` probes found nothing better.
+        patience: probes without a better throughput before the min_gain rule may stop
+            (default 5).
         max_seconds: stop starting probes after this many seconds of tuning (default None).
 
     Space (besides ``processes * (sampler_cores + threads) <= usable cores``):
@@ -37,7 +40,7 @@ class TuneConfig:
     Probes (short muted launches of the user's function):
         warmup_batches: training steps excluded before measuring (default 3); a probe with s
             sampler workers excludes 2*s more (the loader's prefetch queue fills meanwhile).
-        probe_batches: measured training steps per probe (default 12). The first step of every
+        probe_batches: measured training steps per probe (default 8). The first step of every
             epoch is never measured (it includes the loader's start).
 
     When to tune at all (decided after the default configuration's probe, which runs as the real
@@ -60,11 +63,12 @@ class TuneConfig:
     acq_func: str = "EI"
     seed: int = 0
     min_gain: float = 0.01
+    patience: int = 5
     max_seconds: float | None = None
     max_processes: int = 8
     max_sampler_cores: int = 4
     warmup_batches: int = 3
-    probe_batches: int = 12
+    probe_batches: int = 8
     max_overhead: float = 0.2
     epochs: int | None = None
     assumed_epochs: int = 10
@@ -90,6 +94,7 @@ class TuneConfig:
         integer("budget", 1)
         integer("n_initial_points", 1)
         integer("seed", 0)
+        integer("patience", 0)
         integer("max_processes", 1)
         integer("max_sampler_cores", 0)
         integer("warmup_batches", 0)

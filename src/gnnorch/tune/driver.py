@@ -432,7 +432,7 @@ class _Session:
         default = self.report.trials[0]
         self.tuner = Tuner(self.space, budget=cfg.budget, n_initial_points=cfg.n_initial_points,
                            estimator=cfg.estimator, acq_func=cfg.acq_func, seed=cfg.seed,
-                           min_gain=cfg.min_gain)
+                           min_gain=cfg.min_gain, patience=cfg.patience)
         self.report.data["tuner"]["n_initial_points_used"] = self.tuner.n_initial
         self.tuner.observe(default["config"], default["throughput"], "default")
         bar = self._bar(total=min(cfg.budget, self.space.size or cfg.budget),

@@ -263,8 +263,11 @@ class TuningReport:
                        linewidth=1, label="default")
         for t in trials:
             if t["throughput"]:
-                ax.annotate(_cfg(t["config"]).replace(" ", "\n", 0), (t["index"], t["throughput"]),
+                ax.annotate(_cfg(t["config"]), (t["index"], t["throughput"]),
                             fontsize=6, xytext=(3, 3), textcoords="offset points")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("trial")
         ax.set_ylabel("training throughput (seeds/s)")
         ax.set_title(f"gnnorch tuning: best {_cfg(self.best['config'])}"

@@ -212,32 +212,29 @@ def default_point(machine: Machine) -> dict:
 def run_bo(space: SearchSpace, measure: Callable[[dict], float], budget: int, seed: int,
            start: dict, **tuner_kwargs) -> dict:
     """The runtime's tuner with its stopping rule disabled, up to `budget` probes. Returns the
-    probe sequence and, before each model-chosen probe, the model's max expected improvement
-    and how many points it had chosen, so `stop_index` can replay the stopping rule."""
+    probe sequence and the rule's inputs at every model proposal (`Tuner.checks`), so
+    `stop_index` can replay where the rule would have stopped."""
     from .tuner import Tuner
 
     tuner = Tuner(space, budget=budget, seed=seed, min_gain=0.0, **tuner_kwargs)
     tuner.observe(start, measure(start), "default")
-    trace, checks = [dict(start)], []
-    while True:
-        suggestion = tuner.suggest()
-        if suggestion is None:
-            break
-        if suggestion.chosen_by == "tuner" and tuner.last_max_ei is not None:
-            chosen = sum(1 for o in tuner.history if o.chosen_by == "tuner")
-            checks.append((len(trace), tuner.last_max_ei, chosen))
+    trace = [dict(start)]
+    while (suggestion := tuner.suggest()) is not None:
         tuner.observe(suggestion.point, measure(suggestion.point), suggestion.chosen_by)
         trace.append(dict(suggestion.point))
-    return {"trace": trace, "checks": checks, "bo_seconds": tuner.bo_seconds}
+    return {"trace": trace, "checks": tuner.checks, "bo_seconds": tuner.bo_seconds}
 
 
-def stop_index(checks: list[tuple], n_probes: int, min_gain: float = 0.01,
-               min_model_points: int = 3) -> int:
-    """How many probes the tuner would have run with its stopping rule on."""
-    threshold = math.log1p(min_gain)
-    for at, max_ei, chosen in checks:
-        if max_ei < threshold and chosen >= min_model_points:
-            return at
+def stop_index(checks: list[dict], n_probes: int, min_gain: float = 0.01,
+               min_model_points: int = 5, patience: int = 5, consecutive: int = 2) -> int:
+    """How many probes the tuner would have run with its stopping rule on (same logic as
+    `Tuner._suggest`)."""
+    threshold, below = math.log1p(min_gain), 0
+    for c in checks:
+        below = below + 1 if c["max_ei"] < threshold else 0
+        if (below >= consecutive and c["since_improvement"] >= patience
+                and c["model_points"] >= min_model_points):
+            return c["probes"]
     return n_probes
 
 

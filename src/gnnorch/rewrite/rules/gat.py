@@ -74,9 +74,7 @@ class GATRule(Rule):
 
     def ops(self, layer: GATConv, shape: LayerShape, rewritten: bool) -> list[Op]:
         s, b = shape, shape.backward
-        ops = [Op(f"overhead:GATConv:{'rewritten' if rewritten else 'original'}",
-                   n_edges=s.n_edges, n_dst=s.n_dst, f_out=s.f_out),
-               Op("edge_softmax", n_dst=s.n_dst, n_edges=s.n_edges, backward=b),
+        ops = [Op("edge_softmax", n_dst=s.n_dst, n_edges=s.n_edges, backward=b),
                Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b)]
         if rewritten:
             ops += [Op("linear", n=s.n_src, f_in=s.f_in, f_out=1, backward=b,

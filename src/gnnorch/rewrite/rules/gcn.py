@@ -64,9 +64,7 @@ class GCNRule(Rule):
                        input_grad=rewritten or s.input_grad)
         order = ([aggregate(s.f_in, s.input_grad), transform] if rewritten
                  else [transform, aggregate(s.f_out, True)])
-        return [Op(f"overhead:GCNConv:{'rewritten' if rewritten else 'original'}",
-                   n_edges=s.n_edges, n_dst=s.n_dst, f_out=s.f_out), *order,
-                Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b)]
+        return [*order, Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b)]
 
     def forward(self, layer: GCNConv, call: Call) -> Tensor:
         x, edge_index, edge_weight = call["x"], call["edge_index"], call["edge_weight"]

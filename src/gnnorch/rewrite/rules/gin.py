@@ -138,17 +138,15 @@ class GINRule(Rule):
     def ops(self, layer: GINConv, shape: LayerShape, rewritten: bool) -> list[Op]:
         s, b = shape, shape.backward
         kind = linear_aggr_kind(layer) or "agg_sum"
-        ops = [Op(f"overhead:GINConv:{'rewritten' if rewritten else 'original'}",
-                  n_edges=s.n_edges, n_dst=s.n_dst, f_out=s.f_out)]
         if rewritten:
-            ops += [Op("linear", n=s.n_src, f_in=s.f_in, f_out=s.f_out, backward=b,
+            ops = [Op("linear", n=s.n_src, f_in=s.f_in, f_out=s.f_out, backward=b,
                        input_grad=s.input_grad),
                     Op(kind, n_src=s.n_src, n_dst=s.n_dst, n_edges=s.n_edges, f_in=s.f_out,
                        backward=b, input_grad=True),
                     Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b),
                     Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b)]
         else:
-            ops += [Op(kind, n_src=s.n_src, n_dst=s.n_dst, n_edges=s.n_edges, f_in=s.f_in,
+            ops = [Op(kind, n_src=s.n_src, n_dst=s.n_dst, n_edges=s.n_edges, f_in=s.f_in,
                        backward=b, input_grad=s.input_grad),
                     Op("elementwise", n=s.n_dst, f_in=s.f_in, backward=b),
                     Op("linear", n=s.n_dst, f_in=s.f_in, f_out=s.f_out, backward=b,

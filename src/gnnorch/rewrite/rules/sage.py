@@ -55,8 +55,7 @@ class SAGERule(Rule):
     def ops(self, layer: SAGEConv, shape: LayerShape, rewritten: bool) -> list[Op]:
         s, b = shape, shape.backward
         aggr = linear_aggr_kind(layer) or "agg_sum"
-        ops = [Op(f"overhead:SAGEConv:{'rewritten' if rewritten else 'original'}",
-                  n_edges=s.n_edges, n_dst=s.n_dst, f_out=s.f_out)]
+        ops: list[Op] = []
         if layer.project:
             ops += [Op("linear", n=s.n_src, f_in=s.f_in, f_out=s.f_in, backward=b,
                        input_grad=s.input_grad),
