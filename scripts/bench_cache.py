@@ -112,7 +112,8 @@ def measure(config: dict, data, epochs: int, seed: int) -> dict:
         if config["mode"] == "cache":
             options["cache"] = gnnorch.CacheConfig(
                 staleness=config["staleness"], hot_ratio=config["ratio"],
-                overlap=config.get("overlap", "auto"), hotness=config.get("hotness", "estimate"))
+                overlap=config.get("overlap", "auto"), hotness=config.get("hotness", "estimate"),
+                gradient=config.get("gradient", "auto"))
         runtime = gnnorch.Runtime(train, **options)
         out = runtime(data, **kwargs)
         stats = runtime.last_run.stats[0].get("cache")
@@ -179,7 +180,9 @@ def label(row: dict) -> str:
         return "vanilla PyG"
     if row["mode"] == "fast":
         return "gnnorch fast path"
-    return f"+cache r={row['ratio']} S={row['staleness']}"
+    extra = "".join(f" {k}={row[k]}" for k in ("overlap", "gradient")
+                    if row.get(k) not in (None, "auto"))
+    return f"+cache r={row['ratio']} S={row['staleness']}{extra}"
 
 
 def table(rows: list[dict], epoch_key: str) -> str:
@@ -302,6 +305,7 @@ def main() -> None:
     ap.add_argument("--overlap", default="auto", choices=["auto", "thread", "off"])
     ap.add_argument("--threads", type=int, default=None,
                     help="trainer threads (default: the runtime's plan; vanilla: torch's)")
+    ap.add_argument("--gradient", default="auto", choices=["auto", "none", "linear"])
     ap.add_argument("--no-rewrite", action="store_true",
                     help="run gnnorch with rewrite=False (layer rewrites off)")
     ap.add_argument("--repeat", type=int, default=1,
@@ -351,10 +355,12 @@ def main() -> None:
         for s in (int(v) for v in args.staleness.split(",")):
             for r in (float(v) for v in args.ratios.split(",")):
                 configs.append({"mode": "cache", "ratio": r, "staleness": s,
-                                "overlap": args.overlap})
+                                "overlap": args.overlap, "gradient": args.gradient})
         runs: list[list[dict]] = [[] for _ in configs]
         for r in range(args.repeat):
             for i, config in enumerate(configs):
+                if r > 0 and config["mode"] == "vanilla":
+                    continue  # vanilla PyG once: it is the slow reference, not the subject
                 row = run_fresh(config, args, graph)
                 runs[i].append(row)
                 if "error" not in row:

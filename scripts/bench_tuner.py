@@ -145,7 +145,23 @@ def part_b(args: argparse.Namespace) -> dict:
             "rows": rows, "stop_rule": {str(k): v for k, v in stop_rows.items()},
             "bo_seconds_per_probe": bo_per_probe, "runs": runs,
         }
+        save(args, results, partial=True)       # a machine's runs survive a later crash
     return results
+
+
+def save(args: argparse.Namespace, result: dict, partial: bool = False) -> None:
+    import torch
+    import torch_geometric
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({
+        "benchmark": "bench_tuner", "part": args.part, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+                    "cpus": len(os.sched_getaffinity(0)), "argv": sys.argv},
+        "partial": partial, "result": result}, indent=1, default=str))
+    os.replace(tmp, args.out)
 
 
 # =========================================================================== part A
@@ -302,18 +318,9 @@ def main() -> None:
     if args.measure:
         print(json.dumps(measure_one(args.measure, args)))
         return
-    import torch
-    import torch_geometric
-
     start = time.perf_counter()
     result = part_a(args) if args.part == "A" else part_b(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "benchmark": "bench_tuner", "part": args.part, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
-                    "cpus": len(os.sched_getaffinity(0)), "argv": sys.argv},
-        "seconds": time.perf_counter() - start, "result": result}, indent=1, default=str))
+    save(args, result)
     print(f"\nwrote {args.out} ({time.perf_counter() - start:.0f} s)")
 
 

@@ -80,24 +80,26 @@ def augmented(batch, hot_mask, colptr, row, x, hops):
 
 
 # ---------------------------------------------------------------- acceptance 1: exactness
-@pytest.mark.parametrize("kind, fanout, trim, workers, store", [
-    ("sage", [4, 3], True, 0, "auto"), ("gcn", [4, 3], True, 0, "auto"),
-    ("gcn", [3, 3, 2], True, 0, "auto"), ("gcn", [4, 3], True, 0, "output"),
-    ("gcn", [3, 3, 2], False, 0, "output"), ("gat", [4, 3], True, 0, "auto"),
-    ("gin", [4, 3], True, 0, "auto"), ("sage", [3, 3, 2], True, 0, "auto"),
-    ("sage", [4, 3], False, 0, "auto"), ("gcn", [4, 3], False, 0, "auto"),
-    ("gat", [4, 3], False, 0, "auto"), ("sage", [4, 3], True, 1, "auto"),
+@pytest.mark.parametrize("kind, fanout, trim, workers, store, gradient", [
+    ("sage", [4, 3], True, 0, "auto", "auto"), ("sage", [4, 3], True, 0, "auto", "none"),
+    ("gcn", [4, 3], True, 0, "auto", "auto"), ("gcn", [3, 3, 2], True, 0, "auto", "auto"),
+    ("gcn", [4, 3], True, 0, "output", "auto"), ("gcn", [3, 3, 2], False, 0, "output", "auto"),
+    ("gat", [4, 3], True, 0, "auto", "auto"), ("gin", [4, 3], True, 0, "auto", "auto"),
+    ("sage", [3, 3, 2], True, 0, "auto", "auto"), ("sage", [4, 3], False, 0, "auto", "auto"),
+    ("sage", [4, 3], False, 0, "auto", "none"), ("gcn", [4, 3], False, 0, "auto", "auto"),
+    ("gat", [4, 3], False, 0, "auto", "auto"), ("sage", [4, 3], True, 1, "auto", "auto"),
 ])
-def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(kind, fanout, trim,
-                                                                         workers, store):
+def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(
+        kind, fanout, trim, workers, store, gradient):
     """Logits and every upper-layer gradient equal the uncached model on the batch whose pruned
     hot vertices carry their full neighbourhood; the bottom layer gets no gradient from them.
     Trimmed: bipartite bottom layers compute only their cold rows; untrimmed (and GCN): all
     rows, hot ones overwritten. GCN with store="aggregate" (its default): the bottom layer's
-    gradient is exact too. With a loader worker, the rest of the first epoch is sampled
-    before the mask exists: active but unpruned batches (their hot rows' sampled in-edges are
-    ignored)."""
+    gradient is exact too, and so it is for SAGE with gradient="linear" (its default). With a
+    loader worker, the rest of the first epoch is sampled before the mask exists: active but
+    unpruned batches (their hot rows' sampled in-edges are ignored)."""
     aggregate = kind == "gcn" and store != "output"
+    exact_grad = aggregate or (kind == "sage" and gradient != "none")
     data = cora().clone()
     data.x = data.x.double()
 
@@ -130,7 +132,7 @@ def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(kind, f
                     assert bottom
                     grads = dict(ref_model.named_parameters())
                     for name, p in model.named_parameters():
-                        if name not in bottom or aggregate:
+                        if name not in bottom or exact_grad:
                             torch.testing.assert_close(p.grad, grads[name].grad, rtol=1e-9,
                                                        atol=1e-10, msg=name)
                     checked += 1
@@ -141,7 +143,7 @@ def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(kind, f
     (checked, hot_rows, unpruned), stats = run(
         train, data, trim=trim, sampler_cores=workers,
         cache=CacheConfig(staleness=0, refresh="full", hot_ratio=0.2, overlap="off",
-                          store=store))
+                          store=store, gradient=gradient))
     assert (unpruned > 0) == (workers > 0)
     assert stats["status"] == "active", stats["reason"]
     assert checked >= 8 and hot_rows > 0
@@ -150,6 +152,7 @@ def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(kind, f
     cold_path = trim and kind != "gcn"
     assert (stats["bottom_rows_not_computed"] > 0) == cold_path
     assert stats["store"] == ("aggregate" if aggregate else "output")
+    assert (stats["gradient"] == "linear") == (kind == "sage" and gradient != "none")
 
 
 # ------------------------------------------------------------ acceptance 1: staleness bound
@@ -454,3 +457,24 @@ def test_two_ranks_keep_the_bound_and_agree():
         assert stats["status"] == "active"
         assert stats["optimizer_steps"] == steps
         assert stats["max_staleness_seen"] <= 1 and stats["hits"] > 0
+
+
+def test_cached_linear_rows_give_the_weights_their_exact_gradient():
+    """A stale value forward, the gradient of lin_l(a) + lin_r(r) at the current weights
+    backward (which for a linear map does not depend on the weights)."""
+    from gnnorch.cache.refresh import CachedLinearRows
+
+    torch.manual_seed(0)
+    lin_l, lin_r = torch.nn.Linear(5, 3), torch.nn.Linear(5, 3, bias=False)
+    agg, root = torch.randn(4, 5), torch.randn(4, 5)
+    stale = torch.randn(4, 3)
+    out = CachedLinearRows.apply(stale, agg, root, lin_l.weight, lin_l.bias, lin_r.weight)
+    assert torch.equal(out, stale)
+    weights = torch.randn(4, 3)
+    (out * weights).sum().backward()
+    got = [p.grad.clone() for p in (lin_l.weight, lin_l.bias, lin_r.weight)]
+    for p in (lin_l.weight, lin_l.bias, lin_r.weight):
+        p.grad = None
+    ((lin_l(agg) + lin_r(root)) * weights).sum().backward()
+    for mine, ref in zip(got, (lin_l.weight.grad, lin_l.bias.grad, lin_r.weight.grad)):
+        torch.testing.assert_close(mine, ref)

@@ -111,7 +111,7 @@ class Runtime:
             where a fitted cost model, checked by measuring both orders on the first calls of
             each shape bucket, says it is cheaper (`gnnorch.rewrite`). True (default), False,
             or "report" (decide and report in `last_run.stats[rank]["rewrite"]`, never swap).
-        cache: the hotness-aware historical-embedding cache (`gnnorch.cache`, docs/cache.md).
+        cache: the hotness-aware historical-embedding cache (`gnnorch.cache`, src/gnnorch/cache/README.md).
             Off by default (it changes numerics). True (defaults), False, a
             `gnnorch.CacheConfig` or a dict of its fields. On training loaders, the bottom
             MessagePassing layer's output rows of hot vertices reached at the last sampled hop

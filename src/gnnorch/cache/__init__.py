@@ -3,7 +3,7 @@
 ``Runtime(train, cache=True, staleness=4, hot_ratio=0.1)``: the bottom layer's output rows of
 the most frequently sampled ("hot") vertices are computed with recent weights and reused for at
 most `staleness` optimizer steps; hot vertices reached at the last sampled hop are not expanded
-(their neighbours are neither sampled nor gathered). See docs/cache.md.
+(their neighbours are neither sampled nor gathered). See src/gnnorch/cache/README.md.
 
 * `config`: `CacheConfig` and the mapping of Runtime options onto it.
 * `hotness`: expected appearances per epoch (estimate or count) and the hot set.

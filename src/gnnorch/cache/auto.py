@@ -7,10 +7,10 @@ starts in the middle of the grid, walks up while the step time falls, else down,
 the first candidate slower than its predecessor, keeping the fastest ratio measured. Step time
 as a function of the ratio is U-shaped (more pruning and reuse vs more rows to refresh), which is
 what a hill-climb needs. The accuracy guard is the grid's upper end `max_hot_ratio`: ratios up to
-it were measured within 0.5 pt of exact training (docs/cache.md); the search never goes above it.
-NeutronOrch binary-searches the ratio on GPU idle time, which balances a CPU refresh against a GPU
-trainer; on one CPU everything shares the cores, so the total step time is the quantity to
-minimise.
+it were measured within 0.5 pt of exact training (src/gnnorch/cache/README.md); the search never
+goes above it. NeutronOrch binary-searches the ratio on GPU idle time, which balances a CPU
+refresh against a GPU trainer; on one CPU everything shares the cores, so the total step time is
+the quantity to minimise.
 """
 from __future__ import annotations
 

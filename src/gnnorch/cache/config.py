@@ -28,7 +28,7 @@ class CacheConfig:
             ``"auto"``: searched during the first epoch(s) for the fastest step, at most
             `max_hot_ratio`.
         max_hot_ratio: upper bound of the ``"auto"`` search (the accuracy guard: ratios up to
-            it were measured within 0.5 pt of exact training; see docs/cache.md).
+            it were measured within 0.5 pt of exact training; see src/gnnorch/cache/README.md).
         hotness: ``"estimate"`` (expected appearances propagated over the graph with the
             loader's fanouts: one sparse pass per hop, no sampling) or ``"count"`` (count
             appearances in `count_fraction` of an epoch of pre-sampled batches).
