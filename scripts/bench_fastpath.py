@@ -35,14 +35,14 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 import torch_geometric
 from torch_geometric.loader import NeighborLoader
-from torch_geometric.nn import GraphSAGE
 
 import gnnorch
 from gnnorch.datasets import load_citeseer, load_cora, products_like
 from gnnorch.launch.topology import current_topology
+
+from bench_runtime import train  # the same ordinary PyG training function (scripts/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {
@@ -53,28 +53,6 @@ CONFIGS = {
 }
 # Features the fast-path comparison keeps off, where this version of gnnorch has them.
 OTHER_FEATURES_OFF = {"rewrite": False, "cache": False, "autotune": False}
-
-
-def train(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0):
-    """An ordinary PyG training function; returns its own per-epoch seconds and final loss."""
-    torch.manual_seed(seed)
-    loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
-                            batch_size=batch_size, shuffle=True)
-    model = GraphSAGE(data.num_features, hidden, num_layers=len(fanout),
-                      out_channels=int(data.y.max()) + 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
-    epoch_seconds, loss = [], None
-    for _ in range(epochs):
-        model.train()
-        start = time.perf_counter()
-        for batch in loader:
-            optimizer.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-            loss.backward()
-            optimizer.step()
-        epoch_seconds.append(time.perf_counter() - start)
-    return {"epoch_seconds": epoch_seconds, "loss": loss.item()}
 
 
 def runtime_options(features: dict) -> dict:
