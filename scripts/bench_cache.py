@@ -149,7 +149,7 @@ def run_fresh(config: dict, args: argparse.Namespace, graph: str) -> dict:
     config = dict(config, threads=args.threads)
     if args.no_rewrite:
         config["rewrite"] = False
-    cmd = [sys.executable, __file__, "--measure", json.dumps(config), "--graph", graph,
+    cmd = [sys.executable, __file__, "--run-config", json.dumps(config), "--graph", graph,
            "--epochs", str(args.epochs), "--seed", str(args.seed)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -321,7 +321,7 @@ def main() -> None:
                     help="accuracy study: epochs on Cora / CiteSeer (fewer leave seed-to-seed "
                          "noise of several points)")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--measure", help=argparse.SUPPRESS)
+    ap.add_argument("--run-config", dest="measure", help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:

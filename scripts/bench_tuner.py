@@ -3,11 +3,13 @@
 Part A (real): products-like synthetic graph, 3-layer GraphSAGE [15, 10, 5], batch 1024,
 hidden 256 (the `train` of bench_runtime.py). Every feasible plan is measured exhaustively
 (each in a fresh process, `--ex-epochs` epochs, throughput = training seeds / median epoch
-seconds after the first); then `Runtime(train)` tunes and trains `--epochs` epochs in a fresh
-process, and vanilla PyG trains the same epochs in another. Reported: the tuned plan's
-exhaustive throughput as a fraction of the exhaustive best (goal >= 0.95), the tuning time
-against one epoch, each probe's throughput next to the plan's full-epoch throughput, and the
-end-to-end speedup over vanilla PyG including the tuning.
+seconds after the first two, which carry one-off costs); then `Runtime(train)` trains
+`--epochs` epochs in a fresh process twice: with tuning forced on (``max_overhead`` = inf: what
+the tuner picks and what it costs) and as shipped (the tuner decides whether tuning pays);
+vanilla PyG trains the same epochs in another. Reported: the plan used as a fraction of the
+exhaustive best (goal >= 0.95), the tuning time against one epoch, each probe's throughput
+next to the plan's steady full-run throughput, and the end-to-end speedup over vanilla PyG
+including the tuning.
 
 Part B (simulated): the same tuner (skopt GP + EI, the runtime's `Tuner`) on the analytical
 epoch-time model of `gnnorch.tune.simulate` for 64- and 112-core machines (3% log-normal
@@ -16,7 +18,7 @@ numbers of probes: true throughput of the best *measured* plan / the true optimu
 the feasible space explored; and where the tuner's stopping rule (expected gain < 1%) stops.
 
     .venv/bin/python scripts/bench_tuner.py --part B
-    .venv/bin/python scripts/bench_tuner.py --part A --nodes 60000 --epochs 20
+    .venv/bin/python scripts/bench_tuner.py --part A --nodes 60000 --epochs 30
 """
 from __future__ import annotations
 
@@ -166,7 +168,9 @@ def save(args: argparse.Namespace, result: dict, partial: bool = False) -> None:
 
 # =========================================================================== part A
 def measure_one(kind: str, args: argparse.Namespace) -> dict:
-    """One measurement in this (fresh) process; JSON on the last stdout line."""
+    """One measurement in this (fresh) process; JSON on the last stdout line. Kinds:
+    "vanilla", "tuned" (Runtime(train) as shipped), "forced" (tuning forced on:
+    tune={"max_overhead": inf}, to measure what the tuner picks), or a plan "p,s,t"."""
     import torch  # noqa: F401
 
     import gnnorch
@@ -181,9 +185,10 @@ def measure_one(kind: str, args: argparse.Namespace) -> dict:
     if kind == "vanilla":
         out = bench_train(data, epochs=args.epochs)
         row = {"kind": kind}
-    elif kind == "tuned":
-        report_dir = Path(args.out).with_suffix("") / "partA-report"
-        runtime = gnnorch.Runtime(bench_train, report_dir=report_dir)
+    elif kind in ("tuned", "forced"):
+        report_dir = Path(args.out).with_suffix("") / f"{kind}-report"
+        tune = {"max_overhead": 1e9} if kind == "forced" else None
+        runtime = gnnorch.Runtime(bench_train, report_dir=report_dir, tune=tune)
         out = runtime(data, epochs=args.epochs)
         row = {"kind": kind, "report": runtime.report.data, "report_path": str(report_dir),
                "plan": runtime.last_run.plan.to_dict()}
@@ -193,8 +198,12 @@ def measure_one(kind: str, args: argparse.Namespace) -> dict:
         out = runtime(data, epochs=args.ex_epochs)
         row = {"kind": kind, "plan": runtime.last_run.plan.to_dict()}
     wall = time.perf_counter() - start
-    steady = out["epoch_seconds"][1:] or out["epoch_seconds"]
-    row.update(wall_seconds=wall, epoch_seconds=out["epoch_seconds"],
+    # the first epochs carry one-off costs (sampler set-up, layer-rewrite calibration and
+    # probing): steady state = median of the epochs after the first two (after the first if
+    # there are fewer than four)
+    secs = out["epoch_seconds"]
+    steady = secs[2:] if len(secs) >= 4 else (secs[1:] or secs)
+    row.update(wall_seconds=wall, epoch_seconds=secs,
                steady_epoch_seconds=statistics.median(steady),
                throughput=seeds / statistics.median(steady), train_seeds=seeds,
                final_loss=out["loss"])
@@ -238,72 +247,75 @@ def part_a(args: argparse.Namespace) -> dict:
               f"{row['throughput']:.0f} seeds/s", flush=True)
         exhaustive.append(row)
     best = max(exhaustive, key=lambda r: r["throughput"])
-    tuned = fresh("tuned", args)
-    print(f"  tuned run ({args.epochs} epochs): wall {tuned['wall_seconds']:.1f} s, plan "
-          f"{tuned['plan']}", flush=True)
+    runs = {}
+    for kind in ("forced", "tuned"):
+        runs[kind] = fresh(kind, args)
+        print(f"  {kind} run ({args.epochs} epochs): wall {runs[kind]['wall_seconds']:.1f} s, "
+              f"plan {runs[kind]['plan']}", flush=True)
     vanilla = fresh("vanilla", args) if have_sparse else None
     if vanilla:
-        print(f"  vanilla PyG ({args.epochs} epochs): wall {vanilla['wall_seconds']:.1f} s",
-              flush=True)
+        print(f"  vanilla PyG ({args.epochs} epochs): wall {vanilla['wall_seconds']:.1f} s, "
+              f"epochs {[round(x, 2) for x in vanilla['epoch_seconds'][:6]]} ...", flush=True)
 
-    report = tuned["report"]
-    by_plan = {tuple(r["plan"][k] for k in ("processes", "sampler_cores", "threads")): r
-               for r in exhaustive}
-    chosen = tuple(tuned["plan"][k] for k in ("processes", "sampler_cores", "threads"))
-    fraction = by_plan[chosen]["throughput"] / best["throughput"]
+    key = ("processes", "sampler_cores", "threads")
+    by_plan = {tuple(r["plan"][k] for k in key): r for r in exhaustive}
     default_row = by_plan[(1, 0, topo.num_usable)]
     epoch_ref = vanilla["steady_epoch_seconds"] if vanilla else default_row["steady_epoch_seconds"]
-    tuning = report["overhead"]["tuning_seconds"]
-    probes = {tuple(t["config"][k] for k in ("processes", "sampler_cores", "threads")): t
-              for t in report["trials"]}
-
-    print("\n| plan | full-epoch seeds/s | of best | probe seeds/s | probe / full | "
-          "probe s | chosen by |")
+    forced = runs["forced"]["report"]
+    probes = {tuple(t["config"][k] for k in key): t for t in forced["trials"]}
+    print("\n| plan | full-run steady seeds/s | of best | probe seeds/s (forced tuning) | "
+          "probe / full | probe s | chosen by |")
     print("|---|---|---|---|---|---|---|")
     for row in exhaustive:
-        key = tuple(row["plan"][k] for k in ("processes", "sampler_cores", "threads"))
-        pr = probes.get(key)
-        print(f"| p={key[0]} s={key[1]} t={key[2]} | {row['throughput']:.0f} | "
+        k = tuple(row["plan"][x] for x in key)
+        pr = probes.get(k)
+        print(f"| p={k[0]} s={k[1]} t={k[2]} | {row['throughput']:.0f} | "
               f"{row['throughput'] / best['throughput']:.3f} | "
               + (f"{pr['throughput']:.0f} | {pr['throughput'] / row['throughput']:.2f} | "
                  f"{pr['seconds']:.1f} | {pr['chosen_by']} |" if pr and pr["throughput"]
                  else "- | - | - | not probed |"))
-    d = report["decision"]
-    print(f"\ndecision: {'tuned' if d['tuned'] else 'not tuned'}: {d['reason']}")
-    print(f"stop: {report['stop_reason']}")
-    print(f"tuned plan p={chosen[0]} s={chosen[1]} t={chosen[2]}: {fraction:.3f} of the "
-          f"exhaustive best (p={best['plan']['processes']} s={best['plan']['sampler_cores']} "
-          f"t={best['plan']['threads']}); goal >= 0.95")
-    print(f"tuning: {tuning:.1f} s ({len(report['trials'])} probes, BO "
-          f"{report['overhead']['bo_seconds']:.2f} s, probes "
-          f"{report['overhead']['probe_seconds']:.1f} s) = {tuning / epoch_ref:.1f} epochs "
-          f"of {'vanilla PyG' if vanilla else 'the default plan'} ({epoch_ref:.2f} s/epoch)")
-    summary = {"tuned_fraction_of_best": fraction, "tuning_seconds": tuning,
-               "tuning_in_epochs": tuning / epoch_ref, "epoch_reference_seconds": epoch_ref}
-    if vanilla:
-        speedup = vanilla["wall_seconds"] / tuned["wall_seconds"]
-        print(f"end to end, {args.epochs} epochs: vanilla PyG {vanilla['wall_seconds']:.1f} s, "
-              f"gnnorch tuned (tuning included) {tuned['wall_seconds']:.1f} s -> "
-              f"{speedup:.2f}x; steady epoch vanilla {vanilla['steady_epoch_seconds']:.2f} s vs "
-              f"tuned plan {by_plan[chosen]['steady_epoch_seconds']:.2f} s")
-        summary["end_to_end_speedup_vs_vanilla"] = speedup
-    else:
+    summary: dict = {"epoch_reference_seconds": epoch_ref,
+                     "exhaustive_best": best["plan"], "exhaustive_default": default_row["plan"]}
+    for kind, run in runs.items():
+        rep = run["report"]
+        chosen = tuple(run["plan"][k] for k in key)
+        fraction = by_plan[chosen]["throughput"] / best["throughput"]
+        tuning = rep["overhead"]["tuning_seconds"]
+        print(f"\n{kind}: decision: {'tuned' if rep['decision']['tuned'] else 'not tuned'}: "
+              f"{rep['decision']['reason']}")
+        if rep["stop_reason"]:
+            print(f"  stop: {rep['stop_reason']}")
+        print(f"  plan used p={chosen[0]} s={chosen[1]} t={chosen[2]}: {fraction:.3f} of the "
+              f"exhaustive best (p={best['plan']['processes']} s={best['plan']['sampler_cores']} "
+              f"t={best['plan']['threads']}); goal >= 0.95")
+        print(f"  tuning: {tuning:.1f} s ({len(rep['trials'])} probes; BO "
+              f"{rep['overhead']['bo_seconds']:.2f} s, probes {rep['overhead']['probe_seconds']:.1f}"
+              f" s) = {tuning / epoch_ref:.1f} steady epochs of "
+              f"{'vanilla PyG' if vanilla else 'the default plan'} ({epoch_ref:.2f} s/epoch)")
+        entry = {"fraction_of_best": fraction, "tuning_seconds": tuning,
+                 "tuning_in_epochs": tuning / epoch_ref, "wall_seconds": run["wall_seconds"],
+                 "plan": run["plan"], "tuned": rep["decision"]["tuned"]}
+        if vanilla:
+            speedup = vanilla["wall_seconds"] / run["wall_seconds"]
+            print(f"  end to end, {args.epochs} epochs: vanilla PyG {vanilla['wall_seconds']:.1f}"
+                  f" s vs gnnorch {run['wall_seconds']:.1f} s (tuning included) -> "
+                  f"{speedup:.2f}x")
+            entry["end_to_end_speedup_vs_vanilla"] = speedup
+        summary[kind] = entry
+    if not vanilla:
         print("vanilla PyG not measured: torch_sparse is not installed (PyG's NeighborLoader "
               "needs it outside gnnorch)")
-    untuned_run = default_row["steady_epoch_seconds"] * args.epochs
-    print(f"gnnorch untuned default plan, {args.epochs} epochs (projected from its steady "
-          f"epoch): {untuned_run:.1f} s vs tuned wall {tuned['wall_seconds']:.1f} s")
     return {"workload": {"nodes": data.num_nodes, "edges": data.num_edges, "train_seeds": seeds,
                          "epochs": args.epochs, "ex_epochs": args.ex_epochs},
-            "exhaustive": exhaustive, "tuned": tuned, "vanilla": vanilla, "summary": summary}
+            "exhaustive": exhaustive, "runs": runs, "vanilla": vanilla, "summary": summary}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=["A", "B"], required=False, default="B")
     ap.add_argument("--nodes", type=int, default=60_000)
-    ap.add_argument("--epochs", type=int, default=20, help="part A: epochs of the runs")
-    ap.add_argument("--ex-epochs", type=int, default=3, help="part A: epochs per exhaustive plan")
+    ap.add_argument("--epochs", type=int, default=30, help="part A: epochs of the runs")
+    ap.add_argument("--ex-epochs", type=int, default=5, help="part A: epochs per exhaustive plan")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=20, help="part B: seeds")
     ap.add_argument("--seed-offset", type=int, default=0, help="part B: first seed")

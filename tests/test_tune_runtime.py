@@ -97,11 +97,11 @@ def test_function_without_training_loader_runs_once_untuned(capsys):
 def test_small_job_is_not_tuned_and_equals_the_untuned_run(capsys, tmp_path):
     data = cora()
     torch.manual_seed(0)
-    expected, _ = untuned({}, data, epochs=3)
+    expected, _ = untuned({}, data, epochs=6)
     capsys.readouterr()
     torch.manual_seed(0)
     runtime = gnnorch.Runtime(cora_train, report_dir=tmp_path)
-    losses, seen = runtime(data, epochs=3, report_dir=str(tmp_path))
+    losses, seen = runtime(data, epochs=6, report_dir=str(tmp_path))
     report = runtime.report
     assert not report.tuned and "projected tuning" in report.data["decision"]["reason"]
     assert report.data["overhead"]["probe_seconds"] == 0.0        # the measured run was the run
@@ -109,11 +109,11 @@ def test_small_job_is_not_tuned_and_equals_the_untuned_run(capsys, tmp_path):
     # nothing lost or repeated; rewrites choose their order by timing, so rounding may differ
     assert len(losses) == len(expected)
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-4, atol=1e-5)
-    assert capsys.readouterr().out.count("done") == 3             # held output released once
-    assert seen[-1] == ("training", 3)
+    assert capsys.readouterr().out.count("done") == 6             # held output released once
+    assert seen[-1] == ("training", 6)
     on_disk = json.loads((tmp_path / "report.json").read_text())
     assert on_disk["status"] == "done" and validate(on_disk) == []
-    assert runtime.last_run.plan == runtime.plan and len(runtime.last_run.epochs[0]) == 3
+    assert runtime.last_run.plan == runtime.plan and len(runtime.last_run.epochs[0]) == 6
 
 
 @TWO_CORES
@@ -121,23 +121,23 @@ def test_tuned_run_equals_untuned_run_of_the_chosen_plan(capsys, tmp_path):
     data = cora()
     torch.manual_seed(1)
     runtime = gnnorch.Runtime(cora_train, report_dir=tmp_path, tune=FORCE_ONE_RANK)
-    losses, seen = runtime(data, epochs=3, report_dir=str(tmp_path))
+    losses, seen = runtime(data, epochs=6, report_dir=str(tmp_path))
     report = runtime.report
     assert report.tuned and report.status == "done"
     assert len(report.trials) == 3                                 # all one-rank plans
     assert [t["chosen_by"] for t in report.trials][0] == "default"
     captured = capsys.readouterr()
-    assert captured.out.count("done") == 3                         # probes were muted
+    assert captured.out.count("done") == 6                         # probes were muted
     assert "gnnorch tuning" in captured.err and "gnnorch: tuned in" in captured.err
-    assert seen == [("training", 1), ("training", 2), ("training", 3)]  # rewritten per epoch
+    assert seen == [("training", k) for k in range(1, 7)]          # rewritten per epoch
     chosen = report.chosen
     plan = {k: chosen[k] for k in ("processes", "sampler_cores", "threads")}
     assert runtime.last_run.plan.as_tuple() == tuple(plan.values())
     torch.manual_seed(1)                                           # probes restored the RNG
-    expected, _ = untuned(plan, data, epochs=3)
-    assert len(losses) == len(expected) == 21                      # 3 epochs x 7 steps
+    expected, _ = untuned(plan, data, epochs=6)
+    assert len(losses) == len(expected) == 42                      # 6 epochs x 7 steps
     assert torch.allclose(torch.tensor(losses), torch.tensor(expected), atol=1e-5)
-    assert [e["epoch"] for e in report.data["run"]["epochs"]] == [0, 1, 2]
+    assert [e["epoch"] for e in report.data["run"]["epochs"]] == list(range(6))
 
 
 @TWO_CORES
@@ -146,7 +146,7 @@ def test_multi_rank_probe_ends_cleanly_and_reports_per_rank_batches():
     runtime = gnnorch.Runtime(cora_train, threads=1, sampler_cores=0, autotune=True,
                               tune={"max_overhead": 1e9, "probe_batches": 4,
                                     "warmup_batches": 1}, verbose=False)
-    losses, _ = runtime(data, epochs=3)
+    losses, _ = runtime(data, epochs=6)
     trials = runtime.report.trials
     assert [t["config"]["processes"] for t in trials] == [1, 2]
     two = trials[1]
@@ -154,20 +154,20 @@ def test_multi_rank_probe_ends_cleanly_and_reports_per_rank_batches():
     assert two["batch_size_per_rank"] == [10, 10]
     assert [c["rank"] for c in two["cores"]] == [0, 1]
     assert two["measured_batches"] == 4
-    assert len(losses) == 21          # every rank runs all 3 epochs x 7 steps
+    assert len(losses) == 42          # every rank runs all 6 epochs x 7 steps
 
 
 @TWO_CORES
 def test_failed_probe_is_recorded_and_skipped(capsys):
     runtime = gnnorch.Runtime(cora_train, threads=1, sampler_cores=0, autotune=True,
                               tune={"max_overhead": 1e9}, verbose=False)
-    losses, _ = runtime(cora(), epochs=3, fail_with_ranks=True)
+    losses, _ = runtime(cora(), epochs=8, fail_with_ranks=True)
     assert "gnnorch" not in capsys.readouterr().err               # verbose=False: silent
     failed = [t for t in runtime.report.trials if t["status"] == "failed"]
     assert len(failed) == 1 and failed[0]["config"]["processes"] == 2
     assert "refuses to run with several ranks" in failed[0]["error"]
     assert failed[0]["throughput"] is None
-    assert runtime.last_run.plan.processes == 1 and len(losses) == 21
+    assert runtime.last_run.plan.processes == 1 and len(losses) == 56
 
 
 def test_user_error_in_the_default_run_propagates(tmp_path):
@@ -195,7 +195,8 @@ def test_slow_setup_releases_output_and_runs_untuned(capsys):
     runtime = gnnorch.Runtime(slow_start, tune={"setup_seconds": 0.2})
     losses, _ = runtime(cora())
     assert len(losses) == 7
-    assert "no training step within 0.2 s" in runtime.report.data["decision"]["reason"]
+    assert "no training NeighborLoader built within 0.2 s" in \
+        runtime.report.data["decision"]["reason"]
     assert capsys.readouterr().out.count("loading") == 1
 
 
@@ -238,10 +239,32 @@ def test_fixed_processes_tunes_the_rest_with_a_multi_rank_default_probe(capsys):
     four = tuple(range(4))                      # pretend 4 cores (unbound, so it can run)
     runtime.topology = Topology(usable_cpus=four, cpu_quota=None,
                                 cores=tuple((c,) for c in four), numa_nodes=(four,))
-    losses, _ = runtime(cora(), epochs=3)
+    losses, _ = runtime(cora(), epochs=6)
     trials = runtime.report.trials
     assert trials[0]["chosen_by"] == "default" and trials[0]["config"]["processes"] == 2
     assert all(t["config"]["processes"] == 2 and t["status"] == "ok" for t in trials)
     assert len(trials) == 3 and runtime.report.data["space"]["fixed"] == {"processes": 2}
-    assert capsys.readouterr().out.count("done") == 3          # rank 0's probe output muted
-    assert len(losses) == 21 and runtime.last_run.plan.processes == 2
+    assert capsys.readouterr().out.count("done") == 6          # rank 0's probe output muted
+    assert len(losses) == 42 and runtime.last_run.plan.processes == 2
+
+
+def test_slow_first_step_is_waited_for(capsys):
+    import time
+
+    def slow_first_step(data):
+        loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.train_mask,
+                                batch_size=10, shuffle=True)
+        print("built")
+        steps = 0
+        for epoch in range(4):
+            for _ in loader:
+                if steps == 0:
+                    time.sleep(0.5)         # e.g. one-off set-up inside the first step
+                steps += 1
+        return steps
+
+    runtime = gnnorch.Runtime(slow_first_step, tune={"setup_seconds": 0.2})
+    assert runtime(cora()) == 56
+    assert "projected tuning" in runtime.report.data["decision"]["reason"]
+    assert len(runtime.report.trials) == 1
+    assert capsys.readouterr().out.count("built") == 1

@@ -18,12 +18,12 @@ hop where it first appears in the batch), under the loader's seeds, batch size a
   and computed anyway).
 * `count_hotness`: draw a fraction of an epoch's batches with the real sampler and count.
 
-Measured on a 200K-node products-like graph, [15, 10, 5], batch 1024 (scored by the hit rate on a
-held-out epoch; `scripts/bench_cache.py --hotness`): the estimate (0.9 s) gives the highest hit
-rates of the non-oracle methods at every ratio: 0.035 / 0.153 / 0.270 / 0.563 at
-r = 0.01 / 0.05 / 0.1 / 0.3, vs 0.016 / 0.140 / 0.261 / 0.555 ranking by raw events over hops
-0..L-1, and 0.021 / 0.138 / 0.257 / 0.543 counting a whole epoch (13.6 s), less when counting
-10 % or 25 %. Hence the estimate is the default.
+Measured on a 200K-node products-like graph, [15, 10, 5], batch 1024, scored by the hit rate on
+a held-out epoch of real batches (`scripts/bench_cache.py --hotness`): the estimate (0.4 s) beats
+counting even a whole epoch (1.5 s, 13.6 s while the box was busy) at every hot ratio, e.g.
+0.035 / 0.153 / 0.270 / 0.563 vs 0.033 / 0.146 / 0.260 / 0.542 at r = 0.01 / 0.05 / 0.1 / 0.3
+(ranking by raw events over hops 0..L-1 instead: 0.017 / 0.140 / 0.261 / 0.555). Hence the
+estimate is the default. See src/gnnorch/cache/README.md.
 """
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ from torch import Tensor
 from .auto import RatioSearch, ratio_grid
 from .config import CacheConfig
 from .hotness import count_hotness, estimate_hotness, in_degree, top_fraction
-from .refresh import (BatchDegrees, CachedLinearRows, Neighbourhoods, Refresher,
+from .refresh import (BatchDegrees, CachedLinearRows, Neighbourhoods, Refresher, call_layer,
                       linear_parts)
 from .store import EmbeddingStore, StalenessError
 
@@ -333,7 +333,7 @@ class LoaderCache:
         degrees = graph.cache.degrees(graph) if self.degree_fix else None
         mine = self.sync.compute_on(n_id[test], n_id[src[keep]], local[dst[keep]], degrees)
         with torch.no_grad():
-            ref = self.sync.shadow(x, edge_index)[test.to(x.device)]
+            ref = call_layer(self.sync.shadow, x, edge_index)[test.to(x.device)]
         if not (isinstance(ref, Tensor) and ref.shape == mine.shape):
             return "the bottom layer's output is not one row per vertex", None
         diff = float((ref - mine.to(ref.dtype)).abs().max()) if ref.numel() else 0.0

@@ -112,6 +112,17 @@ class BatchDegrees:
         return torch.where(found, self.degrees[pos], torch.zeros((), dtype=torch.float64))
 
 
+def call_layer(layer: Any, *args: Any) -> Any:
+    """Call a layer past gnnorch's layer seam: a refresh is gnnorch's own computation, with
+    shapes unlike any batch's (no trimming, no cache hook, no rewrite probing). Uses the class's
+    own __call__ from before the seam patched it; module hooks still run."""
+    from ..launch import context
+
+    ctx = context.current()
+    original = getattr(getattr(ctx, "layer_seam", None), "original_call", None)
+    return original(layer, *args) if original is not None else layer(*args)
+
+
 def _gcn(layer: Any) -> bool:
     from torch_geometric.nn import GCNConv
 
@@ -127,9 +138,9 @@ def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pai
     n = ids.numel()
     with torch.no_grad():
         if pair:
-            return layer((xs, xs[:n]), edge_index.to(device)), nodes.numel()
+            return call_layer(layer, (xs, xs[:n]), edge_index.to(device)), nodes.numel()
         if not _gcn(layer):
-            return layer(xs, edge_index.to(device))[:n], nodes.numel()
+            return call_layer(layer, xs, edge_index.to(device))[:n], nodes.numel()
         # GCN: the batch's normalisation, made explicit (see the module docstring)
         fill = 2.0 if layer.improved else 1.0
         deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
@@ -140,7 +151,8 @@ def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pai
         edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
         layer.normalize = False  # a private snapshot: safe to switch
         try:
-            out = layer(xs, edge_index.to(device), weight.to(device=device, dtype=xs.dtype))
+            out = call_layer(layer, xs, edge_index.to(device),
+                             weight.to(device=device, dtype=xs.dtype))
         finally:
             layer.normalize = True
         return out[:n], nodes.numel()

@@ -202,6 +202,7 @@ class LayerSeam:
             return seam._on_layer(layer, original, args, kwargs)
 
         self.cls.__call__ = __call__
+        self.original_call = original  # for gnnorch's own layer calls (cache refreshes)
         self._thread = threading.get_ident()
         h1 = register_module_forward_pre_hook(self._on_enter)
         h2 = register_module_forward_hook(self._on_exit, with_kwargs=True, always_call=True)

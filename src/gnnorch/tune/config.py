@@ -38,8 +38,10 @@ class TuneConfig:
         max_sampler_cores: upper bound of sampler cores s per rank (default 4).
 
     Probes (short muted launches of the user's function):
-        warmup_batches: training steps excluded before measuring (default 3); a probe with s
-            sampler workers excludes 2*s more (the loader's prefetch queue fills meanwhile).
+        warmup_batches: training steps excluded before measuring, at least (default 3). The
+            default run measures until its step times settle (the two halves of its last
+            `probe_batches` steps within 15 %), and probes then skip as many steps as it
+            needed; a probe with s sampler workers skips 2*s more (the prefetch queue fills).
         probe_batches: measured training steps per probe (default 8). The first step of every
             epoch is never measured (it includes the loader's start).
 
@@ -52,9 +54,10 @@ class TuneConfig:
             int, else `assumed_epochs`.
         assumed_epochs: epochs assumed when none can be read (default 10).
         launch_seconds: assumed start-up of a multi-rank probe, for the projection (default 5).
-        setup_seconds: if the function has not finished a training step this long after it
-            started, it is run to its end with the default configuration, untuned (its output
-            is no longer held back; default 30).
+        setup_seconds: if the function has built no training (shuffle=True) NeighborLoader
+            this long after it started, it is run to its end with the default configuration,
+            untuned, and its output is no longer held back (default 30). Once it has built one,
+            the runtime waits for the measured steps however slow the first ones are.
     """
 
     budget: int = 20

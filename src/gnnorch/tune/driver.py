@@ -13,10 +13,17 @@
    * If it pays, the default run is ended (`ProbeEnd`), its output discarded and the caller's
      random states restored; its measurement is trial 0.
 
+   The default run's measurement also calibrates the warm-up: it measures until the two
+   halves of its last `probe_batches` steps agree within 15 % (per-seed step time; at most 24
+   steps more), because the first steps carry one-off costs (sampler set-up, layer-rewrite
+   calibration and probing: ~25 s on the first epoch of the products-like bench here).
+
 2. **Probes.** The tuner (`Tuner`: skopt ask/tell) proposes feasible configurations; each is
    measured by a probe: the user's function launched with that plan (in this process for one
-   rank, else in fresh rank processes), muted, ended after warm-up + measured steps. A probe
-   that raises is recorded as failed and excluded.
+   rank, else in fresh rank processes), muted, ended after warm-up + measured steps. The
+   warm-up is fixed per probe (the default run's settling length, at least `warmup_batches`,
+   plus 2 per sampler core), so all ranks stop after the same step. A probe that raises is
+   recorded as failed and excluded.
 
 3. **The real run** with the best configuration runs the user's function from its start: no
    model state moves between launches, no epoch is lost or repeated, no user code changes. The
@@ -56,6 +63,9 @@ from .schema import FORMAT, VERSION
 from .space import PLAN_DIMS, SearchSpace
 
 EPOCH_ARGUMENTS = ("epochs", "num_epochs", "n_epochs", "max_epochs")
+# the default run measures until the two halves of its last `probe_batches` steps agree within
+# 15 % (per-seed step time), at most 24 steps more: its warm-up then sets the probes' warm-up
+CONVERGE = 0.15
 
 
 def run_autotuned(runtime: Any, args: tuple, kwargs: dict) -> Any:
@@ -210,7 +220,7 @@ class _Session:
         rt, cfg, plan = self.rt, self.cfg, self.default_plan
         cores = assign_cores(plan, self.topology) if rt.options.bind else None
         capture, rng = OutputCapture(), RngState()
-        state: dict[str, Any] = {"ctx": None, "tune": None, "meter": None}
+        state: dict[str, Any] = {"ctx": None, "tune": None, "meter": None, "timer": None}
         decide_lock = threading.Lock()
 
         def on_budget(meter: ProbeMeter) -> None:
@@ -228,32 +238,43 @@ class _Session:
 
         def setup_timeout() -> None:
             with decide_lock:
-                meter = state["meter"]
+                meter, ctx = state["meter"], state["ctx"]
                 if state["tune"] is not None or (meter is not None and meter.steps > 0):
+                    return
+                if ctx is not None and ctx._loaders_built > 0:
+                    # a training loader exists: a slow first step (one-off set-up of the
+                    # sampler, layer rewrites, ...) is still a step to come; keep waiting
+                    rearm()
                     return
                 state["tune"] = False
                 if meter is not None:
                     meter.active = False
-            self._decision(False, f"no training step within {cfg.setup_seconds:g} s of the "
-                                  f"start: ran untuned with the default configuration")
+            self._decision(False, f"no training NeighborLoader built within "
+                                  f"{cfg.setup_seconds:g} s of the start: ran untuned with the "
+                                  f"default configuration")
             capture.release()
             self._begin_real(plan, cores)
+
+        def rearm() -> None:
+            timer = threading.Timer(cfg.setup_seconds, setup_timeout)
+            timer.daemon = True
+            state["timer"] = timer
+            timer.start()
 
         def prepare(ctx: Any) -> None:
             state["ctx"] = ctx
             meter = ProbeMeter(warmup_for(cfg.warmup_batches, plan.sampler_cores),
                                cfg.probe_batches, on_budget,
-                               stats=ctx.stats.setdefault("probe", {}))
+                               stats=ctx.stats.setdefault("probe", {}),
+                               converge=CONVERGE)
             state["meter"] = meter
             ctx.batch_callbacks.append(meter)
             ctx.epochs = EpochFeed(lambda records: self._on_epochs(records, 1,
                                                                    only_if_running=True))
 
-        timer = threading.Timer(cfg.setup_seconds, setup_timeout)
-        timer.daemon = True
         start = time.perf_counter()
         capture.__enter__()
-        timer.start()
+        rearm()
         try:
             value, summary, wall = run_in_process(rt.train, self.args, self.kwargs, plan,
                                                   _first(cores), self.seed, rt.features,
@@ -272,10 +293,12 @@ class _Session:
             self._fail()
             raise
         finally:
-            timer.cancel()
+            with decide_lock:
+                state["tune"] = state["tune"] if state["tune"] is not None else "ended"
+                state["timer"].cancel()
         capture.release()
         m = combine({0: summary})
-        if state["tune"] is None:   # ended before the meter was done
+        if state["tune"] == "ended":   # ended before the meter was done
             if m["steps"] == 0:
                 reason = ("the function built no training (shuffle=True) NeighborLoader, or "
                           "ran no step of one: nothing to tune; that run is the result")
@@ -338,8 +361,9 @@ class _Session:
         points = self.space.points() or []
         trials = min(cfg.budget, len(points) or cfg.budget) - 1
         costs = []
+        warmup = max(cfg.warmup_batches, int(m.get("warmup") or 0))
         for pt in points or [_point(self.default_plan)]:
-            steps = warmup_for(cfg.warmup_batches, pt["sampler_cores"]) + cfg.probe_batches
+            steps = warmup_for(warmup, pt["sampler_cores"]) + cfg.probe_batches
             steps += steps // length        # the first step of each epoch is not measured
             costs.append(sigma + steps * tau + (cfg.launch_seconds if pt["processes"] > 1 else 0))
         tuning = trials * sum(costs) / len(costs)
@@ -374,7 +398,7 @@ class _Session:
         finished on its own else None, its value then)."""
         rt, cfg = self.rt, self.cfg
         cores = assign_cores(plan, self.topology) if rt.options.bind else None
-        probe = {"warmup": warmup_for(cfg.warmup_batches, plan.sampler_cores),
+        probe = {"warmup": warmup_for(self._warmup(), plan.sampler_cores),
                  "batches": cfg.probe_batches}
         start = time.perf_counter()
         error, summaries, value, finished = None, None, None, None
@@ -424,6 +448,17 @@ class _Session:
             error = "no training step could be measured"
         trial = self._add_trial(plan, cores, m, seconds, chosen_by, predicted, error)
         return trial, m, finished, value
+
+    def _warmup(self) -> int:
+        """Warm-up steps of a probe: at least `warmup_batches`, and at least what the default
+        run needed to settle (one-off costs of the first steps: sampler set-up, layer-rewrite
+        probing, ...), less the default's own sampler prefetch allowance."""
+        observed = 0
+        trials = self.report.trials
+        if trials and trials[0]["chosen_by"] == "default":
+            s = trials[0]["config"]["sampler_cores"]
+            observed = trials[0]["warmup_batches"] - 2 * s
+        return max(self.cfg.warmup_batches, observed)
 
     def _tune(self) -> CorePlan:
         from .tuner import Tuner

@@ -46,9 +46,16 @@ class ProbeMeter:
 
     def __init__(self, warmup: int, batches: int,
                  on_budget: Callable[["ProbeMeter"], None] | None = None,
-                 stats: dict | None = None) -> None:
+                 stats: dict | None = None, converge: float | None = None,
+                 max_extra: int = 24) -> None:
         self.warmup, self.batches = int(warmup), int(batches)
         self.on_budget = on_budget
+        # converge: measure until the last `batches` steps' two halves agree within this
+        # fraction (per-seed time) or `max_extra` more steps were taken; the window is then
+        # the last `batches` steps and the warm-up everything before. One process only: ranks
+        # must all stop after the same step, so multi-rank probes use a fixed warm-up.
+        self.converge, self.max_extra = converge, int(max_extra)
+        self._eligible: list[tuple[int, float, int]] = []     # (step, seconds, seeds)
         self.active = True
         self.start = time.perf_counter()
         self.steps = 0
@@ -81,16 +88,43 @@ class ProbeMeter:
             st["batch_size"] = int(seeds)
         if self._prev is not None and self._prev[0] == key and self.steps > self.warmup \
                 and not st["complete"]:
-            st["batches"] += 1
-            st["seeds"] += int(seeds)
-            st["seconds"] += stamp - self._prev[1]
+            if self.converge is None:
+                st["batches"] += 1
+                st["seeds"] += int(seeds)
+                st["seconds"] += stamp - self._prev[1]
+            else:
+                self._eligible.append((self.steps, stamp - self._prev[1], int(seeds)))
+                self._window()
         self._prev = (key, stamp)
         self._update_epoch_length(key)
-        if not st["complete"] and st["batches"] >= self.batches:
+        if not st["complete"] and st["batches"] >= self.batches and self._settled():
             st["complete"] = True
             if self.on_budget is None:
                 raise ProbeEnd()
             self.on_budget(self)
+
+    def _window(self) -> None:
+        """Converge mode: the measurement is the last `batches` eligible steps."""
+        window = self._eligible[-self.batches:]
+        st = self.stats
+        st["batches"] = len(window)
+        st["seeds"] = sum(w[2] for w in window)
+        st["seconds"] = sum(w[1] for w in window)
+        st["warmup"] = window[0][0] - 1
+
+    def _settled(self) -> bool:
+        if self.converge is None:
+            return True
+        if len(self._eligible) >= self.batches + self.max_extra:
+            return True
+        window = self._eligible[-self.batches:]
+        half = len(window) // 2
+        if half == 0:
+            return True
+        older, newer = window[:half], window[half:]
+        rate_old = sum(w[1] for w in older) / max(1, sum(w[2] for w in older))
+        rate_new = sum(w[1] for w in newer) / max(1, sum(w[2] for w in newer))
+        return abs(rate_old - rate_new) <= self.converge * rate_new
 
     def _update_epoch_length(self, current: tuple) -> None:
         """Steps per epoch of the first training loader: exact once an epoch of it ended or

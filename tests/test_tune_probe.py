@@ -1,0 +1,68 @@
+"""The probe meter on scripted step times: warm-up and epoch starts are not measured, the
+default run's measurement waits until step times settle, and the budget ends a probe."""
+import pytest
+
+from gnnorch.tune.probe import ProbeEnd, ProbeMeter, combine
+
+
+class FakeTimer:
+    def __init__(self, loader=0, epoch=0):
+        self.loader, self.epoch = loader, epoch
+        self.batch_ends, self.batch_seeds = [], []
+
+
+def feed(meter, durations, epoch_len=100, seeds=10):
+    """Drive `meter` with steps of the given durations; returns the step that ended it."""
+    clock, timer = 0.0, None
+    for i, d in enumerate(durations):
+        if i % epoch_len == 0:
+            timer = FakeTimer(epoch=i // epoch_len)
+            clock += 5.0                          # time between epochs is never measured
+        clock += d
+        timer.batch_ends.append(clock)
+        timer.batch_seeds.append(seeds)
+        try:
+            meter(timer)
+        except ProbeEnd:
+            return i + 1
+    return None
+
+
+def test_fixed_warmup_and_budget():
+    meter = ProbeMeter(warmup=2, batches=4)
+    assert feed(meter, [9.0, 9.0, 1.0, 1.0, 1.0, 1.0, 1.0]) == 6
+    st = meter.summary()
+    assert st["batches"] == 4 and st["seconds"] == pytest.approx(4.0) and st["seeds"] == 40
+    assert meter.throughput == pytest.approx(10.0)
+
+
+def test_first_step_of_each_epoch_is_not_measured():
+    meter = ProbeMeter(warmup=0, batches=4)
+    assert feed(meter, [1.0] * 10, epoch_len=3) == 6          # steps 2,3,5,6 measured
+    assert meter.summary()["seconds"] == pytest.approx(4.0)
+    assert meter.summary()["epoch_length"] == 3 and meter.summary()["epoch_length_exact"]
+
+
+def test_converge_mode_waits_for_settled_steps():
+    meter = ProbeMeter(warmup=1, batches=4, converge=0.15)
+    durations = [20.0, 8.0, 6.0, 4.0, 3.0, 1.0, 1.0, 1.05, 0.95, 1.0, 1.0]
+    end = feed(meter, durations)
+    st = meter.summary()
+    assert end == 9 and st["batches"] == 4
+    assert st["seconds"] == pytest.approx(4.0)                # the settled steps only
+    assert st["warmup"] == 5                                  # what the probes will skip
+
+
+def test_converge_mode_gives_up_after_max_extra():
+    meter = ProbeMeter(warmup=0, batches=2, converge=0.01, max_extra=3)
+    assert feed(meter, [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]) == 6
+
+
+def test_combine_uses_the_slowest_rank():
+    summaries = {r: {"stats": {"probe": {"batches": 4, "seeds": 20, "seconds": s, "steps": 6,
+                                         "warmup": 2, "first_step_at": 1.0, "epoch_length": 7,
+                                         "epoch_length_exact": True, "batch_size": 5,
+                                         "complete": True}}} for r, s in ((0, 2.0), (1, 4.0))}
+    m = combine(summaries)
+    assert m["throughput"] == pytest.approx(40 / 4.0)
+    assert m["batch_size_per_rank"] == [5, 5] and m["complete"]
