@@ -276,10 +276,31 @@ def batch_graph(batch: Any, state: LoaderState) -> BatchGraph | None:
     return graph
 
 
+def _defers_features(ctx: RankContext) -> bool:
+    """Batch features may wait on the host for the rewrite engine's host transform
+    (`gnnorch.rewrite.host`): rewrites are on and a CUDA device is visible."""
+    return ctx.features.rewrite is not False and torch.cuda.is_available()
+
+
+def _mark_features(batch: Any) -> None:
+    """Mark a batch's `x` so that moving it to a CUDA device defers the copy."""
+    from torch_geometric.data import Data
+
+    from ..rewrite.host import mark_host_features
+
+    if isinstance(batch, Data) and isinstance(getattr(batch, "x", None), torch.Tensor):
+        batch.x = mark_host_features(batch.x)
+
+
 def _announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState) -> Iterator[Any]:
-    """Announce each batch to the layer seam while the user works on it."""
+    """Announce each batch to the layer seam while the user works on it (and, on a CUDA
+    machine with rewrites on, mark its features for the host transform)."""
+    ctx = context.current()
+    defer = ctx is not None and _defers_features(ctx)
     try:
         for batch in iterator:
+            if defer:
+                _mark_features(batch)
             graph = batch_graph(batch, state)
             if graph is not None and state.cache is not None:
                 state.cache.annotate(graph, batch)

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -14,12 +17,44 @@ from .loader import NeighborLoaderInterceptor
 
 
 _COST_MODELS: dict = {}
+_DECISIONS: dict = {}
 
 
 def shared_cost_models() -> dict:
     """The rewrite cost models of this process (device and thread count -> fitted model):
     calibrated once per process and refined by every run in it."""
     return _COST_MODELS
+
+
+def shared_decisions() -> tuple:
+    """The rewrite engine's decision tables of this process (order per layer signature and
+    shape bucket; host or device placement): measured once per process, reused by every run
+    in it (the tuner's default run, its in-process probes, the real run)."""
+    if not _DECISIONS:
+        from ..rewrite.host import PlacementPlanner
+        from ..rewrite.planner import Planner
+
+        _DECISIONS["orders"], _DECISIONS["placements"] = Planner(), PlacementPlanner()
+    return _DECISIONS["orders"], _DECISIONS["placements"]
+
+
+def export_decisions(path: str | os.PathLike) -> None:
+    """Write this process's measured decisions to `path` (JSON) for rank processes."""
+    orders, placements = shared_decisions()
+    Path(path).write_text(json.dumps({"orders": orders.export(),
+                                      "placements": placements.export()}))
+
+
+def load_decisions(path: str | os.PathLike) -> None:
+    """Adopt decisions another process of this machine measured (`export_decisions`); a
+    missing or unreadable file is ignored (the buckets are then probed here)."""
+    try:
+        rows = json.loads(Path(path).read_text())
+        orders, placements = shared_decisions()
+        orders.load(rows["orders"])
+        placements.load(rows["placements"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
 
 
 @contextlib.contextmanager
@@ -38,7 +73,9 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
         if ctx.features.rewrite is not False:
             from ..rewrite.engine import RewriteEngine
 
-            rewrites = RewriteEngine(ctx.features.rewrite, cost_models=shared_cost_models())
+            orders, placements = shared_decisions()
+            rewrites = RewriteEngine(ctx.features.rewrite, cost_models=shared_cost_models(),
+                                     planner=orders, placements=placements)
         if ctx.features.trim or cache is not None or rewrites is not None:
             seam = LayerSeam(trim=ctx.features.trim, rewrites=rewrites)
             stack.enter_context(seam.installed())

@@ -86,6 +86,7 @@ class RankGroup:
     def __init__(self, spec: LaunchSpec) -> None:
         self.spec = spec
         self.ranks: list[_Rank] = []
+        self._decisions: str | None = None
 
     def run(self, fn: Callable, args: tuple, kwargs: dict) -> LaunchResult:
         import torch.distributed as dist
@@ -104,6 +105,7 @@ class RankGroup:
         try:
             payloads = [serialize.dumps_payload(fn, args, kwargs)
                         for _ in range(spec.plan.processes)]
+            self._decisions = self._export_decisions()
             for rank in range(spec.plan.processes):
                 self._start(rank, address, authkey, store.port)
             self._accept(listener)
@@ -129,6 +131,20 @@ class RankGroup:
             del store
 
     # -- start ----------------------------------------------------------------------------
+    def _export_decisions(self) -> str | None:
+        """The rewrite decisions measured in this process, written for the ranks (so a layer
+        shape measured by an earlier run is not probed again in every rank)."""
+        if self.spec.features.rewrite is False:
+            return None
+        from ..intercept.session import export_decisions
+
+        path = self.spec.log_dir / f"rewrite-decisions-{os.getpid()}.json"
+        try:
+            export_decisions(path)
+        except OSError:
+            return None
+        return str(path)
+
     def _start(self, rank: int, address: str, authkey: bytes, store_port: int) -> None:
         spec = self.spec
         cores = spec.cores[rank] if spec.cores is not None else None
@@ -139,6 +155,7 @@ class RankGroup:
             "start_timeout": spec.start_timeout, "collective_timeout": spec.collective_timeout,
             "features": spec.features.to_dict(),
             "probe": spec.probe, "epoch_feed": spec.epoch_feed if rank == 0 else None,
+            "rewrite_decisions": self._decisions,
         }
         env = dict(os.environ)
         env.update(GNNORCH_RANK_SPEC=json.dumps(rank_spec), PYTHONUNBUFFERED="1",

@@ -98,6 +98,10 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
             install_probe(ctx, spec["probe"])
         if spec.get("epoch_feed"):
             install_epoch_feed(ctx, spec["epoch_feed"])
+        if spec.get("rewrite_decisions"):
+            from ..intercept.session import load_decisions
+
+            load_decisions(spec["rewrite_decisions"])
         try:
             with session(ctx, comm_device):
                 result = fn(*args, **kwargs)

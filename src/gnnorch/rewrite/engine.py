@@ -19,6 +19,11 @@ for inputs and parameters), running either PyG's order or the exact rewritten on
    PyG (e.g. under a PyG version whose layer code changed), the layer is left to PyG
    from then on, with a ``RuntimeWarning`` and the reason in the report.
 
+5. a call whose input rows are still on the host (:mod:`gnnorch.rewrite.host`: features in
+   host memory, model on a GPU) may take its transform on the host and copy the narrower
+   product (DAHA's pre-transformation); the first calls of each bucket time both placements
+   (the device side including the copy of the full-width rows), and the faster one is kept.
+
 Modes: ``True`` rewrites where it pays, ``"report"`` decides and reports but always runs
 PyG's order, ``False`` passes every call straight through.
 """
@@ -39,6 +44,7 @@ from torch.nn import Module
 
 from .calibrate import calibrate
 from .costmodel import CostModel
+from .host import DEVICE, HOST, PlacementPlanner, deferred_input, materialised
 from .planner import ORIGINAL, REWRITTEN, BucketState, Planner
 from .rules import Rule, rule_for
 from .rules.base import Call
@@ -56,6 +62,7 @@ class _LayerEntry:
 
     ref: weakref.ref
     index: int
+    signature: str
     name: str
     type_name: str
     rule: Rule | None
@@ -63,6 +70,8 @@ class _LayerEntry:
     params: tuple[torch.nn.Parameter, ...] = ()
     static_ok: bool = False
     broken: str | None = None
+    host_broken: str | None = None
+    host_reason: str | None = None
     calls: int = 0
     rewritten_calls: int = 0
     probe_s: float = 0.0
@@ -128,12 +137,19 @@ class RewriteEngine:
     :class:`~gnnorch.rewrite.planner.Planner`. ``repeats``: timings per order in one probe
     (the minimum is kept). ``cost_models``: a dict of fitted models shared between the engines
     of one process (the runtime passes one, so calibration happens once per process).
+    ``host_transform``: let calls whose input rows are deferred on the host take their
+    transform there when measured faster (:mod:`gnnorch.rewrite.host`). ``planner`` /
+    ``placements``: decision tables shared between the engines of one process (the runtime
+    passes them: a bucket measured in one run, e.g. the tuner's default run, is not probed
+    again by the next); layers share a decision when their signatures match.
     """
 
     def __init__(self, mode: bool | str = True, device: torch.device | str | None = None,
                  calibration_s: float = 2.0, probes_per_bucket: int = 2,
                  reprobe_every: int = 1000, margin: float = 0.03, repeats: int = 2,
-                 cost_models: dict[str, CostModel] | None = None):
+                 cost_models: dict[str, CostModel] | None = None,
+                 host_transform: bool = True, planner: Planner | None = None,
+                 placements: PlacementPlanner | None = None):
         if mode not in VALID_MODES or isinstance(mode, int) and not isinstance(mode, bool):
             raise ValueError(f"rewrite mode must be True, False or 'report', got {mode!r}")
         if repeats < 1 or probes_per_bucket < 0 or calibration_s < 0:
@@ -141,8 +157,12 @@ class RewriteEngine:
         self.mode = mode
         self.calibration_s = calibration_s
         self.repeats = repeats
-        self.planner = Planner(probes_per_bucket=probes_per_bucket,
-                               reprobe_every=reprobe_every, margin=margin)
+        # decisions: shared with other engines of the process when given (see _signature)
+        self.planner = planner if planner is not None else Planner(
+            probes_per_bucket=probes_per_bucket, reprobe_every=reprobe_every, margin=margin)
+        self.host_transform = host_transform
+        self.placements = placements if placements is not None else PlacementPlanner(
+            probes_per_bucket=max(1, probes_per_bucket), margin=margin)
         # shared with other engines of the process when given: calibrated once, refined by all
         self._models: dict[str, CostModel] = {} if cost_models is None else cost_models
         self._entries: list[_LayerEntry] = []
@@ -167,8 +187,13 @@ class RewriteEngine:
         params_grad = any(p.requires_grad for p in entry.params)
         shape = rule.shape(layer, call, params_grad)
         device = entry.params[0].device if entry.params else torch.device("cpu")
+        if deferred_input(call["x"]):
+            if self._on_host(entry, layer, original_forward, args, kwargs, call, shape, device):
+                return rule.forward_host(layer, call)
+            args, kwargs = materialised(args), materialised(kwargs)
+            call = rule.bind(layer, args, kwargs)
         model = self.cost_model(device)
-        state = self.planner.state(entry.index, shape)
+        state = self.planner.state(_decision_key(entry, device), shape)
         predicted = None
         if self.planner.needs_prediction(state):
             predicted = tuple(model.predict(rule.ops(layer, shape, rewritten),
@@ -183,6 +208,56 @@ class RewriteEngine:
             return rule.forward(layer, call)
         return original_forward(*args, **kwargs)
 
+    def _on_host(self, entry: _LayerEntry, layer: Module, original_forward: Callable[..., Any],
+                 args: tuple, kwargs: dict, call: Call, shape: LayerShape,
+                 device: torch.device) -> bool:
+        """Whether this call, whose input rows are deferred on the host, takes its transform
+        there (measured per bucket); False sends it to the device path."""
+        reason = (None if self.host_transform else "host transform is off") \
+            or entry.host_broken or entry.rule.host_reason(layer, call)
+        if reason is not None:
+            entry.host_reason = reason
+            return False
+        state = self.placements.state((_decision_key(entry, device), shape.bucket()))
+        state.calls += 1
+        if self.placements.needs_probe(state):
+            self._probe_placement(entry, layer, original_forward, args, kwargs, call, shape,
+                                  state, device)
+        if self.mode is True and state.choice == HOST and entry.host_broken is None:
+            state.host_calls += 1
+            return True
+        return False
+
+    def _probe_placement(self, entry: _LayerEntry, layer: Module,
+                         original_forward: Callable[..., Any], args: tuple, kwargs: dict,
+                         call: Call, shape: LayerShape, state: Any,
+                         device: torch.device) -> None:
+        """Time the host transform against PyG's call on freshly copied rows, fwd(+bwd)."""
+        rule = entry.rule
+        start = time.perf_counter()
+        wrt = [p for p in entry.params if p.requires_grad]
+        runs: dict[str, Callable[[], Any]] = {
+            HOST: lambda: rule.forward_host(layer, call),
+            DEVICE: lambda: original_forward(*materialised(args, fresh=True),
+                                             **materialised(kwargs, fresh=True)),
+        }
+        times: dict[str, list[float]] = {HOST: [], DEVICE: []}
+        outputs: dict[str, Tensor] = {}
+        with _buffers_restored(layer):
+            for repeat in range(self.repeats):
+                for where in ((DEVICE, HOST) if repeat % 2 == 0 else (HOST, DEVICE)):
+                    with _same_random_stream(device):
+                        seconds, outputs[where] = time_call(runs[where], wrt, shape.backward,
+                                                            device)
+                    times[where].append(seconds)
+        mismatch = _mismatch(outputs[DEVICE], outputs[HOST])
+        if mismatch is not None:
+            entry.host_broken = f"host transform disabled: its output differs ({mismatch})"
+            warnings.warn(f"gnnorch: {entry.name}: {entry.host_broken}", RuntimeWarning,
+                          stacklevel=4)
+        self.placements.record(state, min(times[HOST]), min(times[DEVICE]))
+        entry.probe_s += time.perf_counter() - start
+
     def register_names(self, model: Module, prefix: str = "") -> None:
         """Name the report's layers by their qualified names in ``model``."""
         for name, module in model.named_modules(prefix=prefix):
@@ -196,7 +271,8 @@ class RewriteEngine:
         entry = self._by_id.get(id(layer))
         if entry is None or entry.ref() is not layer:
             return None
-        return self.planner.buckets.get((entry.index, shape.bucket()))
+        device = entry.params[0].device if entry.params else torch.device("cpu")
+        return self.planner.buckets.get((_decision_key(entry, device), shape.bucket()))
 
     def predict(self, layer: Module, shape: LayerShape) -> dict[str, float]:
         """The cost model's fwd(+bwd) seconds of both orders of ``layer`` at ``shape``
@@ -234,7 +310,7 @@ class RewriteEngine:
         layers = []
         for entry in self._entries:
             buckets = [state.as_dict() for (layer_key, _), state in self.planner.buckets.items()
-                       if layer_key == entry.index]
+                       if _of_entry(layer_key, entry)]
             layers.append({
                 "name": entry.name,
                 "type": entry.type_name,
@@ -245,6 +321,12 @@ class RewriteEngine:
                 "probe_s": entry.probe_s,
                 "left_alone": dict(entry.reasons),
                 "buckets": buckets,
+                "host_transform": {
+                    "reason_not": entry.host_broken or entry.host_reason,
+                    "buckets": [st.as_dict() for (layer_key, _), st
+                                in self.placements.buckets.items()
+                                if _of_entry(layer_key, entry)],
+                },
             })
         states = self.planner.buckets.values()
         pairs = [pair for state in states for pair in state.errors]
@@ -263,7 +345,7 @@ class RewriteEngine:
         if entry is None or entry.ref() is not layer:
             found = rule_for(layer)
             index = len(self._entries)
-            entry = _LayerEntry(ref=weakref.ref(layer), index=index,
+            entry = _LayerEntry(ref=weakref.ref(layer), index=index, signature=_signature(layer),
                                 name=self._names.get(id(layer), f"{type(layer).__name__}#{index}"),
                                 type_name=type(layer).__name__,
                                 rule=found if isinstance(found, Rule) else None,
@@ -337,6 +419,27 @@ class RewriteEngine:
             self.planner.record(state, order, predicted, measured)
         self.planner.finish_probe(state)
         entry.probe_s += time.perf_counter() - start
+
+
+def _signature(layer: Module) -> str:
+    """What a layer's cost depends on besides the call's shape: its class, its printed form
+    (widths, aggregation, sub-modules) and its plain configuration attributes. Layers with
+    equal signatures share measured decisions (also across runs of one process)."""
+    config = sorted((k, v) for k, v in vars(layer).items()
+                    if not k.startswith("_") and k != "training"
+                    and isinstance(v, (bool, int, float, str)))
+    return f"{type(layer).__qualname__}|{layer!r}|{config}"
+
+
+def _decision_key(entry: _LayerEntry, device: torch.device) -> str:
+    """The planners' key of one layer on one device type. Thread counts are left out: which
+    order (or placement) is faster barely depends on them, and leaving them out lets a
+    decision measured with t threads serve a probe or rank with other t."""
+    return f"{entry.signature}|{device.type}"
+
+
+def _of_entry(layer_key: str, entry: _LayerEntry) -> bool:
+    return layer_key.startswith(entry.signature + "|")
 
 
 def _model_key(entry: _LayerEntry, order: str) -> str:

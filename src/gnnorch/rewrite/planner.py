@@ -107,6 +107,32 @@ class Planner:
         state.probes += 1
         self._decide(state)
 
+    def export(self) -> list[dict]:
+        """The buckets measured in both orders, as JSON rows (see :meth:`load`)."""
+        return [{"key": key[0], "bucket": list(key[1]), "shape": state.shape.as_dict(),
+                 "measured": {order: list(state.measured[order])
+                              for order in (ORIGINAL, REWRITTEN)}}
+                for key, state in self.buckets.items()
+                if state.median(ORIGINAL) is not None and state.median(REWRITTEN) is not None]
+
+    def load(self, rows: list[dict]) -> int:
+        """Adopt buckets measured by another process of this machine (:meth:`export`) as if
+        probed here: they are decided by those measurements and not probed again (until
+        ``reprobe_every``). Buckets known here are kept. Returns the number adopted."""
+        adopted = 0
+        for row in rows:
+            key = (row["key"], tuple(row["bucket"]))
+            if key in self.buckets:
+                continue
+            state = BucketState(shape=LayerShape(**row["shape"]))
+            for order in (ORIGINAL, REWRITTEN):
+                state.measured[order].extend(float(v) for v in row["measured"][order])
+            state.probes = self.probes_per_bucket
+            self._decide(state)
+            self.buckets[key] = state
+            adopted += 1
+        return adopted
+
     def _decide(self, state: BucketState) -> None:
         original, rewritten = state.median(ORIGINAL), state.median(REWRITTEN)
         if original is not None and rewritten is not None:

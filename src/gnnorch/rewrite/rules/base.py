@@ -161,3 +161,13 @@ class Rule(ABC):
     @abstractmethod
     def forward(self, layer: MessagePassing, call: Call) -> Any:
         """The rewritten order; returns what the layer's forward returns."""
+
+    def host_reason(self, layer: MessagePassing, call: Call) -> str | None:
+        """Why this call cannot transform its deferred input rows on the host
+        (:mod:`gnnorch.rewrite.host`); None when :meth:`forward_host` may run it."""
+        return f"{type(layer).__name__} has no transform-first order"
+
+    def forward_host(self, layer: MessagePassing, call: Call) -> Any:
+        """The transform-first order with the input rows' transform taken on the host
+        (``transform_rows``); must equal the layer's forward like :meth:`forward`."""
+        raise NotImplementedError(self.host_reason(layer, call))

@@ -19,6 +19,7 @@ from torch_geometric.nn import GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from ..costmodel import Op
+from ..host import transform_rows
 from ..shapes import LayerShape
 from .base import Call, Rule, backward_expected, linear_aggr_kind, requires_grad
 
@@ -67,6 +68,29 @@ class GCNRule(Rule):
         return [*order, Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b)]
 
     def forward(self, layer: GCNConv, call: Call) -> Tensor:
+        x = call["x"]
+        edge_index, edge_weight = self._normalised(layer, call)
+        out = layer.propagate(edge_index, x=x, edge_weight=edge_weight)
+        out = F.linear(out, layer.lin.weight)
+        if layer.bias is not None:
+            out = out + layer.bias
+        return out
+
+    def host_reason(self, layer: GCNConv, call: Call) -> str | None:
+        return None
+
+    def forward_host(self, layer: GCNConv, call: Call) -> Tensor:
+        """PyG's own order, ``Â (X W^T) + b``, with ``X W^T`` taken on the host."""
+        edge_index, edge_weight = self._normalised(layer, call)
+        h = transform_rows(call["x"], layer.lin.weight)
+        out = layer.propagate(edge_index, x=h, edge_weight=edge_weight)
+        if layer.bias is not None:
+            out = out + layer.bias
+        return out
+
+    @staticmethod
+    def _normalised(layer: GCNConv, call: Call) -> tuple[Tensor, Tensor | None]:
+        """``Â``'s edges and weights exactly as GCNConv builds them (same cache)."""
         x, edge_index, edge_weight = call["x"], call["edge_index"], call["edge_weight"]
         if layer.normalize:
             cache = layer._cached_edge_index
@@ -78,8 +102,4 @@ class GCNRule(Rule):
                     layer._cached_edge_index = (edge_index, edge_weight)
             else:
                 edge_index, edge_weight = cache[0], cache[1]
-        out = layer.propagate(edge_index, x=x, edge_weight=edge_weight)
-        out = F.linear(out, layer.lin.weight)
-        if layer.bias is not None:
-            out = out + layer.bias
-        return out
+        return edge_index, edge_weight

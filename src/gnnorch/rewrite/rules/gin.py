@@ -25,6 +25,7 @@ from torch_geometric.nn.dense.linear import Linear as PygLinear
 from torch_geometric.nn.models import MLP
 
 from ..costmodel import Op
+from ..host import transform_rows
 from ..shapes import LayerShape
 from .base import Call, Rule, backward_expected, linear_aggr_kind, requires_grad
 
@@ -157,13 +158,19 @@ class GINRule(Rule):
         first, rest, _ = split_first_linear(layer.nn)
         x = call["x"]
         if isinstance(x, Tensor):
-            h_src = h_dst = F.linear(x, first.weight)
+            h_src = h_dst = transform_rows(x, first.weight)
         else:
-            h_src = F.linear(x[0], first.weight)
-            h_dst = None if x[1] is None else F.linear(x[1], first.weight)
+            h_src = transform_rows(x[0], first.weight)
+            h_dst = None if x[1] is None else transform_rows(x[1], first.weight)
         out = layer.propagate(call["edge_index"], x=(h_src, h_dst), size=call["size"])
         if h_dst is not None:
             out = out + (1 + layer.eps) * h_dst
         if first.bias is not None:
             out = out + first.bias
         return rest(out)
+
+    def host_reason(self, layer: GINConv, call: Call) -> str | None:
+        return None
+
+    def forward_host(self, layer: GINConv, call: Call) -> Tensor:
+        return self.forward(layer, call)    # transform_rows takes deferred rows to the host

@@ -20,6 +20,7 @@ from torch_geometric.nn import SAGEConv
 
 from ..costmodel import Op
 from ..shapes import LayerShape
+from ..host import DeferredFeatures, transform_rows
 from .base import Call, Rule, backward_expected, linear_aggr_kind, requires_grad
 
 __all__ = ["SAGERule"]
@@ -81,16 +82,32 @@ class SAGERule(Rule):
         x = _pair(call["x"])
         if layer.project and hasattr(layer, "lin"):
             x = (layer.lin(x[0]).relu(), x[1])
-        h = F.linear(x[0], layer.lin_l.weight)
+        h = transform_rows(x[0], layer.lin_l.weight)
         out = layer.propagate(call["edge_index"], x=(h, x[1]), size=call["size"])
         if layer.lin_l.bias is not None:
             out = out + layer.lin_l.bias
         x_r = x[1]
         if layer.root_weight and x_r is not None:
-            out = out + layer.lin_r(x_r)
+            if isinstance(x_r, DeferredFeatures):     # host path: lin_r's rows on the host too
+                out = out + transform_rows(x_r, layer.lin_r.weight)
+                if layer.lin_r.bias is not None:
+                    out = out + layer.lin_r.bias
+            else:
+                out = out + layer.lin_r(x_r)
         if layer.normalize:
             out = F.normalize(out, p=2., dim=-1)
         return out
+
+
+    def host_reason(self, layer: SAGEConv, call: Call) -> str | None:
+        if layer.project:
+            return "project=True transforms the input rows with a ReLU first"
+        if layer.root_weight and (layer.lin_r._forward_hooks or layer.lin_r._forward_pre_hooks):
+            return "lin_r has forward hooks"
+        return None
+
+    def forward_host(self, layer: SAGEConv, call: Call) -> Tensor:
+        return self.forward(layer, call)    # transform_rows takes deferred rows to the host
 
 
 def _n_dst(x_dst: Tensor | None, size: tuple | None, edge_index: Tensor) -> int:

@@ -1,0 +1,365 @@
+"""Pre-transformation on the host (DAHA): the bottom layer's ``X W^T`` computed on the CPU.
+
+When the features live in host memory and the model on a GPU, PyG copies a batch's
+``n_src x f_in`` feature rows to the GPU and multiplies them there. For a transform-first order
+(``GCNConv``; ``SAGEConv`` and ``GINConv`` rewritten) the GPU only ever needs ``X W^T``,
+``n_src x f_out``: when ``f_out < f_in`` it is cheaper to multiply on the CPU and copy the
+narrower product. Whether it *is* cheaper depends on the CPU's matmul speed against the copy
+bandwidth and the GPU, so the engine measures both placements per layer and batch size
+(:class:`PlacementPlanner`) and keeps the faster one.
+
+The seam: the loader announces a batch whose ``x`` is a :class:`HostBatchFeatures` (a plain CPU
+tensor in every respect, see :func:`mark_host_features`). Moving it to a CUDA device
+(``batch.to(device)``, ``x.cuda()``) copies nothing: it becomes a :class:`DeferredFeatures`, a
+tensor of that device whose rows still live on the host. Row-prefix slices (what trimming
+takes) stay deferred; any other operation copies the rows to the device once (cached) and
+runs on the copy, so user code sees an ordinary device tensor. Only the rewrite engine reads
+the host rows directly, through :func:`transform_rows`.
+
+Exactness. :class:`HostLinear` computes ``Y = X W^T`` on the CPU (in the weight's dtype) and
+returns ``Y`` on the device; its backward is ``dL/dW = G^T X`` with ``G = dL/dY`` copied back
+to the host: the same gradient as ``F.linear`` up to floating-point rounding of the CPU's
+matmul (no gradient flows into ``X``: deferred rows never require one).
+
+Overlap. The forward runs in row chunks: the CPU multiplies chunk i+1 while chunk i is copied
+(pinned buffer, asynchronous copy); the backward copies ``G`` in chunks and multiplies each as
+soon as it has arrived. The batch's structure is copied by the user's ``batch.to(device)``
+before the model runs, so it does not overlap with the host matmul.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils._pytree import tree_map
+
+__all__ = ["HostBatchFeatures", "DeferredFeatures", "HostLinear", "mark_host_features",
+           "transform_rows", "deferred_input", "materialised", "PlacementPlanner", "HOST",
+           "DEVICE"]
+
+HOST = "host"
+DEVICE = "device"
+#: device types a HostBatchFeatures defers its copy to
+DEFER_TO = ("cuda",)
+_aten = torch.ops.aten
+
+
+class _Root:
+    """The host rows of one batch's features and their (lazy, cached) device copy."""
+
+    def __init__(self, host: Tensor, device: torch.device, non_blocking: bool) -> None:
+        self.host = host.contiguous()
+        self.device = device
+        self.non_blocking = non_blocking
+        self.copy: Tensor | None = None
+        self.dirty = False     # written to through the device copy: the host rows are stale
+
+    def device_rows(self, fresh: bool = False) -> Tensor:
+        """All rows on the device (``fresh``: a new copy, not the cached one)."""
+        if fresh:
+            return self.host.to(self.device, non_blocking=self.non_blocking)
+        if self.copy is None:
+            self.copy = self.host.to(self.device, non_blocking=self.non_blocking)
+        return self.copy
+
+
+class DeferredFeatures(Tensor):
+    """A device tensor whose rows ``[start, stop)`` of a batch's features are still on the host.
+
+    Behaves as the device tensor it stands for: any operation except a row-prefix slice,
+    ``alias`` or ``detach`` copies the rows to the device first (once per batch).
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    _root: _Root
+    _start: int
+    _stop: int
+
+    @staticmethod
+    def __new__(cls, root: _Root, start: int = 0, stop: int | None = None) -> "DeferredFeatures":
+        stop = root.host.size(0) if stop is None else stop
+        rows = root.host[start:stop]
+        obj = Tensor._make_wrapper_subclass(cls, rows.shape, strides=rows.stride(),
+                                            dtype=rows.dtype, device=root.device,
+                                            requires_grad=False)
+        obj._root, obj._start, obj._stop = root, start, stop
+        return obj
+
+    @classmethod
+    def defer(cls, host: Tensor, device: torch.device | str,
+              non_blocking: bool = False) -> "DeferredFeatures":
+        """``host`` (a CPU tensor) standing for its copy on ``device``."""
+        return cls(_Root(host, torch.device(device), non_blocking))
+
+    @property
+    def host_rows(self) -> Tensor:
+        """The rows this tensor stands for, on the host."""
+        return self._root.host[self._start:self._stop]
+
+    @property
+    def usable(self) -> bool:
+        """False once the rows were written to on the device (the host rows are stale)."""
+        return not self._root.dirty
+
+    def materialise(self, fresh: bool = False) -> Tensor:
+        """The rows on the device (``fresh``: copied anew, for timing)."""
+        return self._root.device_rows(fresh)[self._start:self._stop]
+
+    def __repr__(self) -> str:  # printing must not copy the rows
+        return (f"DeferredFeatures(shape={tuple(self.shape)}, dtype={self.dtype}, "
+                f"device={self.device}, rows on the host)")
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is _aten.slice.Tensor and args and isinstance(args[0], DeferredFeatures):
+            sliced = _row_slice(*args, **kwargs)
+            if sliced is not None:
+                return sliced
+        if func in (_aten.alias.default, _aten.detach.default):
+            self = args[0]
+            return DeferredFeatures(self._root, self._start, self._stop)
+        if func in (_aten._to_copy.default,):
+            self = args[0]
+            device = kwargs.get("device", self.device)
+            same = (torch.device(device) == self.device
+                    and kwargs.get("dtype", self.dtype) in (None, self.dtype)
+                    and set(kwargs) <= {"device", "dtype", "non_blocking", "layout"})
+            if same:
+                return DeferredFeatures(self._root, self._start, self._stop)
+        if func._schema.is_mutable:
+            for value in (*args, *kwargs.values()):
+                if isinstance(value, DeferredFeatures):
+                    value._root.dirty = True
+
+        def unwrap(value: Any) -> Any:
+            return value.materialise() if isinstance(value, DeferredFeatures) else value
+
+        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+
+
+def _row_slice(self: DeferredFeatures, dim: int = 0, start: int | None = None,
+               end: int | None = None, step: int = 1) -> DeferredFeatures | None:
+    """``self[start:end]`` along rows as a deferred tensor (None for other slices)."""
+    if dim != 0 or step != 1:
+        return None
+    n = self.size(0)
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None or end >= sys.maxsize else (end + n if end < 0 else end)
+    start, end = min(max(start, 0), n), min(max(end, 0), n)
+    end = max(end, start)
+    return DeferredFeatures(self._root, self._start + start, self._start + end)
+
+
+class HostBatchFeatures(Tensor):
+    """A batch's CPU feature rows that defer their copy when moved to a CUDA device.
+
+    In every other respect a plain CPU tensor: other operations return plain tensors.
+    """
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (Tensor.to, Tensor.cuda) and args and isinstance(args[0], HostBatchFeatures):
+            target = _target(func, args, kwargs)
+            if target is not None:
+                device, non_blocking = target
+                return DeferredFeatures.defer(_plain(args[0]), device, non_blocking)
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        if func is Tensor.pin_memory and isinstance(out, Tensor):
+            return mark_host_features(out)   # pinning keeps the deferral
+        return out
+
+
+def _plain(x: Tensor) -> Tensor:
+    """The same storage as a plain Tensor."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return x.view(x.shape)
+
+
+def _target(func: Any, args: tuple, kwargs: dict) -> tuple[torch.device, bool] | None:
+    """(device, non_blocking) when ``func(*args)`` copies a tensor unchanged to a deferring
+    device; None for every other conversion."""
+    x = args[0]
+    if func is Tensor.cuda:
+        device = args[1] if len(args) > 1 else kwargs.get("device")
+        if isinstance(device, int) or device is None:
+            device = torch.device("cuda", torch.cuda.current_device() if device is None
+                                  else device)
+        non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        return torch.device(device), non_blocking
+    if kwargs.get("copy") or kwargs.get("memory_format") is not None:
+        return None
+    try:
+        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
+            *args[1:], **{k: v for k, v in kwargs.items() if k != "copy"})
+    except (TypeError, RuntimeError):
+        return None
+    if device is None or device.type not in DEFER_TO or dtype not in (None, x.dtype) \
+            or memory_format is not None:
+        return None
+    return device, bool(non_blocking)
+
+
+def mark_host_features(x: Tensor) -> Tensor:
+    """``x`` (a floating CPU tensor) as :class:`HostBatchFeatures`, sharing its storage;
+    anything else unchanged."""
+    if (type(x) is not Tensor or x.device.type != "cpu" or not x.is_floating_point()
+            or x.requires_grad or x.dim() != 2):
+        return x
+    return Tensor._make_subclass(HostBatchFeatures, x)
+
+
+class HostLinear(torch.autograd.Function):
+    """``x_host @ weight^T`` computed on the host, returned on ``weight``'s device.
+
+    Forward: chunks of rows multiplied on the CPU into a pinned buffer, each copied
+    asynchronously while the next is multiplied. Backward: ``grad_W = G^T x_host`` with ``G``
+    copied back in chunks, each multiplied as soon as it has arrived.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, weight: Tensor, x_host: Tensor, chunk: int) -> Tensor:
+        device = weight.device
+        w_host = weight.detach().to("cpu", x_host.dtype)
+        n, f_out = x_host.size(0), weight.size(0)
+        pin = device.type == "cuda"
+        out = torch.empty((n, f_out), dtype=weight.dtype, device=device)
+        buffer = torch.empty((n, f_out), dtype=x_host.dtype, pin_memory=pin)
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            torch.mm(x_host[start:stop], w_host.t(), out=buffer[start:stop])
+            out[start:stop].copy_(buffer[start:stop], non_blocking=pin)
+        ctx.save_for_backward(x_host)
+        ctx.chunk, ctx.weight_dtype = chunk, weight.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, None, None]:
+        (x_host,) = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        device = grad_out.device
+        n, chunk = x_host.size(0), ctx.chunk
+        pin = device.type == "cuda"
+        g_host = torch.empty(tuple(grad_out.shape), dtype=x_host.dtype, pin_memory=pin)
+        arrived = []
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            g_host[start:stop].copy_(grad_out[start:stop], non_blocking=pin)
+            if pin:
+                event = torch.cuda.Event()
+                event.record()
+                arrived.append(event)
+        grad_w = torch.zeros((grad_out.size(1), x_host.size(1)), dtype=x_host.dtype)
+        for i, start in enumerate(range(0, n, chunk)):
+            stop = min(n, start + chunk)
+            if pin:
+                arrived[i].synchronize()
+            grad_w.addmm_(g_host[start:stop].t(), x_host[start:stop])
+        return grad_w.to(device, ctx.weight_dtype), None, None
+
+
+def transform_rows(x: Tensor, weight: Tensor, chunk: int | None = None) -> Tensor:
+    """``x W^T`` (no bias): on the host for deferred rows, else ``F.linear``."""
+    if isinstance(x, DeferredFeatures) and x.usable:
+        rows = x.host_rows
+        chunk = chunk or max(1024, -(-rows.size(0) // 8))
+        return HostLinear.apply(weight, rows, chunk)
+    return F.linear(x, weight)
+
+
+def deferred_input(x: Any) -> bool:
+    """True when a layer's ``x`` (a tensor or a (source, destination) pair) is deferred host
+    rows that the host path can read: every tensor in it deferred and usable."""
+    parts = [p for p in (x if isinstance(x, (tuple, list)) else (x,)) if p is not None]
+    return bool(parts) and all(isinstance(p, DeferredFeatures) and p.usable for p in parts)
+
+
+def materialised(value: Any, fresh: bool = False) -> Any:
+    """``value`` with every deferred tensor (also inside tuples, lists, dicts) on the device."""
+    def unwrap(v: Any) -> Any:
+        return v.materialise(fresh) if isinstance(v, DeferredFeatures) else v
+
+    return tree_map(unwrap, value)
+
+
+@dataclass
+class PlacementState:
+    """Measured forward(+backward) seconds of one (layer, bucket) on each placement."""
+
+    probes: int = 0
+    calls: int = 0
+    host_calls: int = 0
+    measured: dict[str, deque] = field(
+        default_factory=lambda: {HOST: deque(maxlen=8), DEVICE: deque(maxlen=8)})
+    choice: str = DEVICE
+
+    def median(self, where: str) -> float | None:
+        samples = self.measured[where]
+        return statistics.median(samples) if samples else None
+
+    def as_dict(self) -> dict[str, Any]:
+        host, device = self.median(HOST), self.median(DEVICE)
+        return {"calls": self.calls, "host_calls": self.host_calls, "probes": self.probes,
+                "choice": self.choice, "measured_s": {HOST: host, DEVICE: device},
+                "speedup_measured": device / host if host and device else None}
+
+
+@dataclass
+class PlacementPlanner:
+    """Host or device transform, per (layer, bucket): the first ``probes_per_bucket`` calls
+    time both (the device side including the copy of the full-width rows); then the faster
+    median wins, the host only by more than ``margin``."""
+
+    probes_per_bucket: int = 2
+    margin: float = 0.03
+    buckets: dict[tuple, PlacementState] = field(default_factory=dict)
+
+    def state(self, key: tuple) -> PlacementState:
+        if key not in self.buckets:
+            self.buckets[key] = PlacementState()
+        return self.buckets[key]
+
+    def needs_probe(self, state: PlacementState) -> bool:
+        return state.probes < self.probes_per_bucket
+
+    def export(self) -> list[dict]:
+        """Measured buckets as JSON rows (see :meth:`load`)."""
+        return [{"key": key[0], "bucket": list(key[1]),
+                 "measured": {w: list(st.measured[w]) for w in (HOST, DEVICE)}}
+                for key, st in self.buckets.items() if st.probes > 0]
+
+    def load(self, rows: list[dict]) -> int:
+        """Adopt buckets measured by another process of this machine; returns how many."""
+        adopted = 0
+        for row in rows:
+            key = (row["key"], tuple(row["bucket"]))
+            if key in self.buckets:
+                continue
+            state = self.state(key)
+            for w in (HOST, DEVICE):
+                state.measured[w].extend(float(v) for v in row["measured"][w])
+            state.probes = self.probes_per_bucket
+            state.choice = self._choice(state)
+            adopted += 1
+        return adopted
+
+    def _choice(self, state: PlacementState) -> str:
+        return (HOST if state.median(HOST) < (1.0 - self.margin) * state.median(DEVICE)
+                else DEVICE)
+
+    def record(self, state: PlacementState, host: float, device: float) -> None:
+        state.measured[HOST].append(host)
+        state.measured[DEVICE].append(device)
+        state.probes += 1
+        state.choice = self._choice(state)
