@@ -188,13 +188,13 @@ def measure_one(kind: str, args: argparse.Namespace) -> dict:
     elif kind in ("tuned", "forced"):
         report_dir = Path(args.out).with_suffix("") / f"{kind}-report"
         tune = {"max_overhead": 1e9} if kind == "forced" else None
-        runtime = gnnorch.Runtime(bench_train, report_dir=report_dir, tune=tune)
+        runtime = gnnorch.Runtime(bench_train, report_dir=report_dir, tune=tune, device="cpu")
         out = runtime(data, epochs=args.epochs)
         row = {"kind": kind, "report": runtime.report.data, "report_path": str(report_dir),
                "plan": runtime.last_run.plan.to_dict()}
     else:
         p, s, t = (int(v) for v in kind.split(","))
-        runtime = gnnorch.Runtime(bench_train, processes=p, sampler_cores=s, threads=t)
+        runtime = gnnorch.Runtime(bench_train, processes=p, sampler_cores=s, threads=t, device="cpu")
         out = runtime(data, epochs=args.ex_epochs)
         row = {"kind": kind, "plan": runtime.last_run.plan.to_dict()}
     wall = time.perf_counter() - start
@@ -234,6 +234,13 @@ def part_a(args: argparse.Namespace) -> dict:
     print(f"graph: {data.num_nodes} nodes, {data.num_edges} edges, {seeds} training seeds "
           f"({steps} steps of 1024 per epoch); machine: {topo}; feasible plans: {len(plans)}",
           flush=True)
+    default_plan = (1, 0, topo.num_usable)
+    if args.min_cores:   # a big machine: exhaustive over the plans that use most cores
+        plans = [p for p in plans if p.processes * (p.sampler_cores + p.threads)
+                 >= args.min_cores or p.as_tuple() == default_plan]
+        print(f"exhaustive over the {len(plans)} plans using >= {args.min_cores} cores (and "
+              f"the default); plans the tuner picks outside them are measured afterwards",
+              flush=True)
     try:
         import torch_sparse  # noqa: F401
 
@@ -252,6 +259,16 @@ def part_a(args: argparse.Namespace) -> dict:
         runs[kind] = fresh(kind, args)
         print(f"  {kind} run ({args.epochs} epochs): wall {runs[kind]['wall_seconds']:.1f} s, "
               f"plan {runs[kind]['plan']}", flush=True)
+    for run in runs.values():   # a plan picked outside a restricted exhaustive set
+        picked = tuple(run["plan"][k] for k in ("processes", "sampler_cores", "threads"))
+        if picked not in {p.as_tuple() for p in plans}:
+            plans.append(SearchSpace.plan(dict(zip(("processes", "sampler_cores", "threads"),
+                                                   picked))))
+            row = fresh(",".join(map(str, picked)), args)
+            print(f"  measured the picked plan {picked}: {row['throughput']:.0f} seeds/s",
+                  flush=True)
+            exhaustive.append(row)
+    best = max(exhaustive, key=lambda r: r["throughput"])
     vanilla = fresh("vanilla", args) if have_sparse else None
     if vanilla:
         print(f"  vanilla PyG ({args.epochs} epochs): wall {vanilla['wall_seconds']:.1f} s, "
@@ -317,6 +334,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=30, help="part A: epochs of the runs")
     ap.add_argument("--ex-epochs", type=int, default=5, help="part A: epochs per exhaustive plan")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--min-cores", type=int, default=0,
+                    help="part A: exhaustive only over plans using at least this many cores")
     ap.add_argument("--seeds", type=int, default=20, help="part B: seeds")
     ap.add_argument("--seed-offset", type=int, default=0, help="part B: first seed")
     ap.add_argument("--replay", help="part B: recompute the tables from this JSON's runs")

@@ -192,16 +192,16 @@ class RewriteEngine:
                 return rule.forward_host(layer, call)
             args, kwargs = materialised(args), materialised(kwargs)
             call = rule.bind(layer, args, kwargs)
-        model = self.cost_model(device)
         state = self.planner.state(_decision_key(entry, device), shape)
         predicted = None
-        if self.planner.needs_prediction(state):
+        if self.planner.needs_prediction(state):   # (the model is calibrated on first use)
+            model = self.cost_model(device)
             predicted = tuple(model.predict(rule.ops(layer, shape, rewritten),
                                             _model_key(entry, order))
                               for order, rewritten in ((ORIGINAL, False), (REWRITTEN, True)))
         if self.planner.plan(state, predicted):
-            self._probe(entry, layer, original_forward, args, kwargs, shape, state, model,
-                        device)
+            self._probe(entry, layer, original_forward, args, kwargs, shape, state,
+                        self.cost_model(device), device)
         # (a probe may just have changed the choice, or found the rewrite broken)
         if self.mode is True and state.rewrite and entry.broken is None:
             entry.rewritten_calls += 1

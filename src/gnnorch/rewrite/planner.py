@@ -6,7 +6,10 @@ bucket runs the order with the lower *measured* median time. Before a bucket has
 measured, and for buckets never probed, the cost model's prediction decides. Either way a
 rewrite must win by ``margin`` (default 3%): within the noise the layer keeps PyG's order.
 Every ``reprobe_every`` calls a bucket is probed again, which keeps the cost model refined
-and lets the choice follow a machine whose speed drifts.
+and lets the choice follow a machine whose speed drifts. A bucket whose first prediction
+is *decisive* (one order predicted ``decisive``-times (default 2x) slower than the other,
+far outside the model's error) is not probed until then: a probe runs both orders forward +
+backward twice, which on large batches costs several steps' worth of time.
 """
 from __future__ import annotations
 
@@ -69,6 +72,7 @@ class Planner:
     probes_per_bucket: int = 2
     reprobe_every: int = 1000
     margin: float = 0.03
+    decisive: float = 2.0
     buckets: dict[tuple[int, Bucket], BucketState] = field(default_factory=dict)
 
     def state(self, layer_key: int, shape: LayerShape) -> BucketState:
@@ -88,14 +92,17 @@ class Planner:
         state.calls += 1
         if predicted is not None:
             state.predicted = {ORIGINAL: predicted[0], REWRITTEN: predicted[1]}
-        probe = (state.probes < self.probes_per_bucket
+        decisive = (state.probes == 0 and predicted is not None and self.decisive > 0
+                    and min(predicted) > 0
+                    and max(predicted) >= self.decisive * min(predicted))
+        probe = ((state.probes < self.probes_per_bucket and not decisive)
                  or (self.reprobe_every > 0 and state.calls % self.reprobe_every == 0))
         self._decide(state)
         return probe
 
     def needs_prediction(self, state: BucketState) -> bool:
         """True while the bucket's choice still rests on the model."""
-        return state.decided_by != "measured" or not state.predicted
+        return state.decided_by != "measured"
 
     def record(self, state: BucketState, order: str, predicted: float, measured: float) -> None:
         """Add one probe measurement of ``order`` (with the prediction made before it)."""
