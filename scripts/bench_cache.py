@@ -352,8 +352,8 @@ def main() -> None:
         torch.save(data, graph)
         configs = [] if args.no_vanilla else [{"mode": "vanilla"}]
         configs.append({"mode": "fast"})
-        for s in (int(v) for v in args.staleness.split(",")):
-            for r in (float(v) for v in args.ratios.split(",")):
+        for s in (int(v) for v in args.staleness.split(",") if v):
+            for r in (float(v) for v in args.ratios.split(",") if v):
                 configs.append({"mode": "cache", "ratio": r, "staleness": s,
                                 "overlap": args.overlap, "gradient": args.gradient})
         runs: list[list[dict]] = [[] for _ in configs]

@@ -66,3 +66,27 @@ def test_combine_uses_the_slowest_rank():
     m = combine(summaries)
     assert m["throughput"] == pytest.approx(40 / 4.0)
     assert m["batch_size_per_rank"] == [5, 5] and m["complete"]
+
+
+def test_epoch_start_is_amortised_over_short_epochs():
+    """Epochs of 4 steps whose starts cost 5 s: the steady rate misses them, the combined
+    throughput charges each epoch one start (the first epoch's start, with its one-off set-up,
+    is never used)."""
+    meter = ProbeMeter(warmup=0, batches=6)
+    clock = 0.0
+    for epoch in range(4):
+        timer = FakeTimer(epoch=epoch)
+        timer.start = clock
+        for step in range(4):
+            clock += (50.0 if epoch == 0 else 5.0) if step == 0 else 1.0
+            timer.batch_ends.append(clock)
+            timer.batch_seeds.append(10)
+            try:
+                meter(timer)
+            except ProbeEnd:
+                break
+    st = meter.summary()
+    assert st["epoch_start_seconds"] == pytest.approx(5.0)
+    m = combine({0: {"stats": {"probe": st}}})
+    assert m["steady_throughput"] == pytest.approx(10.0)
+    assert m["throughput"] == pytest.approx(40 / (5.0 + 3 * 1.0))

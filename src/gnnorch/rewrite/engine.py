@@ -241,15 +241,8 @@ class RewriteEngine:
             DEVICE: lambda: original_forward(*materialised(args, fresh=True),
                                              **materialised(kwargs, fresh=True)),
         }
-        times: dict[str, list[float]] = {HOST: [], DEVICE: []}
-        outputs: dict[str, Tensor] = {}
         with _buffers_restored(layer):
-            for repeat in range(self.repeats):
-                for where in ((DEVICE, HOST) if repeat % 2 == 0 else (HOST, DEVICE)):
-                    with _same_random_stream(device):
-                        seconds, outputs[where] = time_call(runs[where], wrt, shape.backward,
-                                                            device)
-                    times[where].append(seconds)
+            times, outputs = _time_alternating(runs, wrt, shape.backward, device, self.repeats)
         mismatch = _mismatch(outputs[DEVICE], outputs[HOST])
         if mismatch is not None:
             entry.host_broken = f"host transform disabled: its output differs ({mismatch})"
@@ -399,15 +392,7 @@ class RewriteEngine:
                 ORIGINAL: lambda: original_forward(*d_args, **d_kwargs),
                 REWRITTEN: lambda: rule.forward(layer, call),
             }
-            times: dict[str, list[float]] = {ORIGINAL: [], REWRITTEN: []}
-            outputs: dict[str, Tensor] = {}
-            for repeat in range(self.repeats):
-                orders = (ORIGINAL, REWRITTEN) if repeat % 2 == 0 else (REWRITTEN, ORIGINAL)
-                for order in orders:
-                    with _same_random_stream(device):
-                        seconds, outputs[order] = time_call(runs[order], wrt, shape.backward,
-                                                            device)
-                    times[order].append(seconds)
+            times, outputs = _time_alternating(runs, wrt, shape.backward, device, self.repeats)
         mismatch = _mismatch(outputs[ORIGINAL], outputs[REWRITTEN])
         if mismatch is not None:
             entry.broken = f"rewrite disabled: its output differs from PyG's ({mismatch})"
@@ -419,6 +404,23 @@ class RewriteEngine:
             self.planner.record(state, order, predicted, measured)
         self.planner.finish_probe(state)
         entry.probe_s += time.perf_counter() - start
+
+
+def _time_alternating(runs: dict[str, Callable[[], Any]], wrt: list[Tensor], backward: bool,
+                      device: torch.device, repeats: int
+                      ) -> tuple[dict[str, list[float]], dict[str, Tensor]]:
+    """Fwd(+bwd) seconds of every run, ``repeats`` times, alternating which goes first; each
+    from the same random state (same dropout masks; the user's stream does not move). Returns
+    the times per run and each run's last output."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    outputs: dict[str, Tensor] = {}
+    names = list(runs)
+    for repeat in range(repeats):
+        for name in (names if repeat % 2 == 0 else names[::-1]):
+            with _same_random_stream(device):
+                seconds, outputs[name] = time_call(runs[name], wrt, backward, device)
+            times[name].append(seconds)
+    return times, outputs
 
 
 def _signature(layer: Module) -> str:

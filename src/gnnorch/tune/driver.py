@@ -181,6 +181,8 @@ class _Session:
             "measured_batches": int(m["batches"]) if m else 0,
             "warmup_batches": int(m.get("warmup") or 0) if m else 0,
             "chosen_by": chosen_by, "predicted": predicted, "best_so_far": best,
+            "steady_throughput": m.get("steady_throughput") if m and error is None else None,
+            "epoch_start_seconds": m.get("epoch_start_seconds") if m and error is None else None,
         }
         d["trials"].append(trial)
         d["best_so_far"].append(best)

@@ -16,7 +16,9 @@ properties, additionalProperties, items, anyOf), so validation needs no extra pa
 * ``tuner``: every `TuneConfig` setting, plus ``n_initial_points_used``.
 * ``decision``: whether tuning ran (``tuned``), why (``reason``), and the projection behind it.
 * ``trials``: one entry per probe, in order: the configuration, each rank's CPUs, each rank's
-  batch size, the measured throughput (training seeds per second over all ranks, steady state),
+  batch size, the measured throughput (training seeds per second over all ranks: steady state,
+  and when the probe saw an epoch start after its first epoch, with that per-epoch start cost
+  amortised over the epoch: ``steady_throughput`` and ``epoch_start_seconds`` give both parts),
   status ("ok", "short": fewer measured steps than asked because the run ended, "failed"), wall
   seconds of the probe (start-up included), measured seconds and steps, warm-up steps excluded,
   who chose it ("default", "initial" design or "tuner"), the surrogate's prediction for tuner
@@ -92,6 +94,8 @@ _TRIAL = {
         "chosen_by": {"enum": ["default", "initial", "tuner"]},
         "predicted": _PREDICTED,
         "best_so_far": _NUM_OR_NULL,
+        "steady_throughput": _NUM_OR_NULL,
+        "epoch_start_seconds": _NUM_OR_NULL,
     },
 }
 
