@@ -90,3 +90,33 @@ def test_epoch_start_is_amortised_over_short_epochs():
     m = combine({0: {"stats": {"probe": st}}})
     assert m["steady_throughput"] == pytest.approx(10.0)
     assert m["throughput"] == pytest.approx(40 / (5.0 + 3 * 1.0))
+
+
+def test_one_off_measurement_time_is_taken_out_of_measured_steps():
+    """Steps of 1 s, of which the second and third also ran 4 s of rewrite probes: the meter
+    measures 1 s per step all the same."""
+    class Ctx:
+        spent = 0.0
+
+        def one_off_seconds(self):
+            return self.spent
+
+    ctx = Ctx()
+    meter = ProbeMeter(warmup=0, batches=4)
+    meter.start = 0.0                                        # the fake clock's origin
+    timer = FakeTimer()
+    timer.ctx = ctx
+    clock = 0.0
+    for step in range(6):
+        extra = 4.0 if step in (1, 2) else 0.0
+        ctx.spent += extra
+        clock += 1.0 + extra
+        timer.batch_ends.append(clock)
+        timer.batch_seeds.append(10)
+        try:
+            meter(timer)
+        except ProbeEnd:
+            break
+    st = meter.summary()
+    assert st["batches"] == 4 and st["seconds"] == pytest.approx(4.0)
+    assert st["first_step_at"] == pytest.approx(1.0)

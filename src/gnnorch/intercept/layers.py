@@ -40,6 +40,7 @@ import dataclasses
 import functools
 import math
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -190,6 +191,12 @@ class LayerSeam:
         self.rows_untrimmed = 0              # what the same calls compute untrimmed
         self.layer_hook: Any = None          # see the module docstring (the cache)
         self._thread: int | None = None      # the thread the seam follows
+        self.check_s = 0.0                   # seconds spent in one-off trimming checks
+
+    def one_off_seconds(self) -> float:
+        """Seconds spent so far measuring rather than training: trimming checks, rewrite
+        probes and calibration (monotone; see `RankContext.one_off_seconds`)."""
+        return self.check_s + (self.rewrites.overhead_s if self.rewrites is not None else 0.0)
 
     # -- installation ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -310,7 +317,9 @@ class LayerSeam:
         if mixing:
             state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
             return
+        start = time.perf_counter()
         state.trim, state.compact, state.reason = self._check(model, state, args, kwargs)
+        self.check_s += time.perf_counter() - start
 
     def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,
                kwargs: dict) -> tuple[bool, bool, str | None]:

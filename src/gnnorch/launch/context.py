@@ -67,6 +67,13 @@ class RankContext:
     def sampler_cpus(self) -> list[int] | None:
         return list(self.cores.sampler_cpus) if self.cores is not None else None
 
+    def one_off_seconds(self) -> float:
+        """Seconds this rank has spent on one-off measurements inside training steps (the
+        layer seam's trimming checks, rewrite probes and calibration). A step's wall time less
+        its share of this is what the step costs in steady state."""
+        seam = self.layer_seam
+        return seam.one_off_seconds() if seam is not None else 0.0
+
     def summary(self) -> dict:
         """What this rank reports back to the caller: epoch records and feature statistics."""
         return {"epochs": [e.to_dict() for e in self.epochs], "stats": self.stats}

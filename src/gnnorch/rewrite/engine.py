@@ -165,6 +165,9 @@ class RewriteEngine:
             probes_per_bucket=max(1, probes_per_bucket), margin=margin)
         # shared with other engines of the process when given: calibrated once, refined by all
         self._models: dict[str, CostModel] = {} if cost_models is None else cost_models
+        # seconds spent measuring rather than training (probes, calibration): a step's time
+        # less this is what the step costs once decisions are made (the tuner's probes use it)
+        self.overhead_s = 0.0
         self._entries: list[_LayerEntry] = []
         self._by_id: dict[int, _LayerEntry] = {}
         self._names: dict[int, str] = {}
@@ -250,6 +253,7 @@ class RewriteEngine:
                           stacklevel=4)
         self.placements.record(state, min(times[HOST]), min(times[DEVICE]))
         entry.probe_s += time.perf_counter() - start
+        self.overhead_s += time.perf_counter() - start
 
     def register_names(self, model: Module, prefix: str = "") -> None:
         """Name the report's layers by their qualified names in ``model``."""
@@ -288,8 +292,10 @@ class RewriteEngine:
         if key not in self._models:
             model = CostModel(device=key)
             if self.calibration_s > 0:
+                start = time.perf_counter()
                 with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                     calibrate(model, device, budget_s=self.calibration_s)
+                self.overhead_s += time.perf_counter() - start
             self._models[key] = model
         return self._models[key]
 
@@ -404,6 +410,7 @@ class RewriteEngine:
             self.planner.record(state, order, predicted, measured)
         self.planner.finish_probe(state)
         entry.probe_s += time.perf_counter() - start
+        self.overhead_s += time.perf_counter() - start
 
 
 def _time_alternating(runs: dict[str, Callable[[], Any]], wrt: list[Tensor], backward: bool,

@@ -5,7 +5,11 @@ A `ProbeMeter` is a batch callback (`RankContext.batch_callbacks`): it sees ever
 of the rank end (`EpochTimer.batch_ends` / `batch_seeds`), skips ``warmup`` steps and the first
 step of every epoch (its interval includes the loader's start and whatever the user did between
 epochs), measures the next ``batches`` steps, and then calls ``on_budget`` -- by default
-raising `ProbeEnd`, which ends the user's function. Short epochs pay a per-epoch start (the
+raising `ProbeEnd`, which ends the user's function. Time the rank spends on one-off
+measurements inside steps (rewrite probes and calibration, trimming checks:
+`RankContext.one_off_seconds`) is taken out of the measured steps: on the 16-core machine
+multi-rank probes, whose ranks probe their own batch shapes, measured half of the plans'
+full-run throughput without this. Short epochs pay a per-epoch start (the
 loader's sampler workers start, the first batch is sampled) that a steady-state rate misses:
 when a probe sees an epoch start after its first epoch, `combine` amortises it over the epoch,
 ``seeds/step * L / (start + (L - 1) * step)`` (measured on the 16-core machine with 6-step
@@ -63,6 +67,7 @@ class ProbeMeter:
         self.converge, self.max_extra = converge, int(max_extra)
         self._eligible: list[tuple[int, float, int]] = []     # (step, seconds, seeds)
         self._epoch_starts: list[float] = []
+        self._one_off = 0.0            # the context's one-off seconds at the previous step
         self.active = True
         self.start = time.perf_counter()
         self.steps = 0
@@ -81,7 +86,13 @@ class ProbeMeter:
         if not self.active or not timer.batch_ends:
             return
         key = (timer.loader, timer.epoch)
-        stamp, seeds = timer.batch_ends[-1], timer.batch_seeds[-1]
+        raw, seeds = timer.batch_ends[-1], timer.batch_seeds[-1]
+        # time spent in one-off measurements (rewrite probes, calibration, trimming checks) is
+        # not part of a step: measured intervals use stamps shifted back by it
+        one_off_fn = getattr(getattr(timer, "ctx", None), "one_off_seconds", None)
+        one_off = one_off_fn() if callable(one_off_fn) else 0.0
+        stamp = raw - one_off
+        since_last, self._one_off = one_off - self._one_off, one_off
         st = self.stats
         if key not in self._epoch_steps:
             self._epoch_steps[key] = 0
@@ -92,12 +103,12 @@ class ProbeMeter:
                 and isinstance(getattr(timer, "start", None), float) and not st["complete"]:
             # an epoch's start after the first (the first carries one-off set-up): starting
             # the loader (its sampler workers) plus the first step, paid once per epoch
-            self._epoch_starts.append(stamp - timer.start)
+            self._epoch_starts.append(max(0.0, raw - timer.start - since_last))
             st["epoch_start_seconds"] = statistics.median(self._epoch_starts)
         self.steps += 1
         st["steps"] = self.steps
         if st["first_step_at"] is None:
-            st["first_step_at"] = stamp - self.start
+            st["first_step_at"] = raw - self.start
             st["batch_size"] = int(seeds)
         if self._prev is not None and self._prev[0] == key and self.steps > self.warmup \
                 and not st["complete"]:
