@@ -194,7 +194,8 @@ def measure_one(kind: str, args: argparse.Namespace) -> dict:
                "plan": runtime.last_run.plan.to_dict()}
     else:
         p, s, t = (int(v) for v in kind.split(","))
-        runtime = gnnorch.Runtime(bench_train, processes=p, sampler_cores=s, threads=t, device="cpu")
+        runtime = gnnorch.Runtime(bench_train, processes=p, sampler_cores=s, threads=t,
+                                  device="cpu")
         out = runtime(data, epochs=args.ex_epochs)
         row = {"kind": kind, "plan": runtime.last_run.plan.to_dict()}
     wall = time.perf_counter() - start
@@ -306,7 +307,8 @@ def part_a(args: argparse.Namespace) -> dict:
               f"exhaustive best (p={best['plan']['processes']} s={best['plan']['sampler_cores']} "
               f"t={best['plan']['threads']}); goal >= 0.95")
         print(f"  tuning: {tuning:.1f} s ({len(rep['trials'])} probes; BO "
-              f"{rep['overhead']['bo_seconds']:.2f} s, probes {rep['overhead']['probe_seconds']:.1f}"
+              f"{rep['overhead']['bo_seconds']:.2f} s, probes "
+              f"{rep['overhead']['probe_seconds']:.1f}"
               f" s) = {tuning / epoch_ref:.1f} steady epochs of "
               f"{'vanilla PyG' if vanilla else 'the default plan'} ({epoch_ref:.2f} s/epoch)")
         entry = {"fraction_of_best": fraction, "tuning_seconds": tuning,

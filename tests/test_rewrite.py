@@ -566,3 +566,25 @@ def test_cora_training_through_the_engine_matches_pyg(kind):
     assert pyg[-1] < pyg[0]
     torch.testing.assert_close(torch.tensor(via_engine), torch.tensor(pyg), **F32)
     torch.testing.assert_close(torch.tensor(forced), torch.tensor(pyg), **F32)
+
+
+def test_work_dominated_rewrites_are_not_probed():
+    """SAGE transform-first with f_out > f_in does more of every kind of work: PyG's order,
+    no probe; GCN aggregate-first with f_in < f_out does less aggregation work: probed."""
+    from gnnorch.rewrite.costmodel import dominated
+
+    x, edge_index = small_graph(600, 300, 3000, 16)
+    sage, gcn = SAGEConv(16, 64), GCNConv(16, 64)
+    for layer, args, expect_probe in ((sage, ((x, x[:300]), edge_index), False),
+                                      (gcn, (x, edge_index), True)):
+        rule = rule_for(layer)
+        shape = rule.shape(layer, rule.bind(layer, args, {}), True)
+        assert dominated(rule.ops(layer, shape, True), rule.ops(layer, shape, False)) \
+            is not expect_probe
+        eng = engine(True)
+        out = eng.forward(layer, layer.forward, args, {})
+        torch.testing.assert_close(out, layer(*args), **F32)
+        (bucket,) = eng.report()["layers"][0]["buckets"]
+        assert (bucket["probes"] > 0) is expect_probe
+        if not expect_probe:
+            assert bucket["decided_by"] == "work" and bucket["choice"] == "original"

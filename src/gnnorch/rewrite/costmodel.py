@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import nnls
 
-__all__ = ["Op", "CostModel", "features", "OP_KINDS"]
+__all__ = ["Op", "CostModel", "features", "OP_KINDS", "work", "dominated"]
 
 _AGG_KINDS = ("agg_sum", "agg_mean")
 
@@ -101,6 +101,32 @@ def features(op: Op) -> list[float]:
         nf = float(op.n) * op.f_in
         return [1.0, nf, b * nf, _big(nf)]
     raise ValueError(f"unknown operation kind {op.kind!r}; expected one of {OP_KINDS}")
+
+
+def work(ops: Iterable[Op]) -> dict[str, float]:
+    """Arithmetic work per operation kind: multiply-adds of the forward, plus the backward's
+    (weight and, where needed, input gradients)."""
+    total: dict[str, float] = {}
+    for op in ops:
+        b, g = float(op.backward), float(op.input_grad)
+        if op.kind == "linear":
+            amount = float(op.n) * op.f_in * op.f_out * (1.0 + b + b * g)
+        elif op.kind in _AGG_KINDS or op.kind == "agg_weighted":
+            amount = float(op.n_edges) * op.f_in * (1.0 + b * g)
+        elif op.kind == "edge_softmax":
+            amount = float(op.n_edges) * (1.0 + b)
+        else:
+            amount = float(op.n) * op.f_in * (1.0 + b)
+        total[op.kind] = total.get(op.kind, 0.0) + amount
+    return total
+
+
+def dominated(candidate: Iterable[Op], reference: Iterable[Op]) -> bool:
+    """True when ``candidate`` does at least as much work of every kind as ``reference``
+    (so no machine runs it faster, short of framework quirks): such a rewrite is not worth
+    a probe."""
+    a, b = work(candidate), work(reference)
+    return all(a.get(kind, 0.0) >= amount for kind, amount in b.items())
 
 
 @dataclass

@@ -43,7 +43,7 @@ from torch import Tensor
 from torch.nn import Module
 
 from .calibrate import calibrate
-from .costmodel import CostModel
+from .costmodel import CostModel, dominated
 from .host import DEVICE, HOST, PlacementPlanner, deferred_input, materialised
 from .planner import ORIGINAL, REWRITTEN, BucketState, Planner
 from .rules import Rule, rule_for
@@ -196,6 +196,9 @@ class RewriteEngine:
             args, kwargs = materialised(args), materialised(kwargs)
             call = rule.bind(layer, args, kwargs)
         state = self.planner.state(_decision_key(entry, device), shape)
+        if state.calls == 0 and state.probes == 0:
+            state.dominated = dominated(rule.ops(layer, shape, True),
+                                        rule.ops(layer, shape, False))
         predicted = None
         if self.planner.needs_prediction(state):   # (the model is calibrated on first use)
             model = self.cost_model(device)

@@ -7,8 +7,11 @@ twice, alternating -- and from then on the
 bucket runs the order with the lower *measured* median time. Before a bucket has been
 measured, and for buckets never probed, the cost model's prediction decides. Either way a
 rewrite must win by ``margin`` (default 3%): within the noise the layer keeps PyG's order.
-Every ``reprobe_every`` calls a bucket is probed again, which keeps the cost model refined
-and lets the choice follow a machine whose speed drifts. With ``decisive`` > 0, a bucket
+A bucket whose rewrite does at least as much work of every kind as PyG's order
+(``costmodel.dominated``, e.g. SAGE transform-first when f_out >= f_in) keeps PyG's order
+and is never probed (probes are expensive on big batches: the 500K-node bench's first step
+took 50 s with rewrites on, 6 s off). Every ``reprobe_every`` calls a bucket is probed again,
+which keeps the cost model refined and lets the choice follow a machine whose speed drifts. With ``decisive`` > 0, a bucket
 whose first prediction puts one order ``decisive`` times slower than the other is not probed
 until then. It is off by default: with decisive = 2 the model's errors at batch sizes far above
 its calibration (held-out MAPE 20-80 % per layer type) can choose a 4x slower order unprobed.
@@ -40,6 +43,7 @@ class BucketState:
     errors: list[tuple[float, float]] = field(default_factory=list)
     rewrite: bool = False
     decided_by: str = "model"
+    dominated: bool = False   # the rewrite does at least as much work of every kind
 
     def median(self, order: str) -> float | None:
         """Median measured fwd+bwd seconds of ``order``; None before any probe."""
@@ -92,6 +96,9 @@ class Planner:
         the bucket's measured choice stands and no prediction was needed.
         """
         state.calls += 1
+        if state.dominated:            # never faster: PyG's order, no probe, no prediction
+            state.rewrite, state.decided_by = False, "work"
+            return False
         if predicted is not None:
             state.predicted = {ORIGINAL: predicted[0], REWRITTEN: predicted[1]}
         decisive = (state.probes == 0 and predicted is not None and self.decisive > 0
@@ -104,7 +111,7 @@ class Planner:
 
     def needs_prediction(self, state: BucketState) -> bool:
         """True while the bucket's choice still rests on the model."""
-        return state.decided_by != "measured"
+        return state.decided_by != "measured" and not state.dominated
 
     def record(self, state: BucketState, order: str, predicted: float, measured: float) -> None:
         """Add one probe measurement of ``order`` (with the prediction made before it)."""
