@@ -11,6 +11,8 @@ to rank processes inside their start-up spec. Each feature is a seam installed b
 * `rewrite`: exact re-ordering of transform and aggregation per layer where a fitted cost model
   and measurements say it is cheaper (`gnnorch.rewrite`): True, False, or ``"report"`` (decide
   and report, never swap).
+* `allocator`: ``"tuned"`` (default) keeps large tensors in glibc's heap instead of fresh mmap
+  pages every step (`gnnorch.launch.allocator`); ``"default"`` leaves malloc as it is.
 * `cache`, `staleness`, `hot_ratio`: the hotness-aware historical-embedding cache
   (`gnnorch.cache`; off by default, it changes numerics). `cache` is False, True, a
   `gnnorch.cache.CacheConfig` or a dict of its fields; `staleness` / `hot_ratio` override the
@@ -37,8 +39,13 @@ class Features:
     cache: Any = False             # False | True | CacheConfig (a dict is converted)
     staleness: int | None = None
     hot_ratio: float | str | None = None
+    allocator: str = "tuned"
 
     def __post_init__(self) -> None:
+        from .launch.allocator import ALLOCATORS
+
+        if self.allocator not in ALLOCATORS:
+            raise ValueError(f"allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if not isinstance(self.trim, bool):

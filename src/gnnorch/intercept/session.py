@@ -65,6 +65,10 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
     Everything is undone on exit, also when the user's function raises; each seam's statistics
     land in `ctx.stats`.
     """
+    if ctx.features.allocator == "tuned":
+        from ..launch.allocator import tune_allocator
+
+        ctx.stats["allocator"] = {"tuned": tune_allocator()}
     with contextlib.ExitStack() as stack:
         stack.enter_context(context.activate(ctx))
         stack.enter_context(NeighborLoaderInterceptor().installed())

@@ -151,7 +151,9 @@ class GINRule(Rule):
                        backward=b, input_grad=s.input_grad),
                     Op("elementwise", n=s.n_dst, f_in=s.f_in, backward=b),
                     Op("linear", n=s.n_dst, f_in=s.f_in, f_out=s.f_out, backward=b,
-                       input_grad=True)]
+                       # the aggregate needs a gradient only if x or a trained eps does
+                       input_grad=s.input_grad or bool(getattr(layer.eps, "requires_grad",
+                                                               False)))]
         return ops + _tail_ops(layer.nn, s.n_dst, b)
 
     def forward(self, layer: GINConv, call: Call) -> Tensor:

@@ -70,8 +70,9 @@ class SAGERule(Rule):
         else:
             ops += [Op(aggr, n_src=s.n_src, n_dst=s.n_dst, n_edges=s.n_edges, f_in=s.f_in,
                        backward=b, input_grad=s.input_grad),
+                    # the aggregate needs a gradient only when x does
                     Op("linear", n=s.n_dst, f_in=s.f_in, f_out=s.f_out, backward=b,
-                       input_grad=True)]
+                       input_grad=s.input_grad)]
         if layer.root_weight:
             ops += [Op("linear", n=s.n_dst, f_in=s.f_in, f_out=s.f_out, backward=b,
                        input_grad=s.input_grad),

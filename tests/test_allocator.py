@@ -1,0 +1,38 @@
+"""`Runtime(allocator=...)`: glibc malloc keeps large tensors in its heap."""
+import platform
+
+import pytest
+
+import gnnorch
+from gnnorch.features import Features
+from gnnorch.launch.allocator import tune_allocator
+
+from helpers import cora
+
+GLIBC = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
+
+
+@GLIBC
+def test_tune_allocator_applies_once_and_reports():
+    assert tune_allocator() is True
+    assert tune_allocator() is True                     # idempotent
+
+
+def test_allocator_option_is_validated():
+    with pytest.raises(ValueError, match="allocator must be one of"):
+        Features(allocator="jemalloc")
+    with pytest.raises(ValueError, match="allocator"):
+        gnnorch.Runtime(lambda data: None, allocator="fast")
+
+
+@GLIBC
+def test_runtime_reports_the_allocator_setting():
+    def train(data):
+        return int(data.num_nodes)
+
+    runtime = gnnorch.Runtime(train, processes=1, autotune=False)
+    assert runtime(cora()) == 2708
+    assert runtime.last_run.stats[0]["allocator"] == {"tuned": True}
+    off = gnnorch.Runtime(train, processes=1, autotune=False, allocator="default")
+    off(cora())
+    assert "allocator" not in off.last_run.stats[0]
