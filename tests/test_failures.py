@@ -72,9 +72,15 @@ def test_keyboard_interrupt_stops_ranks():
         time.sleep(8)
         signal.pthread_kill(main_thread, signal.SIGINT)
 
-    threading.Thread(target=interrupt, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        gnnorch.Runtime(time.sleep, processes=2)(120)
+    # a shell's background job starts with SIGINT ignored (no KeyboardInterrupt at all):
+    # install Python's own handler for the test
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            gnnorch.Runtime(time.sleep, processes=2)(120)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def say_hello():
