@@ -29,9 +29,6 @@ from helpers import cora
 
 F64 = dict(rtol=1e-5, atol=1e-8)
 F32 = dict(rtol=1e-4, atol=1e-5)
-# float32 on CUDA: scatter's atomics add in a run-dependent order and weight gradients sum
-# thousands of rows, so the two orders differ by more than on the CPU
-F32_CUDA = dict(rtol=1e-3, atol=1e-3)
 PROPERTY = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -252,14 +249,15 @@ def test_rewrites_and_engine_on_cuda(kind):
     """The rules and the engine (probes synchronise the device) are device-agnostic."""
     cuda = torch.device("cuda")
     x, edge_index = small_graph(3000, 3000, 30000, 64)
-    x, edge_index = x.to(cuda), edge_index.to(cuda)
+    # float64: in float32, scatter's atomics add in a run-dependent order on the GPU
+    x, edge_index = x.to(cuda, torch.float64), edge_index.to(cuda)
     layer = {"sage": lambda: SAGEConv(64, 8), "gcn": lambda: GCNConv(64, 256),
              "gin": lambda: GINConv(MLP([64, 8, 8])), "gat": lambda: GATConv(64, 256)}[kind]()
-    layer = layer.to(cuda)
-    assert_same(layer, x, (edge_index,), tol=F32_CUDA)
+    layer = layer.to(cuda, torch.float64)
+    assert_same(layer, x, (edge_index,), tol=F64)
     eng = engine(True)
     out = eng.forward(layer, layer.forward, (x, edge_index), {})
-    torch.testing.assert_close(out, layer(x, edge_index), **F32)
+    torch.testing.assert_close(out, layer(x, edge_index), **F64)
     assert "cuda:0" in eng.report()["cost_models"]
 
 
@@ -452,25 +450,15 @@ def test_planner_measured_choice_needs_the_margin():
     shape = LayerShape(100, 10, 300, 8, 8, False, True)
     planner = Planner(probes_per_bucket=1, reprobe_every=0, margin=0.05)
     state = planner.state(0, shape)
-    assert planner.plan(state, (1.0, 0.6)) is True  # first call is probed
+    assert planner.plan(state, (1.0, 0.5)) is True  # first call is probed
     assert state.rewrite and state.decided_by == "model"
     planner.record(state, ORIGINAL, 1.0, 1.0)
-    planner.record(state, REWRITTEN, 0.6, 0.97)  # measured: only 3% faster
+    planner.record(state, REWRITTEN, 0.5, 0.97)  # measured: only 3% faster
     planner.finish_probe(state)
     assert not state.rewrite and state.decided_by == "measured"
     assert planner.plan(state, None) is False
     other = planner.state(0, LayerShape(100_000, 10, 300, 8, 8, False, True))
     assert other is not state
-
-
-def test_planner_skips_probes_when_the_prediction_is_decisive():
-    planner = Planner(probes_per_bucket=2, reprobe_every=5, decisive=2.0)
-    state = planner.state("k", LayerShape(100, 10, 300, 8, 8, False, True))
-    assert [planner.plan(state, (3.0, 1.0)) for _ in range(4)] == [False] * 4
-    assert state.rewrite and state.decided_by == "model" and state.probes == 0
-    assert planner.plan(state, (3.0, 1.0)) is True          # the periodic re-probe still runs
-    close = planner.state("k", LayerShape(1000, 10, 3000, 8, 8, False, True))
-    assert planner.plan(close, (1.0, 0.6)) is True          # within 2x: measured first
 
 
 def test_planner_decisions_travel_between_processes():

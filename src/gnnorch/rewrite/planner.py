@@ -11,10 +11,9 @@ A bucket whose rewrite does at least as much work of every kind as PyG's order
 (``costmodel.dominated``, e.g. SAGE transform-first when f_out >= f_in) keeps PyG's order
 and is never probed (probes are expensive on big batches: the 500K-node bench's first step
 took 50 s with rewrites on, 6 s off). Every ``reprobe_every`` calls a bucket is probed again,
-which keeps the cost model refined and lets the choice follow a machine whose speed drifts. With ``decisive`` > 0, a bucket
-whose first prediction puts one order ``decisive`` times slower than the other is not probed
-until then. It is off by default: with decisive = 2 the model's errors at batch sizes far above
-its calibration (held-out MAPE 20-80 % per layer type) can choose a 4x slower order unprobed.
+which keeps the cost model refined and lets the choice follow a machine whose speed drifts.
+The model alone never decides a bucket it could measure: its held-out error (20-80 % per
+layer type at batch sizes far above its calibration) is too large to act on unmeasured.
 """
 from __future__ import annotations
 
@@ -78,7 +77,6 @@ class Planner:
     probes_per_bucket: int = 2
     reprobe_every: int = 1000
     margin: float = 0.03
-    decisive: float = 0.0
     buckets: dict[tuple[str, Bucket], BucketState] = field(default_factory=dict)
 
     def state(self, layer_key: str, shape: LayerShape) -> BucketState:
@@ -101,10 +99,7 @@ class Planner:
             return False
         if predicted is not None:
             state.predicted = {ORIGINAL: predicted[0], REWRITTEN: predicted[1]}
-        decisive = (state.probes == 0 and predicted is not None and self.decisive > 0
-                    and min(predicted) > 0
-                    and max(predicted) >= self.decisive * min(predicted))
-        probe = ((state.probes < self.probes_per_bucket and not decisive)
+        probe = (state.probes < self.probes_per_bucket
                  or (self.reprobe_every > 0 and state.calls % self.reprobe_every == 0))
         self._decide(state)
         return probe
