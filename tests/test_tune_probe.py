@@ -19,13 +19,20 @@ def feed(meter, durations, epoch_len=100, seeds=10):
             timer = FakeTimer(epoch=i // epoch_len)
             clock += 5.0                          # time between epochs is never measured
         clock += d
-        timer.batch_ends.append(clock)
-        timer.batch_seeds.append(seeds)
-        try:
-            meter(timer)
-        except ProbeEnd:
+        if step(meter, timer, clock, seeds):
             return i + 1
     return None
+
+
+def step(meter, timer, clock, seeds=10):
+    """One training step of `timer`'s epoch ending at `clock`; True when the meter ends it."""
+    timer.batch_ends.append(clock)
+    timer.batch_seeds.append(seeds)
+    try:
+        meter(timer)
+    except ProbeEnd:
+        return True
+    return False
 
 
 def test_fixed_warmup_and_budget():
@@ -77,13 +84,9 @@ def test_epoch_start_is_amortised_over_short_epochs():
     for epoch in range(4):
         timer = FakeTimer(epoch=epoch)
         timer.start = clock
-        for step in range(4):
-            clock += (50.0 if epoch == 0 else 5.0) if step == 0 else 1.0
-            timer.batch_ends.append(clock)
-            timer.batch_seeds.append(10)
-            try:
-                meter(timer)
-            except ProbeEnd:
+        for i in range(4):
+            clock += (50.0 if epoch == 0 else 5.0) if i == 0 else 1.0
+            if step(meter, timer, clock):
                 break
     st = meter.summary()
     assert st["epoch_start_seconds"] == pytest.approx(5.0)
@@ -107,15 +110,11 @@ def test_one_off_measurement_time_is_taken_out_of_measured_steps():
     timer = FakeTimer()
     timer.ctx = ctx
     clock = 0.0
-    for step in range(6):
-        extra = 4.0 if step in (1, 2) else 0.0
+    for i in range(6):
+        extra = 4.0 if i in (1, 2) else 0.0
         ctx.spent += extra
         clock += 1.0 + extra
-        timer.batch_ends.append(clock)
-        timer.batch_seeds.append(10)
-        try:
-            meter(timer)
-        except ProbeEnd:
+        if step(meter, timer, clock):
             break
     st = meter.summary()
     assert st["batches"] == 4 and st["seconds"] == pytest.approx(4.0)
