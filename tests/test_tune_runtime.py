@@ -124,8 +124,13 @@ def test_tuned_run_equals_untuned_run_of_the_chosen_plan(capsys, tmp_path):
     losses, seen = runtime(data, epochs=6, report_dir=str(tmp_path))
     report = runtime.report
     assert report.tuned and report.status == "done"
-    assert len(report.trials) == 3                                 # all one-rank plans
+    searched = [t for t in report.trials if t["chosen_by"] != "confirm"]
+    assert len(searched) == 3                                      # all one-rank plans
     assert [t["chosen_by"] for t in report.trials][0] == "default"
+    confirmed = [t for t in report.trials if t["chosen_by"] == "confirm"]
+    assert len(confirmed) <= 3 and report.trials[3:] == confirmed  # finalists, after the search
+    if confirmed:
+        assert report.chosen == report.data["confirmation"]["chosen"]
     captured = capsys.readouterr()
     assert captured.out.count("done") == 6                         # probes were muted
     assert "gnnorch tuning" in captured.err and "gnnorch: tuned in" in captured.err
@@ -148,7 +153,7 @@ def test_multi_rank_probe_ends_cleanly_and_reports_per_rank_batches():
                                     "warmup_batches": 1}, verbose=False)
     losses, _ = runtime(data, epochs=6)
     trials = runtime.report.trials
-    assert [t["config"]["processes"] for t in trials] == [1, 2]
+    assert [t["config"]["processes"] for t in trials if t["chosen_by"] != "confirm"] == [1, 2]
     two = trials[1]
     assert two["status"] == "ok" and two["throughput"] > 0
     assert two["batch_size_per_rank"] == [10, 10]
@@ -243,7 +248,8 @@ def test_fixed_processes_tunes_the_rest_with_a_multi_rank_default_probe(capsys):
     trials = runtime.report.trials
     assert trials[0]["chosen_by"] == "default" and trials[0]["config"]["processes"] == 2
     assert all(t["config"]["processes"] == 2 and t["status"] == "ok" for t in trials)
-    assert len(trials) == 3 and runtime.report.data["space"]["fixed"] == {"processes": 2}
+    searched = [t for t in trials if t["chosen_by"] != "confirm"]
+    assert len(searched) == 3 and runtime.report.data["space"]["fixed"] == {"processes": 2}
     assert capsys.readouterr().out.count("done") == 6          # rank 0's probe output muted
     assert len(losses) == 42 and runtime.last_run.plan.processes == 2
 

@@ -32,6 +32,11 @@ class TuneConfig:
         patience: probes without a better throughput before the min_gain rule may stop
             (default 5).
         max_seconds: stop starting probes after this many seconds of tuning (default None).
+        confirm_margin: after the search, the plans whose best probe is within this fraction of
+            the best probe are the finalists (at most `confirm_finalists`, default 3); each is
+            probed once more and the plan with the highest mean throughput over its probes is
+            chosen (default 0.15; 0 turns confirmation off). One probe's noise is ±10-20 % on a
+            busy or virtual machine, so a single lucky probe must not decide the run.
 
     Space (besides ``processes * (sampler_cores + threads) <= usable cores``):
         max_processes: upper bound of ranks p (default 8, as ARGO; capped by usable cores).
@@ -68,6 +73,8 @@ class TuneConfig:
     min_gain: float = 0.01
     patience: int = 5
     max_seconds: float | None = None
+    confirm_margin: float = 0.15
+    confirm_finalists: int = 3
     max_processes: int = 8
     max_sampler_cores: int = 4
     warmup_batches: int = 3
@@ -101,6 +108,7 @@ class TuneConfig:
         integer("max_processes", 1)
         integer("max_sampler_cores", 0)
         integer("warmup_batches", 0)
+        integer("confirm_finalists", 1)
         integer("probe_batches", 1)
         integer("assumed_epochs", 1)
         if self.epochs is not None:
@@ -108,6 +116,9 @@ class TuneConfig:
         number("min_gain", 0.0)
         number("max_seconds", 0.0, strict=True, none=True)
         number("max_overhead", 0.0)
+        number("confirm_margin", 0.0)
+        if self.confirm_margin >= 1:
+            raise ValueError(f"tune['confirm_margin'] must be below 1, got {self.confirm_margin!r}")
         number("launch_seconds", 0.0)
         number("setup_seconds", 0.0, strict=True)
         if self.estimator not in ESTIMATORS:

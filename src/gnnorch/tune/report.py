@@ -206,6 +206,13 @@ class TuningReport:
             lines.append("")
         if d["stop_reason"]:
             lines.append(f"stopped: {d['stop_reason']}")
+        conf = d.get("confirmation")
+        if conf:
+            parts = [f"{_cfg(f['config'])} {_num(f['mean'])} "
+                     f"(mean of {', '.join(_num(x, 0) for x in f['throughputs'])})"
+                     for f in conf["finalists"]]
+            lines.append(f"confirmed (finalists within {conf['margin']:.0%} of the best probe, "
+                         f"probed again): {'; '.join(parts)}")
         best, default = d["best"], d["default"]
         if best["throughput"] is not None:
             sp_text = (f" = {d['speedup_over_default']:.2f}x the default "
@@ -245,7 +252,8 @@ class TuningReport:
                               "(or gnnorch[plot])") from exc
         trials = self.trials
         fig, ax = plt.subplots(figsize=(7, 4))
-        colors = {"default": "tab:gray", "initial": "tab:blue", "tuner": "tab:orange"}
+        colors = {"default": "tab:gray", "initial": "tab:blue", "tuner": "tab:orange",
+                  "confirm": "tab:purple"}
         for who, color in colors.items():
             xs = [t["index"] for t in trials if t["chosen_by"] == who and t["throughput"]]
             ys = [t["throughput"] for t in trials if t["chosen_by"] == who and t["throughput"]]

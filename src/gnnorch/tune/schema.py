@@ -21,11 +21,15 @@ properties, additionalProperties, items, anyOf), so validation needs no extra pa
   amortised over the epoch: ``steady_throughput`` and ``epoch_start_seconds`` give both parts),
   status ("ok", "short": fewer measured steps than asked because the run ended, "failed"), wall
   seconds of the probe (start-up included), measured seconds and steps, warm-up steps excluded,
-  who chose it ("default", "initial" design or "tuner"), the surrogate's prediction for tuner
-  points, and the best throughput so far.
+  who chose it ("default", "initial" design, "tuner", or "confirm": a finalist's second probe),
+  the surrogate's prediction for tuner points, and the best throughput so far.
+* ``confirmation``: null, or the finalists re-probed after the search (``margin``, and per
+  finalist its ``config``, every ``throughputs`` measured and their ``mean``) and the chosen
+  configuration; ``best`` is then the finalist with the highest mean.
 * ``best_so_far``: the best-so-far curve (one value per trial).
 * ``default`` / ``best`` / ``speedup_over_default``: the default configuration's measured
-  throughput, the chosen configuration, and best / default.
+  throughput, the chosen configuration (its throughput: the best probe's, or the mean of its
+  probes after confirmation), and best / default (means of their probes after confirmation).
 * ``overhead``: BO compute seconds (fitting, acquisition), probe seconds, and the whole tuning
   phase's seconds.
 * ``run``: the real run with the chosen configuration: its cores, every training epoch
@@ -91,7 +95,7 @@ _TRIAL = {
         "measured_seconds": {"type": "number", "minimum": 0},
         "measured_batches": {"type": "integer", "minimum": 0},
         "warmup_batches": {"type": "integer", "minimum": 0},
-        "chosen_by": {"enum": ["default", "initial", "tuner"]},
+        "chosen_by": {"enum": ["default", "initial", "tuner", "confirm"]},
         "predicted": _PREDICTED,
         "best_so_far": _NUM_OR_NULL,
         "steady_throughput": _NUM_OR_NULL,
@@ -173,6 +177,15 @@ SCHEMA: dict[str, Any] = {
                  "properties": {"config": _CONFIG, "throughput": _NUM_OR_NULL,
                                 "trial": {"type": ["integer", "null"]}}},
         "speedup_over_default": _NUM_OR_NULL,
+        "confirmation": {"anyOf": [
+            {"type": "null"},
+            {"type": "object", "required": ["margin", "finalists", "chosen"],
+             "properties": {"margin": _NUM, "chosen": _CONFIG,
+                            "finalists": {"type": "array", "items": {
+                                "type": "object", "required": ["config", "throughputs", "mean"],
+                                "properties": {"config": _CONFIG, "mean": _NUM,
+                                               "throughputs": {"type": "array",
+                                                               "items": _NUM}}}}}}]},
         "overhead": {"type": "object",
                      "required": ["bo_seconds", "probe_seconds", "tuning_seconds"],
                      "properties": {"bo_seconds": _NUM, "probe_seconds": _NUM,
