@@ -47,8 +47,48 @@ def layer1_flops(batch, fin: int, fout: int, hops: int, trimmed: bool) -> int:
     return edges * fin + 2 * 2 * rows * fin * fout
 
 
+class StepProfile:
+    """Where a training step's time goes (``--profile``): batch production (sampling, feature
+    gather: the wait in ``for batch in loader``), layer 1's forward (module hooks), the rest of
+    the forward, layer 1's backward (from its output's gradient to the end of ``backward()``:
+    no gradient flows into x), the rest of the backward, and the optimizer step."""
+
+    PHASES = ("load", "layer1_forward", "other_forward", "other_backward", "layer1_backward",
+              "optimizer")
+
+    def __init__(self, layer):
+        self.rows: list[dict] = []
+        self.marks: dict = {}
+        layer.register_forward_pre_hook(self._pre)
+        layer.register_forward_hook(self._post)
+
+    def _pre(self, module, args):
+        self.marks.setdefault("l1_start", time.perf_counter())
+
+    def _post(self, module, args, out):
+        self.marks["l1_end"] = time.perf_counter()
+        if torch.is_tensor(out) and out.requires_grad:
+            out.register_hook(lambda g: self.marks.__setitem__("l1_grad", time.perf_counter()))
+
+    def step(self, last, forward_start, forward_end, backward_end, step_end):
+        m, self.marks = self.marks, {}
+        l1 = m.get("l1_end", forward_start) - m.get("l1_start", forward_start)
+        grad = m.get("l1_grad", backward_end)
+        self.rows.append({"load": forward_start - last, "layer1_forward": l1,
+                          "other_forward": forward_end - forward_start - l1,
+                          "other_backward": grad - forward_end,
+                          "layer1_backward": backward_end - grad,
+                          "optimizer": step_end - backward_end})
+
+    def summary(self) -> dict:
+        rows = self.rows[len(self.rows) // 4:]   # steady state: the first quarter left out
+        out = {k: statistics.median(r[k] for r in rows) for k in self.PHASES}
+        out["step"] = sum(out.values())
+        return out
+
+
 def train(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0,
-          kind="sage", lr=0.003, trimmed=True, evaluate=True):
+          kind="sage", lr=0.003, trimmed=True, evaluate=True, profile=False):
     """An ordinary PyG training function plus self-measurement (timing and batch counts)."""
     torch.manual_seed(seed)
     loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
@@ -57,6 +97,7 @@ def train(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=
     model_cls = GraphSAGE if kind == "sage" else GCN
     model = model_cls(data.num_features, hidden, num_layers=len(fanout), out_channels=classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    prof = StepProfile(model.convs[0]) if profile else None
     epoch_seconds, step_seconds, counts, loss = [], [], [], None
     for _ in range(epochs):
         model.train()
@@ -64,12 +105,17 @@ def train(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=
         start = last = time.perf_counter()
         steps = []
         for batch in loader:
+            t0 = time.perf_counter()
             optimizer.zero_grad()
             out = model(batch.x, batch.edge_index)[:batch.batch_size]
             loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            t1 = time.perf_counter()
             loss.backward()
+            t2 = time.perf_counter()
             optimizer.step()
             now = time.perf_counter()
+            if prof is not None:
+                prof.step(last, t0, t1, t2, now)
             steps.append(now - last)  # sampling the batch + the step
             last = now
             nodes += int(batch.num_nodes)
@@ -91,12 +137,14 @@ def train(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=
                 total += batch.batch_size
         accuracy = correct / total
     return {"epoch_seconds": epoch_seconds, "step_seconds": step_seconds, "counts": counts,
-            "loss": loss.item(), "accuracy": accuracy}
+            "loss": loss.item(), "accuracy": accuracy,
+            "profile": prof.summary() if prof is not None else None}
 
 
 def measure(config: dict, data, epochs: int, seed: int) -> dict:
     """One configuration in this process: {"mode": "vanilla"|"fast"|"cache", ...}."""
-    kwargs = dict(epochs=epochs, seed=seed, kind=config.get("kind", "sage"))
+    kwargs = dict(epochs=epochs, seed=seed, kind=config.get("kind", "sage"),
+                  profile=bool(config.get("profile")))
     options = dict(processes=1, autotune=False)
     if config.get("rewrite") is False:
         options["rewrite"] = False
@@ -256,21 +304,28 @@ def hotness_study(args: argparse.Namespace) -> dict:
 
 
 def accuracy_study(args: argparse.Namespace) -> dict:
-    """Mean test-accuracy drop of cache=True vs exact, 3 seeds, SAGE and GCN, on Cora,
-    CiteSeer and a products-like graph (acceptance 3)."""
+    """Mean test-accuracy drop of cache=True vs exact over `--acc-seeds` seeds (default 5), SAGE
+    and GCN, on Cora, CiteSeer and a products-like graph (acceptance 3), with the cache's
+    defaults or the `--gradient` / `--ratios` / `--staleness` given (first value of each)."""
     from gnnorch.datasets import load_citeseer, load_cora
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     datasets = {"cora": load_cora, "citeseer": load_citeseer,
                 f"products_like({args.acc_nodes})": lambda: products_like(
                     num_nodes=args.acc_nodes, seed=0)}
+    cache = {"gradient": args.gradient}
+    if args.ratios_given:
+        cache["hot_ratio"] = float(args.ratios.split(",")[0])
+    if args.staleness_given:
+        cache["staleness"] = int(args.staleness.split(",")[0])
+    print(f"cache settings: {cache}", flush=True)
     results = []
     for name, load in datasets.items():
         data = load()
         small = data.num_nodes < 10_000
         for kind in ("sage", "gcn"):
             drops = []
-            for seed in range(3):
+            for seed in range(args.acc_seeds):
                 kw = (dict(epochs=args.small_epochs, batch_size=32, fanout=(10, 10), hidden=64,
                            lr=0.01)
                       if small else dict(epochs=args.acc_epochs, batch_size=512,
@@ -282,14 +337,14 @@ def accuracy_study(args: argparse.Namespace) -> dict:
                     opts["rewrite"] = False
                 exact = gnnorch.Runtime(train, **opts)(
                     data, seed=seed, kind=kind, **kw)["accuracy"]
-                rt = gnnorch.Runtime(train, cache=True, **opts)
+                rt = gnnorch.Runtime(train, cache=cache, **opts)
                 cached = rt(data, seed=seed, kind=kind, **kw)["accuracy"]
                 hit = rt.last_run.stats[0]["cache"].get("hit_rate")
                 drops.append(exact - cached)
                 print(f"  {name:<24} {kind:<5} seed {seed}: exact {exact:.4f} cache "
                       f"{cached:.4f} (hit rate {hit:.2f})", flush=True)
             mean = statistics.mean(drops)
-            results.append({"dataset": name, "model": kind, "drops": drops,
+            results.append({"dataset": name, "model": kind, "drops": drops, "cache": cache,
                             "mean_drop_pt": 100 * mean, "ok": mean <= 0.005})
             print(f"  {name:<24} {kind:<5} mean drop {100 * mean:+.2f} pt", flush=True)
     return {"accuracy": results}
@@ -312,9 +367,13 @@ def main() -> None:
                     help="run the configuration list this many times, interleaved; a step's "
                          "time is its minimum over the repeats (robust to a shared machine)")
     ap.add_argument("--no-vanilla", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="time each step's phases (load, layer 1 / rest forward and backward, "
+                         "optimizer); medians per configuration in the JSON and the log")
     ap.add_argument("--hotness", action="store_true", help="estimate vs count study only")
-    ap.add_argument("--accuracy", action="store_true", help="3-seed accuracy study only")
+    ap.add_argument("--accuracy", action="store_true", help="accuracy study only")
     ap.add_argument("--acc-nodes", type=int, default=50_000)
+    ap.add_argument("--acc-seeds", type=int, default=5, help="seeds of the accuracy study")
     ap.add_argument("--acc-epochs", type=int, default=3,
                     help="accuracy study: epochs on the products-like graph")
     ap.add_argument("--small-epochs", type=int, default=60,
@@ -324,6 +383,8 @@ def main() -> None:
     ap.add_argument("--run-config", dest="measure", help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.ratios_given = any(a.startswith("--ratios") for a in sys.argv[1:])
+    args.staleness_given = any(a.startswith("--staleness") for a in sys.argv[1:])
     if args.measure:
         data = torch.load(args.graph, weights_only=False)
         print(json.dumps(measure(json.loads(args.measure), data, args.epochs, args.seed)))
@@ -352,10 +413,14 @@ def main() -> None:
         torch.save(data, graph)
         configs = [] if args.no_vanilla else [{"mode": "vanilla"}]
         configs.append({"mode": "fast"})
+        if args.profile:
+            for c in configs:
+                c["profile"] = True
         for s in (int(v) for v in args.staleness.split(",") if v):
             for r in (float(v) for v in args.ratios.split(",") if v):
                 configs.append({"mode": "cache", "ratio": r, "staleness": s,
-                                "overlap": args.overlap, "gradient": args.gradient})
+                                "overlap": args.overlap, "gradient": args.gradient,
+                                "profile": args.profile})
         runs: list[list[dict]] = [[] for _ in configs]
         for r in range(args.repeat):
             for i, config in enumerate(configs):
@@ -369,6 +434,10 @@ def main() -> None:
                           f"  acc {row['accuracy']:.4f}"
                           + (f"  hit {row['cache'].get('hit_rate', 0):.2f}" if row.get("cache")
                              else ""), flush=True)
+                    if row.get("profile"):
+                        print("      step ms: " + ", ".join(
+                            f"{k} {1000 * v:.0f}" for k, v in row["profile"].items()),
+                            flush=True)
         rows = [combine(r) for r in runs]
     key = "robust_epoch_seconds"
     md = table(rows, key)
