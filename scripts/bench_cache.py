@@ -145,7 +145,7 @@ def measure(config: dict, data, epochs: int, seed: int) -> dict:
     """One configuration in this process: {"mode": "vanilla"|"fast"|"cache", ...}."""
     kwargs = dict(epochs=epochs, seed=seed, kind=config.get("kind", "sage"),
                   profile=bool(config.get("profile")))
-    options = dict(processes=1, autotune=False)
+    options = dict(processes=1, autotune=False, device="cpu")   # the function trains on CPU
     if config.get("rewrite") is False:
         options["rewrite"] = False
     if config.get("threads"):
