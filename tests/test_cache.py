@@ -379,12 +379,54 @@ def test_hotness_estimate_ranks_like_counting():
 
 
 def test_ratio_search_finds_the_fastest_grid_point():
-    assert ratio_grid(0.3) == [0.01, 0.03, 0.1, 0.3]
+    assert ratio_grid(0.3) == [0.0, 0.01, 0.03, 0.1, 0.3]
+    assert ratio_grid(0.05) == [0.0, 0.01, 0.03, 0.05]
     for best in ratio_grid(0.3):
         search = RatioSearch(ratio_grid(0.3), window=2)
         for _ in range(40):
             search.observe(1.0 + abs(search.ratio - best))
         assert search.done and search.ratio == best
+
+
+def test_ratio_search_falls_back_to_no_cache_when_every_ratio_is_slower():
+    search = RatioSearch(ratio_grid(0.3), window=2)
+    for _ in range(40):
+        search.observe(1.0 + search.ratio)            # the cache only costs
+    assert search.done and search.ratio == 0.0
+    assert top_fraction(torch.tensor([0.0, 3.0, 1.0]), 0.0).numel() == 0
+
+
+def _losses_train(data, epochs):
+    torch.manual_seed(0)
+    model = make("sage", data.num_features, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
+                            batch_size=16, shuffle=True)
+    losses = []
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+def test_auto_ratio_at_zero_is_the_exact_fast_path(monkeypatch):
+    """The search's cache-off point: no hot vertex, nothing pruned, losses equal to cache=False
+    (same sampler stream: the exclusion is cleared, not an all-false mask)."""
+    import gnnorch.cache.manager as manager
+
+    data = cora()
+    exact, _ = run(_losses_train, data, 2, seed=3, rewrite=False)
+    monkeypatch.setattr(manager, "ratio_grid", lambda max_ratio: [0.0])
+    cached, stats = run(_losses_train, data, 2, seed=3, rewrite=False,
+                        cache=CacheConfig(hot_ratio="auto"))
+    assert stats["hot_vertices"] == 0 and stats["hit_rate"] == 0
+    assert stats["pruned_vertices"] == 0
+    assert cached == pytest.approx(exact, rel=1e-6, abs=1e-7)
 
 
 def test_auto_ratio_runs_and_reports_its_search():

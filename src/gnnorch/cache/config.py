@@ -26,7 +26,8 @@ class CacheConfig:
             with weights at most this many optimizer steps old (0: refreshed before every use).
         hot_ratio: fraction of the graph's vertices that are hot (float in (0, 1]), or
             ``"auto"``: searched during the first epoch(s) for the fastest step, at most
-            `max_hot_ratio`.
+            `max_hot_ratio`; the search includes 0 (nothing hot: the exact fast path), so it
+            turns the cache off where it does not pay.
         max_hot_ratio: upper bound of the ``"auto"`` search (the accuracy guard: ratios up to
             it were measured within 0.5 pt of exact training; see src/gnnorch/cache/README.md).
         hotness: ``"estimate"`` (expected appearances propagated over the graph with the

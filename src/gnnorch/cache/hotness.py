@@ -101,9 +101,11 @@ def count_hotness(colptr: Tensor, row: Tensor, seeds: Tensor, fanouts: list[int]
 
 
 def top_fraction(scores: Tensor, ratio: float) -> Tensor:
-    """Ids of the round(ratio * N) vertices with the highest score (at least 1), ties broken by
-    the lower id; vertices that never appear (score 0) are never hot."""
-    num = min(int((scores > 0).sum()), max(1, round(ratio * scores.numel())))
+    """Ids of the round(ratio * N) vertices with the highest score (at least 1 for a ratio
+    above 0, none for 0), ties broken by the lower id; vertices that never appear (score 0) are
+    never hot."""
+    wanted = max(1, round(ratio * scores.numel())) if ratio > 0 else 0
+    num = min(int((scores > 0).sum()), wanted)
     if num == 0:
         return torch.empty(0, dtype=torch.long)
     # stable: sort by (-score, id)

@@ -415,8 +415,9 @@ class LoaderCache:
         missing = (store.version < 0).nonzero().view(-1)
         if missing.numel():
             self._refresh_now(missing, self.manager.steps, self._last_degrees)
-        self.sampler.set_exclusion(store.mask, {self.hops - 1})
-        self.exclusion_on = True
+        # an empty hot set (hot_ratio="auto" at 0): the exact fast path, nothing pruned
+        self.exclusion_on = len(store) > 0
+        self.sampler.set_exclusion(store.mask if self.exclusion_on else None, {self.hops - 1})
         self.info["hot_ratio"] = len(store) / store.num_nodes
 
     def _switch_ratio(self, ratio: float) -> None:
