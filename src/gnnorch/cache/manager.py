@@ -43,8 +43,8 @@ from torch import Tensor
 from .auto import RatioSearch, ratio_grid
 from .config import CacheConfig
 from .hotness import count_hotness, estimate_hotness, in_degree, top_fraction
-from .refresh import (BatchDegrees, CachedLinearRows, Neighbourhoods, Refresher, call_layer,
-                      linear_parts)
+from .refresh import (BatchDegrees, CachedLinearRows, InterleaveRows, Neighbourhoods,
+                      Refresher, call_layer, linear_parts)
 from .store import EmbeddingStore, StalenessError
 
 VERIFY_RTOL = 1e-4
@@ -499,10 +499,7 @@ class LoaderCache:
             if loops:
                 layer.add_self_loops = True
         values = self._hot_values(call, rows, slots, computed.dtype, device)
-        order = torch.empty(num_dst, dtype=torch.long, device=device)
-        order[cold] = torch.arange(cold.numel(), device=device)
-        order[rows] = torch.arange(rows.numel(), device=device) + cold.numel()
-        out = torch.cat([computed, values])[order]
+        out = InterleaveRows.apply(computed, values, cold, rows)
         self.counters["cold_rows"] += cold.numel()
         self.counters["skipped_rows"] += rows.numel()
         if call.state.compact:
