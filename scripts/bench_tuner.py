@@ -354,7 +354,8 @@ def part_a(args: argparse.Namespace) -> dict:
     if not vanilla:
         print("vanilla PyG not measured: torch_sparse is not installed (PyG's NeighborLoader "
               "needs it outside gnnorch)")
-    return {"workload": workload, "exhaustive": exhaustive, "runs": runs, "vanilla": vanilla, "summary": summary}
+    return {"workload": workload, "exhaustive": exhaustive, "runs": runs, "vanilla": vanilla,
+            "summary": summary}
 
 
 def main() -> None:
