@@ -314,9 +314,9 @@ def accuracy_study(args: argparse.Namespace) -> dict:
                 f"products_like({args.acc_nodes})": lambda: products_like(
                     num_nodes=args.acc_nodes, seed=0)}
     cache = {"gradient": args.gradient}
-    if args.ratios_given:
+    if args.ratios is not None:
         cache["hot_ratio"] = float(args.ratios.split(",")[0])
-    if args.staleness_given:
+    if args.staleness is not None:
         cache["staleness"] = int(args.staleness.split(",")[0])
     print(f"cache settings: {cache}", flush=True)
     results = []
@@ -355,8 +355,12 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=500_000)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--ratios", default="0.01,0.05,0.1,0.3")
-    ap.add_argument("--staleness", default="1,4,16")
+    ap.add_argument("--ratios", default=None,
+                    help="hot ratios, comma-separated (grid default 0.01,0.05,0.1,0.3; the "
+                         "accuracy study takes the first, else the cache's default)")
+    ap.add_argument("--staleness", default=None,
+                    help="staleness bounds, comma-separated (grid default 1,4,16; the accuracy "
+                         "study takes the first, else the cache's default)")
     ap.add_argument("--overlap", default="auto", choices=["auto", "thread", "off"])
     ap.add_argument("--threads", type=int, default=None,
                     help="trainer threads (default: the runtime's plan; vanilla: torch's)")
@@ -383,8 +387,6 @@ def main() -> None:
     ap.add_argument("--run-config", dest="measure", help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    args.ratios_given = any(a.startswith("--ratios") for a in sys.argv[1:])
-    args.staleness_given = any(a.startswith("--staleness") for a in sys.argv[1:])
     if args.measure:
         data = torch.load(args.graph, weights_only=False)
         print(json.dumps(measure(json.loads(args.measure), data, args.epochs, args.seed)))
@@ -416,8 +418,8 @@ def main() -> None:
         if args.profile:
             for c in configs:
                 c["profile"] = True
-        for s in (int(v) for v in args.staleness.split(",") if v):
-            for r in (float(v) for v in args.ratios.split(",") if v):
+        for s in (int(v) for v in (args.staleness or "1,4,16").split(",") if v):
+            for r in (float(v) for v in (args.ratios or "0.01,0.05,0.1,0.3").split(",") if v):
                 configs.append({"mode": "cache", "ratio": r, "staleness": s,
                                 "overlap": args.overlap, "gradient": args.gradient,
                                 "profile": args.profile})

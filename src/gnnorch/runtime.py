@@ -124,8 +124,8 @@ class Runtime:
             or "auto" (searched on measured step time, at most `CacheConfig.max_hot_ratio`).
         allocator: "tuned" (default): glibc malloc keeps tensors up to 1 GiB in its heap
             instead of fresh mmap pages on every allocation (a training step re-allocates the
-            same large tensors: 1.7x faster epochs measured here, scripts/bench_allocator.py); resident memory stays
-            near its peak, and with one process the setting stays in force in your process
+            same large tensors: 1.7x faster epochs measured here, scripts/bench_allocator.py);
+            resident memory stays near its peak, and with one process the setting stays in force in your process
             after the run. "default": malloc untouched (`gnnorch.launch.allocator`).
         autotune: search processes x sampler_cores x threads by Bayesian optimisation over
             short probes of `train` itself, then run `train` once with the best plan

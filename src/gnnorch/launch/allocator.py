@@ -9,8 +9,9 @@ by itself only after such a chunk is freed, and never above 32 MiB.
 `tune_allocator` sets ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` to 1 GiB, so tensors up to
 1 GiB are reused from the heap. Measured here (`scripts/bench_allocator.py`: 2 cores,
 60K-node products-like, 3-layer SAGE, batch 1024, median of 2 fresh runs each): later epochs
-1.24 s instead of 2.08 s, first epoch 5.49 s instead of 8.27 s. The price is that freed heap memory is kept for reuse instead of being returned to the
-system: resident memory stays near its peak. The settings are process-wide; in a run with
+1.24 s instead of 2.08 s, first epoch 5.49 s instead of 8.27 s. The price is that freed heap
+memory is kept for reuse instead of being returned to the system: resident memory stays near
+its peak. The settings are process-wide; in a run with
 one process (the caller's) they stay in force after the run.
 """
 from __future__ import annotations

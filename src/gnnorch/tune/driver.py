@@ -84,6 +84,11 @@ def _first(cores: list[RankCores] | None) -> RankCores | None:
     return cores[0] if cores else None
 
 
+def _key(config: dict) -> tuple:
+    """A trial configuration as a hashable key."""
+    return tuple(sorted(config.items()))
+
+
 def _point(plan: CorePlan) -> dict:
     return {"processes": plan.processes, "sampler_cores": plan.sampler_cores,
             "threads": plan.threads}
@@ -522,8 +527,7 @@ class _Session:
         seen: dict[tuple, tuple[dict, list[float]]] = {}
         for t in d["trials"]:
             if t["throughput"]:
-                key = tuple(sorted(t["config"].items()))
-                seen.setdefault(key, (t["config"], []))[1].append(t["throughput"])
+                seen.setdefault(_key(t["config"]), (t["config"], []))[1].append(t["throughput"])
         if not seen:
             return
         top = max(max(v) for _, v in seen.values())
@@ -545,15 +549,14 @@ class _Session:
         means = {k: sum(seen[k][1]) / len(seen[k][1]) for k in finalists}
         chosen = max(finalists, key=lambda k: means[k])
         last = max(t["index"] for t in d["trials"]
-                   if tuple(sorted(t["config"].items())) == chosen and t["throughput"])
+                   if _key(t["config"]) == chosen and t["throughput"])
         d["best"] = {"config": seen[chosen][0], "throughput": means[chosen], "trial": last}
         d["confirmation"] = {
             "margin": cfg.confirm_margin, "chosen": seen[chosen][0],
             "finalists": [{"config": seen[k][0], "throughputs": seen[k][1], "mean": means[k]}
                           for k in finalists]}
-        default_key = tuple(sorted(d["default"]["config"].items()))
-        if default_key in seen:
-            probes = seen[default_key][1]
+        if _key(d["default"]["config"]) in seen:
+            probes = seen[_key(d["default"]["config"])][1]
             d["speedup_over_default"] = means[chosen] / (sum(probes) / len(probes))
 
     # ------------------------------------------------------------------ step 3: the run
