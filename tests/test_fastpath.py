@@ -85,20 +85,35 @@ def test_default_runtime_uses_gnnorch_sampler_and_trims():
     assert [entry["backend"] for entry in loaders] == ["gnnorch"]
     assert stats["trim"]["models"][0]["trimmed"]
     bs = value["batch_size"]
-    assert torch.isnan(value["out"][bs:]).all()          # rows the user may not rely on
-    assert not torch.isnan(value["out"][:bs]).any()
+    assert stats["trim"]["models"][0]["materialized"] == 0
+    assert torch.isfinite(value["out"][:bs]).all()
+    # the last output, read after the last optimizer step beyond its seed rows: recomputed
+    # untrimmed with the parameters of that forward (exact values, never placeholders)
+    with pytest.warns(gnnorch.errors.TrimmingWarning, match="recomputed"):
+        rest = value["out"][bs:].clone()
+    assert torch.isfinite(rest).all() and rest.abs().sum() > 0
 
 
-def test_reading_non_seed_rows_fails_loudly():
-    value, _ = run(train_losses, cora(), 1, None, "sage", (5, 5), True)
-    assert all(torch.isnan(torch.tensor(value["losses"][1:])))
+def test_reading_non_seed_rows_recomputes_exactly():
+    """A loss over every row (not only the seeds) trains exactly as untrimmed: the first
+    trimmed forward is recomputed untrimmed and trimming switches itself off, with a warning."""
+    args = (cora(), 1, None, "sage", (5, 5), True, 0.0)
+    plain, _ = run(train_losses, *args, trim=False)
+    with pytest.warns(gnnorch.errors.TrimmingWarning, match="out\\[:batch.batch_size\\]"):
+        value, stats = run(train_losses, *args)
+    assert all(torch.isfinite(torch.tensor(value["losses"])))
+    torch.testing.assert_close(torch.tensor(value["losses"]), torch.tensor(plain["losses"]),
+                               rtol=1e-4, atol=1e-5)
+    (model,) = stats["trim"]["models"]
+    assert not model["trimmed"] and model["materialized"] == 1
+    assert "read beyond the seed rows" in model["reason"]
 
 
 def test_batchnorm_model_is_left_untrimmed_with_reason():
     value, stats = run(train_losses, cora(), 1, "batch_norm")
     (model,) = stats["trim"]["models"]
     assert not model["trimmed"] and "BatchNorm" in model["reason"]
-    assert not torch.isnan(value["out"]).any()
+    assert type(value["out"]) is torch.Tensor and not torch.isnan(value["out"]).any()
 
 
 def test_trim_false_and_pyg_sampler_are_respected():

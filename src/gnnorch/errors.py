@@ -31,3 +31,15 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return "\n" + self.text
+
+
+class TrimmingWarning(UserWarning):
+    """Hop-aware trimming was switched off for a model (e.g. its output was read beyond the seed
+    rows); the run stays exact. Silence with ``warnings.filterwarnings("ignore",
+    category=gnnorch.errors.TrimmingWarning)`` or pass ``trim=False``."""
+
+
+class TrimmingError(GnnorchError, RuntimeError):
+    """A trimmed model's non-seed output rows were read after its weights changed: their exact
+    values can no longer be recomputed. Read them before ``optimizer.step()``, or pass
+    ``trim=False``."""

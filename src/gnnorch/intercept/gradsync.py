@@ -1,8 +1,9 @@
 """Data-parallel synchronisation without wrapping the user's model.
 
 Invariant: every rank holds identical parameters and buffers whenever a module computes.
-* At a root module's first forward (global forward pre-hook), its parameters and buffers are
-  broadcast from rank 0, so models built with different random states start equal.
+* When an optimizer is built (its parameters) and at a root module's first forward (global
+  forward pre-hook: its parameters and buffers), tensors are broadcast from rank 0, so models
+  built with different random states start equal.
 * Before every optimizer step (global step pre-hook), the gradients of that optimizer's
   parameters are averaged over ranks: g <- (1/p) * sum_r g_r, in flat buckets per dtype and
   device. A parameter whose gradient is None on some ranks gets zeros there when any rank has one
@@ -11,6 +12,10 @@ Invariant: every rank holds identical parameters and buffers whenever a module c
   the mean loss over the global batch of b seeds.
 * After averaging, floating-point buffers of the synced root modules (e.g. BatchNorm running
   statistics) are broadcast from rank 0, as DistributedDataParallel does.
+Inside a torch.compile'd region the forward pre-hook does nothing (it is the first statement, so
+dynamo traces it as a constant and adds no graph break): `torch.compile(model)` returns an
+`OptimizedModule` whose own call runs eagerly and is the root module broadcast here, and
+`model.compile()` keeps `model` itself as the eager root.
 Optimizer updates are deterministic functions of (parameters, gradients, state), so parameters
 stay identical. Modules whose parameters are still uninitialised (lazy) at their first forward
 are broadcast at their optimizer's first step instead.
@@ -57,8 +62,11 @@ def _buckets(tensors: list[torch.Tensor], limit: int = BUCKET_BYTES) -> Iterator
 class GradientSynchronizer:
     """Global hooks that keep ranks' models equal; install with `installed()`."""
 
-    def __init__(self, world_size: int, device: torch.device | None = None) -> None:
+    def __init__(self, world_size: int, device: torch.device | None = None,
+                 distribution: Any = None) -> None:
         self.world_size = world_size
+        # an `intercept.procgroup.UserDistribution`: once active, the user's code syncs
+        self.distribution = distribution
         # nccl reduces only device tensors: CPU tensors are staged through this device.
         self.comm_device = device
         self._synced: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
@@ -72,11 +80,23 @@ class GradientSynchronizer:
     def installed(self) -> Iterator["GradientSynchronizer"]:
         h1 = register_module_forward_pre_hook(self._on_forward)
         h2 = register_optimizer_step_pre_hook(self._on_step)
+        original_init = torch.optim.Optimizer.__init__
+        sync = self
+
+        def __init__(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            original_init(optimizer, *args, **kwargs)
+            sync._on_optimizer(optimizer)
+
+        torch.optim.Optimizer.__init__ = __init__
         try:
             yield self
         finally:
+            torch.optim.Optimizer.__init__ = original_init
             h1.remove()
             h2.remove()
+
+    def _user_managed(self) -> bool:
+        return self.distribution is not None and self.distribution.active
 
     # -- collectives ----------------------------------------------------------------------
     def _flat_collective(self, bucket: list[torch.Tensor], op: str) -> None:
@@ -110,7 +130,9 @@ class GradientSynchronizer:
 
     # -- hooks ----------------------------------------------------------------------------
     def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
-        if module in self._synced:
+        if torch.compiler.is_compiling():  # compiled regions: the eager outer call broadcasts
+            return None
+        if module in self._synced or self._user_managed():
             return None
         params = _initialised(module.parameters())
         self.broadcast(params + _initialised(module.buffers()))
@@ -120,7 +142,21 @@ class GradientSynchronizer:
         self._roots.append(module)
         return None
 
+    def _on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """A new optimizer: its (initialised) parameters are broadcast from rank 0 now, before
+        any forward, so that models whose forward runs compiled (`model.compile()`, where no
+        eager forward pre-hook fires) also start equal on every rank."""
+        if self._user_managed():
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        fresh = [p for p in _initialised(params) if id(p) not in self._broadcast_params]
+        if fresh:
+            self.broadcast(fresh)
+            self._broadcast_params.update((id(p), p) for p in fresh)
+
     def _on_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self._user_managed():
+            return
         # `args` holds the step's positional arguments including the optimizer itself.
         closure = args[1] if len(args) > 1 else kwargs.get("closure")
         if closure is not None:

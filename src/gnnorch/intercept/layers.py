@@ -41,20 +41,39 @@ import functools
 import math
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.fx import _symbolic_trace as _fx_trace
 from torch.nn.modules.module import (register_module_forward_hook,
                                      register_module_forward_pre_hook)
 
+from ..errors import TrimmingError, TrimmingWarning
+from ..trim.exact_output import prefix_exact
 from ..trim.hops import HopLayout, LayerBounds
 from ..trim.mixing import batch_mixing_modules
 
 VERIFY_RTOL = 1e-4
 VERIFY_ATOL = 1e-5
+
+
+_MODULE_CALL = torch.nn.Module.__call__
+
+
+def tracing() -> bool:
+    """Whether the current call is being traced (torch.compile / dynamo, torch.fx symbolic
+    tracing, TorchScript) rather than run: the seams then step aside entirely, so compiled and
+    traced programs see PyG's own modules (no graph breaks, fx records its call_module nodes).
+    fx tracers (torch's, and PyG's own in `to_hetero`, which does not set torch's flag) patch
+    `torch.nn.Module.__call__` while they trace: that is detected too."""
+    if torch.compiler.is_compiling():
+        return True
+    return (torch.nn.Module.__call__ is not _MODULE_CALL
+            or getattr(_fx_trace, "_is_fx_tracing_flag", False) or torch.jit.is_scripting())
 
 
 def _pair_capable() -> tuple[type, ...]:
@@ -80,6 +99,7 @@ class BatchGraph:
     extra_degree: Tensor | None = None
     cache: Any = None              # the historical-embedding cache's per-batch data
     _aliases: set[int] = dataclasses.field(default_factory=set)
+    _storages: set[int] = dataclasses.field(default_factory=set)   # of the aliases
     _norms: dict[tuple, tuple[Tensor, Tensor]] = dataclasses.field(default_factory=dict)
 
     def is_own(self, edge_index: Any) -> bool:
@@ -95,8 +115,18 @@ class BatchGraph:
         if edge_index.device != self.edge_index.device and torch.equal(
                 edge_index.to(self.edge_index.device), self.edge_index):
             self._aliases.add(key)
+            self._storages.add(edge_index.untyped_storage().data_ptr())
             return True
         return False
+
+    def is_narrowed(self, edge_index: Any) -> bool:
+        """Whether `edge_index` is a column slice of this batch's edge_index (or of a device copy
+        of it) rather than the batch's own: what PyG's `trim_to_layer` hands a layer."""
+        if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or \
+                edge_index.size(1) >= self.edge_index.size(1):
+            return False
+        ptr = edge_index.untyped_storage().data_ptr()
+        return ptr in self._storages or ptr == self.edge_index.untyped_storage().data_ptr()
 
     def gcn_norm(self, edge_index: Tensor, edge_weight: Tensor | None, improved: bool,
                  add_self_loops: bool, flow: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -128,13 +158,15 @@ class ModelState:
     reason: str | None = "not yet seen on a batch with hop counts"
     trimmed_forwards: int = 0
     untrimmed_forwards: int = 0
+    materialized: int = 0          # trimmed forwards recomputed untrimmed (non-seed rows read)
 
     def to_dict(self) -> dict:
         return {"model": self.name, "layers": self.layers, "trimmed": self.trim,
                 "compact": self.compact,
                 "reason": None if self.trim else self.reason,
                 "trimmed_forwards": self.trimmed_forwards,
-                "untrimmed_forwards": self.untrimmed_forwards}
+                "untrimmed_forwards": self.untrimmed_forwards,
+                "materialized": self.materialized}
 
 
 @dataclasses.dataclass
@@ -149,6 +181,20 @@ class _Trace:
 
 
 LayerCall = Callable[..., Any]
+
+SELF_TRIMMING = ("the model trims its own layers (PyG's trim_to_layer / BasicGNN's "
+                 "num_sampled_nodes_per_hop): left to PyG's trimming")
+
+
+def _parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
+    """In-place version counters of the model's parameters (an optimizer step bumps them)."""
+    return tuple(p._version for p in model.parameters())
+
+
+def _parameter_snapshot(model: torch.nn.Module) -> dict[str, Tensor]:
+    """A detached copy of the model's parameters (leaves with the same `requires_grad`)."""
+    return {name: p.detach().clone().requires_grad_(p.requires_grad)
+            for name, p in model.named_parameters()}
 
 
 @dataclasses.dataclass
@@ -167,6 +213,7 @@ class HookedCall:
     kwargs: dict
     batch: BatchGraph
     run: Callable[[], Any]
+    unpatched: LayerCall           # unpatched(layer, *args, **kwargs): past gnnorch's seam
 
 
 class LayerSeam:
@@ -206,6 +253,9 @@ class LayerSeam:
         original = self.cls.__call__
 
         def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:
+            if tracing():  # dynamo / fx see PyG's own call (fx patches Module.__call__ itself)
+                call = original if had_call else torch.nn.Module.__call__
+                return call(layer, *args, **kwargs)
             return seam._on_layer(layer, original, args, kwargs)
 
         self.cls.__call__ = __call__
@@ -236,7 +286,7 @@ class LayerSeam:
 
     # -- model boundaries -----------------------------------------------------------------
     def _on_enter(self, module: torch.nn.Module, args: tuple) -> None:
-        if threading.get_ident() != self._thread:
+        if tracing() or threading.get_ident() != self._thread:
             return None
         self._depth += 1
         if self._depth != 1 or self.batch is None or isinstance(module, self.cls):
@@ -261,7 +311,7 @@ class LayerSeam:
 
     def _on_exit(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                  output: Any = None) -> Any:  # no output when the forward raised
-        if threading.get_ident() != self._thread:
+        if tracing() or threading.get_ident() != self._thread:
             return None
         self._depth = max(0, self._depth - 1)
         trace = self._trace
@@ -290,18 +340,79 @@ class LayerSeam:
                 f"a forward made {trace.calls} layer calls instead of {state.layers}")
             return module(*args, **kwargs)  # recomputed untrimmed (trim now off for it)
         state.trimmed_forwards += 1
-        return self._mask_non_seed_rows(output, state.compact)
+        full = self._full_rows(output, state.compact)
+        if not isinstance(full, Tensor) or self.batch.num_nodes <= self.batch.batch_size:
+            return full
+        return prefix_exact(full, self.batch.batch_size,
+                            self._materializer(module, state, args, kwargs))
 
-    def _mask_non_seed_rows(self, output: Any, compact: bool) -> Any:
-        """The model output with a row per batch vertex, NaN beyond the seeds."""
+    def _full_rows(self, output: Any, compact: bool) -> Any:
+        """A compact model output (seed rows only) zero-padded to a row per batch vertex;
+        other outputs unchanged. Only the seed rows of the result are exact."""
         batch = self.batch
-        rows = batch.num_nodes if not compact else batch.batch_size
-        if (isinstance(output, Tensor) and output.dim() >= 1 and output.is_floating_point()
-                and output.size(0) == rows and batch.num_nodes > batch.batch_size):
-            rest = output.new_full((batch.num_nodes - batch.batch_size,) + output.shape[1:],
-                                   math.nan)
-            return torch.cat([output[:batch.batch_size], rest])
+        if (compact and isinstance(output, Tensor) and output.dim() >= 1
+                and output.size(0) == batch.batch_size and batch.num_nodes > batch.batch_size):
+            pad = [0, 0] * (output.dim() - 1) + [0, batch.num_nodes - batch.batch_size]
+            return F.pad(output, pad)
         return output
+
+    def _materializer(self, model: torch.nn.Module, state: ModelState, args: tuple,
+                      kwargs: dict) -> Callable[[str], Tensor]:
+        """What recomputes this trimmed forward untrimmed when its output is read beyond the
+        seed rows (`gnnorch.trim.exact_output`): same batch, inputs, grad mode and train/eval
+        flag; trimming is switched off for the model from then on (with a `TrimmingWarning`).
+        A forward that may be followed by an optimizer step (gradients on, training mode)
+        keeps a copy of the parameters, so that rows read after the step are still the values
+        of *this* forward; without one, a changed model is refused (`TrimmingError`)."""
+        batch, grad, training = self.batch, torch.is_grad_enabled(), model.training
+        versions = _parameter_versions(model)
+        snapshot = _parameter_snapshot(model) if grad and training else None
+
+        def materialize(reason: str) -> Tensor:
+            stale = _parameter_versions(model) != versions
+            if stale and snapshot is None:
+                state.trim, state.reason = False, "output read beyond the seeds after a change"
+                raise TrimmingError(
+                    f"gnnorch: the output of {state.name} was read beyond its first "
+                    f"{batch.batch_size} rows (the seed rows) by {reason} after its parameters "
+                    f"changed in place. Hop-aware trimming computes only the seed rows exactly "
+                    f"and can no longer recompute the others with the old weights. Read those "
+                    f"rows before changing the model, or pass trim=False to gnnorch.Runtime.")
+            state.trim = False
+            state.reason = f"its output was read beyond the seed rows ({reason})"
+            state.materialized += 1
+            warnings.warn(TrimmingWarning(
+                f"gnnorch: the output of {state.name} was read beyond its first "
+                f"{batch.batch_size} rows (the seed rows of the batch) by {reason}; hop-aware "
+                f"trimming computes only the seed rows, so this forward was recomputed "
+                f"untrimmed (exact values) and trimming is now off for this model. To keep "
+                f"trimming, read only out[:batch.batch_size]; to silence this, pass trim=False "
+                f"to gnnorch.Runtime."), stacklevel=4)
+            return self._rerun_untrimmed(model, batch, grad, training, args, kwargs,
+                                         snapshot if stale else None)
+
+        return materialize
+
+    def _rerun_untrimmed(self, model: torch.nn.Module, batch: BatchGraph, grad: bool,
+                         training: bool, args: tuple, kwargs: dict,
+                         parameters: dict[str, Tensor] | None) -> Tensor:
+        """`model(*args, **kwargs)` on `batch` as the seam would run it untrimmed (with the
+        given parameter values instead of the model's own, when given)."""
+        saved = (self.batch, self._depth, self._trace)
+        self.batch, self._depth, self._trace = batch, 0, None
+        flip = model.training != training
+        try:
+            if flip:
+                model.train(training)
+            with torch.set_grad_enabled(grad):
+                if parameters is not None:
+                    return torch.func.functional_call(model, parameters, args, kwargs,
+                                                      strict=False)
+                return model(*args, **kwargs)
+        finally:
+            if flip:
+                model.train(not training)
+            self.batch, self._depth, self._trace = saved
 
     # -- the one-off check ----------------------------------------------------------------
     def _calibrate(self, model: torch.nn.Module, state: ModelState, trace: _Trace,
@@ -344,7 +455,7 @@ class LayerSeam:
                     state.compact = compact
                     self._forced, self._forced_problem = "trim", None
                     try:
-                        out = self._mask_non_seed_rows(model(*args, **kwargs), compact)
+                        out = self._full_rows(model(*args, **kwargs), compact)
                     except Exception as exc:  # noqa: BLE001 - compact shapes may not fit
                         reason = f"trimmed forward failed: {type(exc).__name__}: {exc}"
                         continue
@@ -379,6 +490,8 @@ class LayerSeam:
             return self._run(layer, original, args, kwargs)
         edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
         if not batch.is_own(edge_index):
+            if batch.is_narrowed(edge_index):
+                trace.problem = SELF_TRIMMING
             return self._run(layer, original, args, kwargs)
         index = trace.calls
         trace.calls += 1
@@ -388,7 +501,7 @@ class LayerSeam:
                                     kwargs, x, edge_index)
             return self.layer_hook.on_layer(HookedCall(trace.model, trace.state, trace.mode,
                                                        index, layer, x, edge_index, args,
-                                                       kwargs, batch, run))
+                                                       kwargs, batch, run, original))
         return self._layer_call(trace, index, layer, original, args, kwargs, x, edge_index)
 
     def _layer_call(self, trace: _Trace, index: int, layer: Any, original: LayerCall,

@@ -3,23 +3,31 @@
 The seam is the class itself (its `__init__` and `__iter__`), so a loader is intercepted however
 the user imported the name, and user subclasses are intercepted through `super().__init__`.
 
-* Training loaders (`shuffle=True`) with p > 1 ranks: the DataLoader's random sampler is replaced
-  by a `ShardSampler` and the batch size by ceil(b / p). Every epoch all ranks draw the same
-  permutation (common seed), and rank r takes its positions r, r+p, r+2p, ... Consequently the
-  k-th per-rank batches together are exactly the k-th batch of b seeds that one process would
-  draw from that permutation (when p divides b), and all ranks run the same number of batches.
-* Evaluation loaders (`shuffle=False`) keep all their seeds in every rank: metrics mean what
-  they meant.
+* Training epochs are sharded over p > 1 ranks. A loader built with `shuffle=True` gets a
+  `ShardSampler` instead of its random sampler. Whether one *epoch* of it (one `iter(loader)`) is
+  a training epoch is decided when it starts, by what the user's code is doing: gradients are
+  enabled and a model the layer seam has seen is in training mode (or no model was seen yet).
+  A training epoch is sharded: all ranks draw the same permutation (common seed), rank r takes
+  positions r, r+p, r+2p, ... in batches of ceil(b / p), so the k-th per-rank batches together
+  are exactly the k-th batch of b seeds that one process would draw from that permutation (when
+  p divides b), and all ranks run the same number of batches. Any other epoch (an evaluation
+  under `torch.no_grad()` or after `model.eval()`, e.g. PyG's `ogbn_train.py`, whose val/test
+  loaders shuffle) runs every seed of the permutation in every rank with the user's batch size:
+  metrics mean what they meant. Loaders built with `shuffle=False` are never sharded.
+* When the user's own code manages distribution (it called `torch.distributed.
+  init_process_group` inside the runtime's ranks, `intercept.procgroup`), sharding steps aside.
 * Sampling backend (`Features.sampler`): for homogeneous `Data`, "gnnorch" (and "auto" when
   pyg-lib is absent) passes gnnorch's vectorised `FastNeighborSampler` as the loader's
   `neighbor_sampler` (PyG's own argument), built from the loader's own sampling arguments; it
   returns hop counts. "pyg" leaves PyG's choice. HeteroData and link loaders run as PyG runs them.
 * Every batch of an intercepted loader is announced to the layer seam (`intercept.layers`) with
   its hop layout, so the user's layers can be trimmed while they work on it.
-* All intercepted loaders use the rank's sampler plan: s workers, each pinned to one of the rank's
-  sampler CPUs through PyG's `AffinityMixin.enable_cpu_affinity`; s = 0 samples in the trainer.
-  The worker count is re-read at each epoch, so it can change between epochs (not for loaders
-  the user made with `persistent_workers=True`).
+* Workers: the user's loader configuration is theirs. A loader built with an explicit
+  `num_workers` (0 included) keeps it, with `persistent_workers`, `prefetch_factor` and the
+  user's own `enable_cpu_affinity` / `enable_multithreading` calls. Only where the user left
+  `num_workers` out does the rank's sampler plan apply: s workers, each pinned to one of the
+  rank's sampler CPUs through PyG's `AffinityMixin.enable_cpu_affinity` (s = 0 samples in the
+  trainer), re-read at each epoch so that it can change between epochs.
 """
 from __future__ import annotations
 
@@ -35,13 +43,16 @@ from ..launch import context
 from ..launch.context import EpochTimer, RankContext
 from ..trim.hops import HopLayout, hops_from_edges
 from .layers import BatchGraph, LayerSeam
+from .procgroup import UserDistribution
 
 _WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
 
 
 class ShardSampler(Sampler[int]):
     """Epoch-wise common permutation of range(n), padded by wrap-around to a multiple of p,
-    strided over ranks: rank r yields positions r, r+p, ...; every rank yields ceil(n / p)."""
+    strided over ranks: rank r yields positions r, r+p, ...; every rank yields ceil(n / p).
+    With `sharded = False` (an evaluation epoch) every rank yields the whole unpadded
+    permutation instead."""
 
     def __init__(self, rank: int, world_size: int, seed: int) -> None:
         if not 0 <= rank < world_size:
@@ -49,15 +60,18 @@ class ShardSampler(Sampler[int]):
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.num_items = 0
         self.epoch = 0
+        self.sharded = True
 
     def __len__(self) -> int:
+        if not self.sharded:
+            return self.num_items
         return -(-self.num_items // self.world_size)
 
     def permutation(self, epoch: int) -> torch.Tensor:
         """The padded global permutation of `epoch` (identical on every rank)."""
         gen = torch.Generator().manual_seed(self.seed + epoch)
         perm = torch.randperm(self.num_items, generator=gen)
-        total = len(self) * self.world_size
+        total = -(-self.num_items // self.world_size) * self.world_size
         if total > self.num_items > 0:
             repeats = -(-total // self.num_items)
             perm = perm.repeat(repeats)[:total]
@@ -66,6 +80,8 @@ class ShardSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         perm = self.permutation(self.epoch)
         self.epoch += 1
+        if not self.sharded:
+            return iter(perm[:self.num_items].tolist())
         return iter(perm[self.rank::self.world_size].tolist())
 
 
@@ -73,11 +89,13 @@ class ShardSampler(Sampler[int]):
 class LoaderState:
     """What the runtime knows about one intercepted loader."""
 
-    role: str                      # "train" (shuffle=True) or "eval"
+    role: str                      # "train" (shuffle=True: may run training epochs) or "eval"
     index: int                     # training loaders: order of construction (same on all ranks)
     global_batch_size: int | None
-    user_num_workers: int
-    epochs: int = 0
+    user_num_workers: int | None   # None: the user left num_workers to the runtime
+    epochs: int = 0                # training epochs run
+    eval_epochs: int = 0           # epochs of a shuffle=True loader run as evaluation
+    shard: ShardSampler | None = None
     backend: str = "pyg"           # which sampler draws its batches
     backend_reason: str | None = None
     directional: bool = True       # hop layout meaningful (trimming possible)
@@ -87,7 +105,9 @@ class LoaderState:
     def to_dict(self) -> dict:
         return {"role": self.role, "index": self.index, "backend": self.backend,
                 "reason": self.backend_reason, "directional": self.directional,
-                "num_hops": self.num_hops}
+                "num_hops": self.num_hops,
+                "num_workers": ("plan" if self.user_num_workers is None
+                                else f"user ({self.user_num_workers})")}
 
 
 def _loader_seed(ctx: RankContext, index: int) -> int:
@@ -107,9 +127,10 @@ def _seeds_in(batch: Any) -> int:
 class NeighborLoaderInterceptor:
     """Installs and removes the NeighborLoader patches; idempotent per install."""
 
-    def __init__(self) -> None:
+    def __init__(self, distribution: UserDistribution | None = None) -> None:
         from torch_geometric.loader import NeighborLoader
 
+        self.distribution = distribution or UserDistribution()
         self.cls = NeighborLoader
         self._orig_init = NeighborLoader.__init__
         self._had_iter = "__iter__" in NeighborLoader.__dict__
@@ -144,31 +165,29 @@ class NeighborLoaderInterceptor:
             return
         train = bool(kwargs.get("shuffle", False))
         batch_size = kwargs.get("batch_size", 1)
+        workers = kwargs.get("num_workers")
         state = LoaderState(role="train" if train else "eval",
                             index=ctx.next_loader_index() if train else -1,
                             global_batch_size=batch_size,
-                            user_num_workers=int(kwargs.get("num_workers", 0) or 0))
-        if not kwargs.get("persistent_workers", False):
+                            user_num_workers=None if workers is None else int(workers))
+        if workers is None:  # left open by the user: the plan decides
             kwargs["num_workers"] = ctx.plan.sampler_cores
             if ctx.plan.sampler_cores == 0:
                 for key in _WORKER_ONLY_KWARGS:
                     kwargs.pop(key, None)
         self._choose_sampler(ctx, state, args, kwargs)
-        sampler = None
-        shard = (train and ctx.distributed and kwargs.get("sampler") is None
-                 and kwargs.get("batch_sampler") is None)
+        shard = (train and ctx.distributed and not self.distribution.active
+                 and kwargs.get("sampler") is None and kwargs.get("batch_sampler") is None)
         if shard:
-            sampler = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, state.index))
+            state.shard = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, state.index))
             kwargs["shuffle"] = False
-            kwargs["sampler"] = sampler
+            kwargs["sampler"] = state.shard
             if batch_size is not None:
                 kwargs["batch_size"] = -(-int(batch_size) // ctx.world_size)
         self._orig_init(loader, *args, **kwargs)
-        if sampler is not None:
-            sampler.num_items = len(loader.dataset)
+        if state.shard is not None:
+            state.shard.num_items = len(loader.dataset)
         state.directional, state.num_hops = _layout_kind(loader)
-        if train and ctx.cache is not None:  # the historical-embedding cache (gnnorch.cache)
-            state.cache = ctx.cache.attach(loader, state)
         loader._gnnorch_state = state
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.to_dict())
 
@@ -210,24 +229,31 @@ class NeighborLoaderInterceptor:
         state: LoaderState | None = getattr(loader, "_gnnorch_state", None)
         if ctx is None or state is None:
             return self._orig_iter(loader)
-        if state.role == "train":
+        training = state.role == "train" and _training_now(ctx.layer_seam)
+        if state.shard is not None:
+            _set_sharded(loader, state, training)
+        if training:
             ctx.apply_pending()
-        if not loader.persistent_workers:
+            if state.cache is None and ctx.cache is not None:  # gnnorch.cache, first epoch
+                state.cache = ctx.cache.attach(loader, state)
+        plan_workers = state.user_num_workers is None and not loader.persistent_workers
+        if plan_workers:
             loader.num_workers = ctx.plan.sampler_cores
             if loader.num_workers > 0 and loader.prefetch_factor is None:
                 loader.prefetch_factor = 2
-        if state.cache is not None:  # before workers start: they copy the pruning mask
+        if training and state.cache is not None:  # before workers start: they copy the mask
             state.cache.epoch_start(loader)
         cpus = ctx.sampler_cpus
-        if loader.num_workers > 0 and cpus and len(cpus) == loader.num_workers:
+        if plan_workers and loader.num_workers > 0 and cpus and len(cpus) == loader.num_workers:
             with loader.enable_cpu_affinity(loader_cores=cpus):
                 iterator = self._orig_iter(loader)
         else:
             iterator = self._orig_iter(loader)
         seam = ctx.layer_seam
         if seam is not None:
-            iterator = _announced(iterator, seam, state)
-        if state.role != "train":
+            iterator = _announced(iterator, seam, state, training)
+        if not training:
+            state.eval_epochs += state.role == "train"
             return iterator
         epoch = state.epochs
         state.epochs += 1
@@ -236,6 +262,25 @@ class NeighborLoaderInterceptor:
 
 _SAMPLER_ARGS = ("replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
                  "weight_attr", "is_sorted", "directed")
+
+
+def _training_now(seam: LayerSeam | None) -> bool:
+    """Whether an epoch starting now trains: gradients are on and a model the layer seam has
+    seen is in training mode (or the seam has seen none yet)."""
+    if not torch.is_grad_enabled():
+        return False
+    models = list(seam.models.keys()) if seam is not None else []
+    return not models or any(m.training for m in models)
+
+
+def _set_sharded(loader: Any, state: LoaderState, training: bool) -> None:
+    """Shard this epoch (training) or run every seed with the user's batch size."""
+    shard = state.shard
+    shard.sharded = training
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is not None and state.global_batch_size is not None:
+        size = int(state.global_batch_size)
+        batch_sampler.batch_size = -(-size // shard.world_size) if training else size
 
 
 def _layout_kind(loader: Any) -> tuple[bool, int | None]:
@@ -251,7 +296,7 @@ def _layout_kind(loader: Any) -> tuple[bool, int | None]:
     return directional, len(sampler.num_neighbors.get_mapped_values())
 
 
-def batch_graph(batch: Any, state: LoaderState) -> BatchGraph | None:
+def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchGraph | None:
     """What the layer seam needs to know of a batch, with its hop layout when trimmable."""
     from torch_geometric.data import Data
 
@@ -261,7 +306,7 @@ def batch_graph(batch: Any, state: LoaderState) -> BatchGraph | None:
         return None
     graph = BatchGraph(edge_index=edge_index, num_nodes=int(batch.num_nodes), batch_size=size,
                        layout=None, n_id=getattr(batch, "n_id", None),
-                       training=state.role == "train")
+                       training=training)
     if not state.directional or state.num_hops is None:
         graph.reason = "the loader's batches are not directional neighbour samples"
         return graph
@@ -292,7 +337,8 @@ def _mark_features(batch: Any) -> None:
         batch.x = mark_host_features(batch.x)
 
 
-def _announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState) -> Iterator[Any]:
+def _announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState,
+               training: bool) -> Iterator[Any]:
     """Announce each batch to the layer seam while the user works on it (and, on a CUDA
     machine with rewrites on, mark its features for the host transform)."""
     ctx = context.current()
@@ -301,8 +347,8 @@ def _announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState) -> 
         for batch in iterator:
             if defer:
                 _mark_features(batch)
-            graph = batch_graph(batch, state)
-            if graph is not None and state.cache is not None:
+            graph = batch_graph(batch, state, training)
+            if graph is not None and training and state.cache is not None:
                 state.cache.annotate(graph, batch)
             seam.set_batch(graph)
             yield batch

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-from pathlib import Path
+import warnings
 from typing import Iterator
 
 import torch
@@ -14,47 +12,13 @@ from ..launch.context import RankContext
 from .gradsync import GradientSynchronizer
 from .layers import LayerSeam
 from .loader import NeighborLoaderInterceptor
+from .procgroup import UserDistribution
 
 
-_COST_MODELS: dict = {}
-_DECISIONS: dict = {}
-
-
-def shared_cost_models() -> dict:
-    """The rewrite cost models of this process (device and thread count -> fitted model):
-    calibrated once per process and refined by every run in it."""
-    return _COST_MODELS
-
-
-def shared_decisions() -> tuple:
-    """The rewrite engine's decision tables of this process (order per layer signature and
-    shape bucket; host or device placement): measured once per process, reused by every run
-    in it (the tuner's default run, its in-process probes, the real run)."""
-    if not _DECISIONS:
-        from ..rewrite.host import PlacementPlanner
-        from ..rewrite.planner import Planner
-
-        _DECISIONS["orders"], _DECISIONS["placements"] = Planner(), PlacementPlanner()
-    return _DECISIONS["orders"], _DECISIONS["placements"]
-
-
-def export_decisions(path: str | os.PathLike) -> None:
-    """Write this process's measured decisions to `path` (JSON) for rank processes."""
-    orders, placements = shared_decisions()
-    Path(path).write_text(json.dumps({"orders": orders.export(),
-                                      "placements": placements.export()}))
-
-
-def load_decisions(path: str | os.PathLike) -> None:
-    """Adopt decisions another process of this machine measured (`export_decisions`); a
-    missing or unreadable file is ignored (the buckets are then probed here)."""
-    try:
-        rows = json.loads(Path(path).read_text())
-        orders, placements = shared_decisions()
-        orders.load(rows["orders"])
-        placements.load(rows["placements"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+# The process-wide rewrite decision tables live on the ground floor (gnnorch.rewrite.decisions);
+# re-exported here for existing callers.
+from ..rewrite.decisions import (export_decisions, load_decisions,  # noqa: E402,F401
+                                 shared_cost_models, shared_decisions)
 
 
 @contextlib.contextmanager
@@ -71,7 +35,12 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
         ctx.stats["allocator"] = {"tuned": tune_allocator()}
     with contextlib.ExitStack() as stack:
         stack.enter_context(context.activate(ctx))
-        stack.enter_context(NeighborLoaderInterceptor().installed())
+        stack.enter_context(_compiled_module_hook_warning_silenced())
+        distribution = UserDistribution()
+        if ctx.distributed:  # the user's own init_process_group joins the runtime's group
+            stack.enter_context(distribution.installed())
+            stack.callback(lambda: ctx.stats.__setitem__("distributed", distribution.stats()))
+        stack.enter_context(NeighborLoaderInterceptor(distribution).installed())
         cache = ctx.features.cache_config
         rewrites = None
         if ctx.features.rewrite is not False:
@@ -96,5 +65,23 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
             ctx.cache = manager
             stack.callback(lambda: ctx.stats.__setitem__("cache", manager.stats()))
         if ctx.distributed:
-            stack.enter_context(GradientSynchronizer(ctx.world_size, comm_device).installed())
+            stack.enter_context(GradientSynchronizer(ctx.world_size, comm_device,
+                                                     distribution).installed())
         yield ctx
+
+
+@contextlib.contextmanager
+def _compiled_module_hook_warning_silenced() -> Iterator[None]:
+    """`torch.compile(model)` warns on every call while any global module hook exists, because
+    the hooks then also fire for the `OptimizedModule` wrapper. The seams' global hooks are
+    written for that (they step aside inside compiled regions and treat the wrapper as the
+    model), so this one warning is filtered for the run; every other warning is untouched."""
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "
+                                              r"global hooks", category=UserWarning)
+    entry = warnings.filters[0]
+    try:
+        yield
+    finally:
+        if entry in warnings.filters:
+            warnings.filters.remove(entry)
+            getattr(warnings, "_filters_mutated", lambda: None)()
