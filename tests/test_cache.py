@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import warnings
 
 import pytest
 import torch
@@ -14,10 +13,9 @@ from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE, SAGEConv
 
 import gnnorch
-from gnnorch.cache import CacheConfig, EmbeddingStore, StalenessError
+from gnnorch.cache import CacheConfig, CacheStatus, CacheWarning, EmbeddingStore, StalenessError
 from gnnorch.cache.auto import RatioSearch, ratio_grid
 from gnnorch.cache.hotness import count_hotness, estimate_hotness, top_fraction
-from gnnorch.cache.manager import CacheWarning
 from gnnorch.features import Features
 from gnnorch.launch import context
 from gnnorch.trim import hops_from_edges
@@ -113,7 +111,7 @@ def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(
         for _ in range(2):
             for batch in loader:
                 lc = ctx.cache.loaders[0]
-                pruned = lc.status == "active"
+                pruned = lc.status is CacheStatus.ACTIVE
                 unpruned += pruned and not ctx.layer_seam.batch.cache.pruned
                 optimizer.zero_grad()
                 out = model(batch.x, batch.edge_index)[:batch.batch_size]
@@ -121,14 +119,14 @@ def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(
                 if pruned:
                     ref_model = copy.deepcopy(model)
                     ref_model.zero_grad()
-                    sampler = lc.sampler
+                    sampler = lc.spec.sampler
                     x, edge_index, rows = augmented(batch, lc.store.mask, sampler.colptr,
                                                     sampler.row, data.x, len(fanout))
                     ref = ref_model(x, edge_index)[:batch.batch_size]
                     F.cross_entropy(ref, batch.y[:batch.batch_size]).backward()
                     torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-10)
                     bottom = {n for n, p in model.named_parameters()
-                              if any(p is q for q in lc.layer.parameters())}
+                              if any(p is q for q in lc.served.layer.parameters())}
                     assert bottom
                     grads = dict(ref_model.named_parameters())
                     for name, p in model.named_parameters():
@@ -178,7 +176,7 @@ def _steps_train(data, epochs, fanout=(5, 5), kind="sage", check=None, layers=No
 def _independent_age(batch, steps):
     """Age of the cached rows this forward used, from the test's own step count."""
     lc = context.current().cache.loaders[0]
-    if lc.status != "active":
+    if lc.status is not CacheStatus.ACTIVE:
         return 0
     hops = len(batch.num_sampled_nodes) - 1
     lo = sum(batch.num_sampled_nodes[:hops - 1])
@@ -237,11 +235,11 @@ def test_pruned_batches_hold_no_in_edges_of_hot_last_hop_vertices():
                                 batch_size=16, shuffle=True)
         model = make("sage", data.num_features, 3)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        lc = context.current().cache.loaders[0]
         pruned = hot_seen = 0
         for _ in range(2):
             for batch in loader:
-                if lc.status == "active":
+                lc = context.current().cache.loaders[0]  # attached at its first epoch
+                if lc.status is CacheStatus.ACTIVE:
                     counts = batch.num_sampled_nodes
                     lo, hi = sum(counts[:2]), sum(counts[:3])
                     hot = torch.zeros(batch.num_nodes, dtype=torch.bool)
@@ -352,6 +350,15 @@ def test_options_and_config_round_trip():
         CacheConfig(staleness=-1)
     with pytest.raises(ValueError, match="cache must be"):
         gnnorch.Runtime(lambda: None, processes=1, cache="yes")
+    # unknown names are a TypeError (gnnorch.options), bad values a ValueError naming the field
+    with pytest.raises(TypeError, match="stalenes"):
+        CacheConfig.from_dict({"stalenes": 3})
+    with pytest.raises(TypeError, match="stalenes"):
+        gnnorch.Runtime(lambda: None, processes=1, cache={"stalenes": 3})
+    with pytest.raises(ValueError, match="overlap"):
+        CacheConfig(overlap="sometimes")
+    with pytest.raises(ValueError, match="chunk_rows"):
+        CacheConfig(chunk_rows=True)
 
 
 def test_interleave_rows_equals_cat_and_permute_forward_and_backward():
@@ -438,11 +445,11 @@ def _losses_train(data, epochs):
 def test_auto_ratio_at_zero_is_the_exact_fast_path(monkeypatch):
     """The search's cache-off point: no hot vertex, nothing pruned, losses equal to cache=False
     (same sampler stream: the exclusion is cleared, not an all-false mask)."""
-    import gnnorch.cache.manager as manager
+    import gnnorch.cache.hotset as hotset
 
     data = cora()
     exact, _ = run(_losses_train, data, 2, seed=3, rewrite=False)
-    monkeypatch.setattr(manager, "ratio_grid", lambda max_ratio: [0.0])
+    monkeypatch.setattr(hotset, "ratio_grid", lambda max_ratio: [0.0])
     cached, stats = run(_losses_train, data, 2, seed=3, rewrite=False,
                         cache=CacheConfig(hot_ratio="auto"))
     assert stats["hot_vertices"] == 0 and stats["hit_rate"] == 0

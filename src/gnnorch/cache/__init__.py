@@ -5,15 +5,31 @@ the most frequently sampled ("hot") vertices are computed with recent weights an
 most `staleness` optimizer steps; hot vertices reached at the last sampled hop are not expanded
 (their neighbours are neither sampled nor gathered). See src/gnnorch/cache/README.md.
 
+Components (no knowledge of processes or seams):
+
 * `config`: `CacheConfig` and the mapping of Runtime options onto it.
 * `hotness`: expected appearances per epoch (estimate or count) and the hot set.
 * `store`: rows plus per-row optimizer-step versions; the staleness check.
 * `refresh`: recomputing rows on a refresh graph with a weight snapshot of the layer.
 * `degree`: GCN normalisation that keeps pruned vertices' degrees.
 * `auto`: the hot-ratio search (`hot_ratio="auto"`).
-* `manager`: the glue with loaders, the layer seam and optimizer steps.
+
+The cache of a run, one class per job:
+
+* `manager`: `CacheManager`, the rank's cache as the rest of gnnorch sees it (loaders, the
+  layer seam's hook, optimizer steps, the report).
+* `loader`: `LoaderCache`, one training loader's lifecycle (`status`: `CacheStatus`), and
+  `BatchInfo`, the cache's view of a batch.
+* `admission`: the one-off inspection of the first forward (admit, or off with a reason).
+* `hotset`: hotness, the hot set, its store, the sampler's pruning mask, the ratio search.
+* `swap`: the bottom layer's call on each training batch (stored rows in, stale rows
+  refreshed first).
+* `background`: the background refresher (`overlap="thread"`).
+* `stats`: counters and the per-loader report.
 """
 from .config import CacheConfig, resolve_cache
+from .status import CacheStatus, CacheWarning
 from .store import EmbeddingStore, StalenessError
 
-__all__ = ["CacheConfig", "EmbeddingStore", "StalenessError", "resolve_cache"]
+__all__ = ["CacheConfig", "CacheStatus", "CacheWarning", "EmbeddingStore", "StalenessError",
+           "resolve_cache"]

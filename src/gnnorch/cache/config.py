@@ -3,12 +3,16 @@
 ``Runtime(train, cache=True, staleness=4, hot_ratio=0.1)`` and
 ``Runtime(train, cache=CacheConfig(staleness=4, hot_ratio=0.1))`` mean the same; keyword
 `staleness` / `hot_ratio` override a config's. A config is plain data: it round-trips through
-`to_dict` / `from_dict` (JSON) so it reaches rank processes inside `Features`.
+`to_dict` / `from_dict` (JSON) so it reaches rank processes inside `Features`. Validation
+follows `gnnorch.options`: an unknown field name is a `TypeError`, a bad value a `ValueError`
+naming the field and what it allows.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from ..options import check_bool, check_choice, check_int, check_keys, check_number
 
 HOTNESS = ("estimate", "count")
 STORE = ("auto", "output", "aggregate")
@@ -77,48 +81,33 @@ class CacheConfig:
     chunk_rows: int = 32768
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.staleness, int) and not isinstance(self.staleness, bool)
-               and self.staleness >= 0, "staleness",
-               "an integer >= 0 (optimizer steps)", self.staleness)
-        ratio_ok = self.hot_ratio == "auto" or (
-            isinstance(self.hot_ratio, (int, float)) and not isinstance(self.hot_ratio, bool)
-            and 0.0 < float(self.hot_ratio) <= 1.0)
-        _check(ratio_ok, "hot_ratio", 'a float in (0, 1] or "auto"', self.hot_ratio)
+        check_int("staleness", self.staleness, 0)
         if self.hot_ratio != "auto":
+            if isinstance(self.hot_ratio, bool) or not isinstance(self.hot_ratio, (int, float)) \
+                    or not 0.0 < float(self.hot_ratio) <= 1.0:
+                raise ValueError(f'hot_ratio must be a number in (0, 1] or "auto", '
+                                 f'got {self.hot_ratio!r}')
             object.__setattr__(self, "hot_ratio", float(self.hot_ratio))
-        _check(isinstance(self.max_hot_ratio, (int, float)) and not isinstance(
-            self.max_hot_ratio, bool) and 0.0 < self.max_hot_ratio <= 1.0, "max_hot_ratio",
-            "a float in (0, 1]", self.max_hot_ratio)
-        _check(self.hotness in HOTNESS, "hotness", f"one of {HOTNESS}", self.hotness)
-        _check(isinstance(self.count_fraction, (int, float)) and 0 < self.count_fraction <= 1,
-               "count_fraction", "a float in (0, 1]", self.count_fraction)
-        _check(self.refresh in REFRESH, "refresh", f"one of {REFRESH}", self.refresh)
-        _check(isinstance(self.full_factor, (int, float)) and self.full_factor >= 0,
-               "full_factor", "a number >= 0", self.full_factor)
-        _check(self.overlap in OVERLAP, "overlap", f"one of {OVERLAP}", self.overlap)
-        _check(isinstance(self.overlap_min_cores, int) and self.overlap_min_cores >= 1,
-               "overlap_min_cores", "an integer >= 1", self.overlap_min_cores)
-        _check(isinstance(self.debug, bool), "debug", "True or False", self.debug)
-        _check(self.store in STORE, "store", f"one of {STORE}", self.store)
-        _check(self.gradient in GRADIENT, "gradient", f"one of {GRADIENT}", self.gradient)
-        _check(isinstance(self.chunk_rows, int) and self.chunk_rows >= 1, "chunk_rows",
-               "an integer >= 1", self.chunk_rows)
+        check_number("max_hot_ratio", self.max_hot_ratio, 0.0, 1.0, low_open=True)
+        check_choice("hotness", self.hotness, HOTNESS)
+        check_number("count_fraction", self.count_fraction, 0.0, 1.0, low_open=True)
+        check_choice("refresh", self.refresh, REFRESH)
+        check_number("full_factor", self.full_factor, 0.0)
+        check_choice("overlap", self.overlap, OVERLAP)
+        check_int("overlap_min_cores", self.overlap_min_cores, 1)
+        check_bool("debug", self.debug)
+        check_choice("store", self.store, STORE)
+        check_choice("gradient", self.gradient, GRADIENT)
+        check_int("chunk_rows", self.chunk_rows, 1)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "CacheConfig":
-        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown cache option(s) {unknown}; valid: "
-                             f"{', '.join(f.name for f in dataclasses.fields(cls))}")
+        """The config of a dict of its fields (`TypeError` for an unknown name)."""
+        check_keys("cache", values, [f.name for f in dataclasses.fields(cls)])
         return cls(**values)
-
-
-def _check(ok: bool, name: str, requirement: str, value: Any) -> None:
-    if not ok:
-        raise ValueError(f"{name} must be {requirement}, got {value!r}")
 
 
 def resolve_cache(cache: Any, staleness: Any = None, hot_ratio: Any = None) -> CacheConfig | None:

@@ -22,21 +22,20 @@ weights, in the current batch (the exactness test's reference).
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 from ..sampling.uniform import new_workspace, sample_neighbors
+from ..trim.layer_types import pair_recomputable
 from .hotness import in_degree
 
 
-def pair_layer_types() -> tuple[type, ...]:
-    """Layers called as layer((x_src, x_dst), edge_index) on a refresh graph."""
-    from torch_geometric import nn as pyg_nn
-
-    names = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GraphConv")
-    return tuple(getattr(pyg_nn, n) for n in names if isinstance(getattr(pyg_nn, n, None), type))
+# how gnnorch calls a layer itself: unpatched(layer, *args, **kwargs) runs the layer's own call
+# past the layer seam (a refresh has shapes unlike any batch's: no trimming, no cache hook, no
+# rewrite probing; module hooks still run). The cache manager takes it from the seam's calls.
+LayerCall = Callable[..., Any]
 
 
 class Neighbourhoods:
@@ -112,17 +111,6 @@ class BatchDegrees:
         return torch.where(found, self.degrees[pos], torch.zeros((), dtype=torch.float64))
 
 
-def call_layer(layer: Any, *args: Any) -> Any:
-    """Call a layer past gnnorch's layer seam: a refresh is gnnorch's own computation, with
-    shapes unlike any batch's (no trimming, no cache hook, no rewrite probing). Uses the class's
-    own __call__ from before the seam patched it; module hooks still run."""
-    from ..launch import context
-
-    ctx = context.current()
-    original = getattr(getattr(ctx, "layer_seam", None), "original_call", None)
-    return original(layer, *args) if original is not None else layer(*args)
-
-
 def _gcn(layer: Any) -> bool:
     from torch_geometric.nn import GCNConv
 
@@ -130,17 +118,18 @@ def _gcn(layer: Any) -> bool:
 
 
 def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pair: bool,
-               device: torch.device, degrees: BatchDegrees | None = None) -> tuple[Tensor, int]:
+               device: torch.device, degrees: BatchDegrees | None,
+               unpatched: LayerCall) -> tuple[Tensor, int]:
     """(the layer's output for `ids` on the refresh graph given by (src, dst), computed without
-    gradient; the number of raw feature rows gathered)."""
+    gradient by `unpatched(layer, ...)`; the number of raw feature rows gathered)."""
     nodes, edge_index = refresh_graph(ids, src, dst)
     xs = x[nodes].to(device, non_blocking=True)
     n = ids.numel()
     with torch.no_grad():
         if pair:
-            return call_layer(layer, (xs, xs[:n]), edge_index.to(device)), nodes.numel()
+            return unpatched(layer, (xs, xs[:n]), edge_index.to(device)), nodes.numel()
         if not _gcn(layer):
-            return call_layer(layer, xs, edge_index.to(device))[:n], nodes.numel()
+            return unpatched(layer, xs, edge_index.to(device))[:n], nodes.numel()
         # GCN: the batch's normalisation, made explicit (see the module docstring)
         fill = 2.0 if layer.improved else 1.0
         deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
@@ -151,8 +140,8 @@ def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pai
         edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
         layer.normalize = False  # a private snapshot: safe to switch
         try:
-            out = call_layer(layer, xs, edge_index.to(device),
-                             weight.to(device=device, dtype=xs.dtype))
+            out = unpatched(layer, xs, edge_index.to(device),
+                            weight.to(device=device, dtype=xs.dtype))
         finally:
             layer.normalize = True
         return out[:n], nodes.numel()
@@ -258,17 +247,19 @@ class Refresher:
     The snapshot is a private copy of the layer (eval mode: no dropout inside it; no gradient):
     `snapshot()` copies the live weights into it, in the trainer thread, between steps. A
     refresher is used by one thread at a time; the cache keeps one for the trainer (on-demand
-    refreshes) and one for the background thread.
+    refreshes) and one for the background thread. `unpatched` is how it calls the snapshot (see
+    `LayerCall`).
     """
 
     def __init__(self, live: torch.nn.Module, x: Tensor, hood: Neighbourhoods,
-                 chunk_rows: int, aggregate: bool = False) -> None:
+                 chunk_rows: int, aggregate: bool = False, *, unpatched: LayerCall) -> None:
         self.live = live
         self.shadow = copy.deepcopy(live).eval()
         for p in self.shadow.parameters():
             p.requires_grad_(False)
         self.x, self.hood, self.chunk_rows = x, hood, chunk_rows
-        self.pair = isinstance(live, pair_layer_types())
+        self.unpatched = unpatched
+        self.pair = isinstance(live, pair_recomputable())
         self.device = next((p.device for p in live.parameters()), torch.device("cpu"))
         self.aggregate = aggregate  # store GCN aggregates of raw features, not outputs
         self.linear: str | None = None  # gradient="linear": the aggregation kept beside rows
@@ -296,7 +287,7 @@ class Refresher:
                 rows = rows.to(self.device)
             else:
                 rows, gathered = layer_rows(self.shadow, self.x, chunk, src, dst, self.pair,
-                                            self.device, degrees)
+                                            self.device, degrees, self.unpatched)
             if self.linear is not None:
                 auxes.append(raw_aggregate(self.x, chunk.numel(), src, dst, self.linear))
             self.gathered += gathered
@@ -313,7 +304,7 @@ class Refresher:
         stores them (the one-off check against a batch)."""
         if not self.aggregate:
             return layer_rows(self.shadow, self.x, ids, src, dst, self.pair, self.device,
-                              degrees)[0]
+                              degrees, self.unpatched)[0]
         fill = self._fill()
         agg, _ = gcn_aggregate(self.x, ids, src, dst, fill, degrees)
         deg = torch.bincount(dst, minlength=ids.numel()).to(self.x.dtype) + fill
@@ -321,6 +312,11 @@ class Refresher:
         with torch.no_grad():
             out = self.shadow.lin(inner.to(self.device))
             return out + self.shadow.bias if self.shadow.bias is not None else out
+
+    def own_output(self, *args: Any) -> Any:
+        """The snapshot's own output on a graph of the caller's (no gradient)."""
+        with torch.no_grad():
+            return self.unpatched(self.shadow, *args)
 
     def _fill(self) -> float:
         return 2.0 if getattr(self.shadow, "improved", False) else 1.0

@@ -1,0 +1,150 @@
+"""The background refresher (`overlap="thread"`): after each optimizer step, the rows due next are
+recomputed in a worker thread with a snapshot of the new weights while the trainer samples and
+computes the next step; the next forward installs them.
+
+One job at a time: it owns the background refresher's weight snapshot. A job is the oldest
+1/(S+1) of the store, at least every row that would be over the bound S at the next forward.
+On CUDA the job runs on a side stream and its install waits on the job's event.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import time
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from .admission import LoaderSpec, Served
+from .config import CacheConfig
+from .hotset import HotSet
+from .refresh import BatchDegrees, LayerCall, Neighbourhoods, Refresher
+from .stats import CacheStats
+from .store import EmbeddingStore
+
+
+def choose_overlap(config: CacheConfig, trainer_cores: int, info: dict[str, Any]) -> str:
+    """"thread" or "off" for `config.overlap` on a rank with `trainer_cores` (why: in `info`)."""
+    overlap = config.overlap
+    if overlap == "auto":
+        overlap = "thread" if trainer_cores >= config.overlap_min_cores else "off"
+        info["overlap_reason"] = (f"{trainer_cores} trainer core(s) "
+                                  f"{'>=' if overlap == 'thread' else '<'} "
+                                  f"overlap_min_cores={config.overlap_min_cores}")
+    if overlap == "thread" and config.staleness == 0:
+        overlap = "off"
+        info["overlap_reason"] = "staleness 0: every row is refreshed right before use"
+    info["overlap"] = overlap
+    return overlap
+
+
+class _Job:
+    """A background refresh in flight: rows for `slots` of `store`, computed with the weights
+    after `version` optimizer steps."""
+
+    def __init__(self, future: concurrent.futures.Future, slots: Tensor, version: int,
+                 store: EmbeddingStore) -> None:
+        self.future, self.slots, self.version, self.store = future, slots, version, store
+
+
+class BackgroundRefresh:
+    """Refreshes rows of the hot set's store in a worker thread (see the module docstring)."""
+
+    def __init__(self, spec: LoaderSpec, config: CacheConfig, served: Served, hot: HotSet,
+                 stats: CacheStats, seed: int, unpatched: LayerCall,
+                 pool: Callable[[], concurrent.futures.Executor]) -> None:
+        assert hot.store is not None
+        sampler = spec.sampler
+        hood = Neighbourhoods(sampler.colptr, sampler.row, spec.fanouts[-1],
+                              bool(sampler.replace), hot.sync.hood.full, seed + 2)
+        self.refresher = Refresher(served.layer, spec.data.x, hood, config.chunk_rows,
+                                   served.aggregate, unpatched=unpatched)
+        self.refresher.snapshot()
+        self.refresher.linear = hot.sync.linear
+        self.refresher.compute(hot.store.hot_ids[:1])  # first call in the trainer thread
+        device = self.refresher.device
+        self.stream = torch.cuda.Stream(device=device) if device.type == "cuda" else None
+        self.bound = config.staleness
+        self.hot = hot
+        self.stats = stats
+        self.pool = pool
+        self._job: _Job | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is in flight."""
+        return self._job is not None
+
+    def after_step(self, step: int, degrees: BatchDegrees | None) -> None:
+        """Optimizer step done (weights now at version `step`): launch the job of the rows that
+        expire next (GCN: normalised with the latest batch's `degrees`)."""
+        # one job at a time (it owns the background snapshot): the previous one must be in
+        # before the next snapshot, or the schedule would skip a step and rows would expire
+        self.install(wait=True)
+        bound = self.bound
+        store = self.hot.store
+        assert store is not None
+        expiring = int((store.version < step + 1 - bound).sum())
+        count = max(expiring, math.ceil(len(store) / (bound + 1)))
+        slots = store.oldest(count)
+        slots = slots[store.version[slots] < step]
+        if slots.numel() == 0:
+            return
+        self.refresher.snapshot()
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.refresher.device))
+        ids = store.hot_ids[slots]
+        future = self.pool().submit(self._background, ids, degrees)
+        self._job = _Job(future, slots, step, store)
+
+    def _background(self, ids: Tensor,
+                    degrees: BatchDegrees | None) -> tuple[tuple[Tensor, Any], float, Any]:
+        """The job itself, in the worker thread: ((rows, aux), seconds, CUDA event or None)."""
+        start = time.perf_counter()
+        event = None
+        with torch.no_grad():
+            if self.stream is not None:
+                with torch.cuda.stream(self.stream):
+                    values = self.refresher.compute(ids, degrees)
+                    event = torch.cuda.Event()
+                    event.record(self.stream)
+            else:
+                values = self.refresher.compute(ids, degrees)
+        return values, time.perf_counter() - start, event
+
+    def install(self, wait: bool) -> None:
+        """Write the finished job's rows (those still older than it) into the store; without
+        `wait`, only if it is done."""
+        job = self._job
+        if job is None:
+            return
+        if not wait and not job.future.done():
+            return
+        start = time.perf_counter()
+        (values, aux), seconds, event = job.future.result()
+        if wait:
+            self.stats.seconds["wait"] += time.perf_counter() - start
+        self._job = None
+        self.stats.seconds["background"] += seconds
+        if event is not None:
+            torch.cuda.current_stream(self.refresher.device).wait_event(event)
+        store = job.store
+        if store is not self.hot.store:   # the hot set changed meanwhile
+            return
+        newer = store.version[job.slots] < job.version
+        store.write(job.slots[newer], values[newer.to(values.device)], job.version,
+                    aux[newer] if aux is not None else None)
+        self.stats.counters["background_refreshes"] += 1
+        self.stats.counters["background_rows"] += int(newer.sum())
+
+    def drop(self) -> None:
+        """Wait for the job in flight and discard it."""
+        if self._job is not None:
+            try:
+                self._job.future.result()
+            finally:
+                self._job = None
+
+    def close(self) -> None:
+        self.drop()

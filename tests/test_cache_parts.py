@@ -1,0 +1,216 @@
+"""The cache's parts on their own (issue #13): the PyG layer-type tuples mean what their
+docstrings say, refreshes call the layer through the `unpatched` call they are given (no
+global), the manager takes that call from the seam's calls, every `LoaderCache` attribute exists
+from its construction on, and the package keeps its size and layering rules."""
+from __future__ import annotations
+
+import ast
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import GCNConv, GINEConv, MessagePassing, SAGEConv
+
+import gnnorch
+from gnnorch.cache import CacheConfig, CacheStatus
+from gnnorch.cache.manager import CacheManager
+from gnnorch.cache.refresh import Neighbourhoods, Refresher
+from gnnorch.launch import context
+from gnnorch.trim import layer_types
+
+from helpers import cora
+
+CACHE = Path(gnnorch.__file__).parent / "cache"
+HIGHER = ("launch", "execute", "intercept", "tune", "runtime")  # floors above the cache
+
+
+def _layer(cls, cin=6, cout=4):
+    torch.manual_seed(0)
+    if cls.__name__ in ("GINConv",):
+        return cls(torch.nn.Linear(cin, cout))
+    if cls.__name__ == "GINEConv":
+        return cls(torch.nn.Linear(cin, cout), edge_dim=3)
+    if cls.__name__ in ("GATConv", "GATv2Conv"):
+        return cls(cin, cout, heads=2)
+    return cls(cin, cout)
+
+
+def _graph(num=12, edges=40, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(num, 6, generator=gen, dtype=torch.float64)
+    edge_index = torch.randint(0, num, (2, edges), generator=gen)
+    return x, edge_index
+
+
+# ----------------------------------------------------------------------- layer-type tuples
+def test_layer_type_tuples_nest_as_documented():
+    pair, rec = layer_types.pair_capable(), layer_types.recomputable()
+    assert GINEConv in pair and SAGEConv in pair and GCNConv not in pair
+    assert GCNConv in rec and GINEConv not in rec
+    assert set(layer_types.pair_recomputable()) == set(pair) & set(rec)
+    assert set(layer_types.self_looping()) <= set(layer_types.pair_recomputable())
+    assert layer_types.pruning_safe() == rec
+    for group in (pair, rec, layer_types.self_looping()):
+        assert group and all(issubclass(t, MessagePassing) for t in group)
+
+
+@pytest.mark.parametrize("cls", layer_types.pair_capable(), ids=lambda c: c.__name__)
+def test_pair_capable_layers_compute_the_destination_rows_only(cls):
+    """A bipartite call on (x, x[:d]) with the edges into the first d rows gives those rows of
+    the full call (self-looping layers pair x_dst[i] with x_src[i])."""
+    layer = _layer(cls).double().eval()
+    x, edge_index = _graph()
+    extra = {}
+    if cls is GINEConv:
+        extra = {"edge_attr": torch.randn(edge_index.size(1), 3, dtype=torch.float64)}
+    d = 5
+    keep = edge_index[1] < d
+    with torch.no_grad():
+        full = layer(x, edge_index, **extra)[:d]
+        part = layer((x, x[:d]), edge_index[:, keep],
+                     **{k: v[keep] for k, v in extra.items()})
+    assert part.shape[0] == d
+    torch.testing.assert_close(part, full)
+
+
+@pytest.mark.parametrize("cls", layer_types.recomputable(), ids=lambda c: c.__name__)
+def test_recomputable_layers_depend_only_on_the_in_neighbourhood(cls):
+    """v's row is unchanged when every edge not into v and every vertex not feeding v goes
+    (GCNConv: its normalisation reads the sources' degrees, so they are fed as edge weights)."""
+    layer = _layer(cls).double().eval()
+    x, edge_index = _graph()
+    v = int(edge_index[1, 0])
+    into = edge_index[1] == v
+    src = edge_index[0, into]
+    nodes = torch.unique(torch.cat([torch.tensor([v]), src]))
+    local = torch.full((x.size(0),), -1, dtype=torch.long)
+    local[nodes] = torch.arange(nodes.numel())
+    sub = torch.stack([local[src], local.new_full((src.numel(),), int(local[v]))])
+    with torch.no_grad():
+        if cls is GCNConv:
+            from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+            ei, w = gcn_norm(edge_index, None, x.size(0), add_self_loops=True)
+            layer.normalize = False
+            full = layer(x, ei, w)[v]
+            keep = ei[1] == v
+            ei, w = ei[:, keep], w[keep]
+            got = layer(x[nodes], local[ei], w)[local[v]]
+        else:
+            full = layer(x, edge_index)[v]
+            got = layer(x[nodes], sub)[local[v]]
+    torch.testing.assert_close(got, full)
+
+
+# ------------------------------------------------------------------- the unpatched call
+def test_refresher_calls_the_layer_through_the_given_unpatched_call():
+    assert context.current() is None  # nothing global to reach for
+    x, edge_index = _graph(num=30, edges=120)
+    x = x.float()
+    from torch_geometric.utils import sort_edge_index
+
+    edge_index = sort_edge_index(edge_index, sort_by_row=False)
+    colptr = torch.zeros(31, dtype=torch.long)
+    colptr[1:] = torch.cumsum(torch.bincount(edge_index[1], minlength=30), 0)
+    row = edge_index[0]
+    layer = SAGEConv(6, 4)
+    seen = []
+
+    def unpatched(module, *args, **kwargs):
+        seen.append(module)
+        return MessagePassing.__call__(module, *args, **kwargs)
+
+    hood = Neighbourhoods(colptr, row, -1, False, True, seed=0)
+    refresher = Refresher(layer, x, hood, chunk_rows=7, unpatched=unpatched)
+    ids = torch.tensor([0, 3, 5, 8, 13, 21, 29, 2, 9])
+    rows, _ = refresher.compute(ids)
+    assert seen and all(m is refresher.shadow for m in seen)
+    with torch.no_grad():
+        ref = layer(x, edge_index)[ids]
+    torch.testing.assert_close(rows, ref)
+
+
+def test_manager_takes_the_unpatched_call_from_the_seam():
+    manager = CacheManager(types.SimpleNamespace(), CacheConfig())
+    marker = object()
+
+    def unpatched(layer, *args, **kwargs):
+        return marker
+
+    batch = types.SimpleNamespace(cache=None, training=True)
+    call = types.SimpleNamespace(batch=batch, run=lambda: "ran", unpatched=unpatched)
+    assert manager.unpatched is None
+    assert manager.on_layer(call) == "ran"
+    assert manager.unpatched is unpatched
+    other = types.SimpleNamespace(batch=batch, run=lambda: "ran", unpatched=print)
+    manager.on_layer(other)
+    assert manager.unpatched is unpatched  # the same for every call of a run
+
+
+# ------------------------------------------------------------- attributes and lifecycle
+def test_loader_cache_attributes_exist_from_construction_and_status_is_an_enum():
+    data = cora()
+
+    def train(data):
+        torch.manual_seed(0)
+        from torch_geometric.nn import GraphSAGE
+
+        model = GraphSAGE(data.num_features, 16, 2, 7)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = NeighborLoader(data, num_neighbors=[4, 3], input_nodes=data.train_mask,
+                                batch_size=32, shuffle=True)
+        names, statuses = [], []
+        for batch in loader:
+            lc = context.current().cache.loaders[0]
+            names.append(set(vars(lc)))
+            statuses.append(lc.status)
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+        names.append(set(vars(lc)))
+        return names, statuses
+
+    runtime = gnnorch.Runtime(train, processes=1, threads=1,
+                              cache=CacheConfig(hot_ratio=0.2, overlap="thread", staleness=2))
+    names, statuses = runtime(data)
+    assert statuses[0] is CacheStatus.PENDING and statuses[-1] is CacheStatus.ACTIVE
+    assert all(n == names[0] for n in names), "an attribute appeared after construction"
+    stats = runtime.last_run.stats[0]["cache"]
+    assert stats["status"] == "active" and stats["overlap"] == "thread"
+    assert stats["background_refreshes"] > 0
+
+
+# ------------------------------------------------------------------ size and layering
+def _modules():
+    return sorted(CACHE.glob("*.py")) + [Path(layer_types.__file__)]
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: p.name)
+def test_cache_modules_stay_small_and_read_only_their_own_attributes(path):
+    text = path.read_text()
+    tree = ast.parse(text)
+    lines = text.count("\n")
+    assert lines <= 400 or text.splitlines()[0].startswith("# long:"), f"{lines} lines"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            size = node.end_lineno - node.lineno + 1
+            assert size <= 250, f"class {node.name}: {size} lines"
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr") and node.args
+                and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"):
+            raise AssertionError(f"line {node.lineno}: {node.func.id}(self, ...)")
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level >= 2:
+                names = [node.module]
+            elif node.level == 0 and node.module.startswith("gnnorch."):
+                names = [node.module[len("gnnorch."):]]
+        elif isinstance(node, ast.Import):
+            names = [a.name[len("gnnorch."):] for a in node.names
+                     if a.name.startswith("gnnorch.")]
+        for name in names:
+            assert name.split(".")[0] not in HIGHER, f"line {node.lineno}: imports {name}"
