@@ -61,7 +61,7 @@ def record_worker_affinity(data, path):
             json.dump(sorted(os.sched_getaffinity(0)), f)
 
     loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.train_mask, batch_size=70,
-                            shuffle=True, num_workers=3, worker_init_fn=init)
+                            shuffle=True, worker_init_fn=init)  # workers left to the plan
     batches = sum(1 for _ in loader)
     return batches, loader.num_workers, sorted(os.sched_getaffinity(0)), torch.get_num_threads()
 

@@ -8,7 +8,8 @@ from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE, GCNConv, MessagePassing
 from torch_geometric.sampler.utils import to_csc
 
 from gnnorch.errors import TrimmingWarning
-from gnnorch.intercept.layers import BatchGraph, LayerSeam
+from gnnorch.intercept.layers import LayerSeam
+from gnnorch.trim.batch import BatchGraph
 from gnnorch.sampling.uniform import sample_neighbors
 from gnnorch.trim import HopLayout, hops_from_edges
 

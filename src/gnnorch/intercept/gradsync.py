@@ -2,8 +2,10 @@
 
 Invariant: every rank holds identical parameters and buffers whenever a module computes.
 * When an optimizer is built (its parameters) and at a root module's first forward (global
-  forward pre-hook: its parameters and buffers), tensors are broadcast from rank 0, so models
-  built with different random states start equal.
+  forward pre-hook: its parameters and buffers), tensors not broadcast before are broadcast from
+  rank 0, so models built with different random states start equal. Each tensor is broadcast
+  once, so ranks that run different modules (a branch used on one rank only) still issue the
+  same collectives.
 * Before every optimizer step (global step pre-hook), the gradients of that optimizer's
   parameters are averaged over ranks: g <- (1/p) * sum_r g_r, in flat buckets per dtype and
   device. A parameter whose gradient is None on some ranks gets zeros there when any rank has one
@@ -134,9 +136,13 @@ class GradientSynchronizer:
             return None
         if module in self._synced or self._user_managed():
             return None
-        params = _initialised(module.parameters())
-        self.broadcast(params + _initialised(module.buffers()))
-        self._broadcast_params.update((id(p), p) for p in params)
+        params = [p for p in _initialised(module.parameters())
+                  if id(p) not in self._broadcast_params]  # e.g. already at optimizer build
+        buffers = [b for b in _initialised(module.buffers())
+                   if id(b) not in self._broadcast_params]
+        if params or buffers:
+            self.broadcast(params + buffers)
+        self._broadcast_params.update((id(t), t) for t in params + buffers)
         for sub in module.modules():
             self._synced.add(sub)
         self._roots.append(module)

@@ -4,34 +4,39 @@ Seams (installed for one run, removed afterwards):
 * `MessagePassing.__call__` is patched at the class, so every PyG layer (and user subclasses)
   is seen with its real arguments, however the model is written (BasicGNN or a custom stack).
 * Global forward pre/post hooks track the *outermost* module call on a batch (the "model").
+* While a program is traced rather than run (torch.compile / dynamo, torch.fx including PyG's
+  `to_hetero`, TorchScript: `tracing()`), both step aside as their first statement, so compiled
+  models get no graph break and fx records PyG's own modules.
+
+One chain per layer call of a traced model on the batch's own edge_index:
+    hooks[0] -> ... -> hooks[-1] -> trim -> rewrite -> the unpatched call
+Each outer hook (`LayerHook`; today the historical-embedding cache, `gnnorch.cache`) gets a
+`HookedCall` whose `run()` proceeds down the chain and whose `unpatched` runs a layer past the
+seam; it returns the call's output (possibly with rows replaced) and hears every finished
+forward (`on_forward_end`). Trimming (`gnnorch.trim.call`) restricts rows and edges; the rewrite
+engine (`gnnorch.rewrite`), when on, computes the layer's own forward in the cheaper exact order.
+Calls on other edge_index tensors run rewrite -> unpatched only.
 
 Hop-aware trimming (the invariant is in `gnnorch.trim.hops`): the k-th layer call of a model
 on a batch whose edge_index is the batch's own is layer l = k of K, K learnt from the model's
 first forward on a batch (which runs untrimmed). It then runs on input rows [0, c_{D+1}) and the
-edges into rows [0, c_D), as a bipartite (x_src, x_dst) call when the layer type accepts one, and
-its output is zero-padded back to all rows (zeros, not NaN: rows nobody reads must not poison
-gradients through row-wise ops such as a Linear on all rows). The model's output rows other than
-the seeds are set to NaN, so code that reads them fails loudly instead of silently. Models whose
-code between layers is row-local and shape-agnostic (activation, dropout, Linear: e.g. PyG's
-BasicGNN without JumpingKnowledge) skip the padding ("compact"): each layer returns only the
-rows the next one reads. Which of the two a model gets is decided by the one-off check.
+edges into rows [0, c_D). Models whose code between layers is row-local and shape-agnostic
+(activation, dropout, Linear: e.g. PyG's BasicGNN without JumpingKnowledge) skip the padding
+("compact"): each layer returns only the rows the next one reads; the one-off check decides.
+The model's output is a `gnnorch.trim.exact_output.PrefixExact` tensor: its seed rows are the
+trimmed forward's own, and any read of another row recomputes the forward untrimmed (exact
+values, gradients through the untrimmed graph) and switches trimming off for that model with a
+`TrimmingWarning`. No value a user can observe is a placeholder.
 
 A model is trimmed only if (1) it holds no module that mixes rows across the batch
-(`gnnorch.trim.mixing`), and (2) a one-off check on its first batch, in eval mode without
-gradients and with the RNG state preserved, finds trimmed and untrimmed seed outputs equal;
-this catches functional mixing (global pooling, attention over the batch). A trimmed forward
-that meets an unexpected layer count falls back to an untrimmed recomputation and disables
-trimming for that model. GCNConv's symmetric normalisation is computed on the untrimmed batch
-graph (degrees of sources beyond the bound would otherwise change), then trimmed.
-
-Layer hook (`LayerSeam.layer_hook`, used by the historical-embedding cache, `gnnorch.cache`):
-every layer call of a traced model on the batch's edge_index, in any mode, is handed to
-`hook.on_layer(HookedCall)`, which returns the call's output (normally `call.run()`, the seam's
-own computation, possibly with rows replaced), and every finished forward to
-`hook.on_forward_end(model, state, calls, batch)`. The one-off check's forwards bypass the hook.
-A batch whose `extra_degree` is set (vertices whose in-edges were pruned from the sample) gets
-GCN normalisations that count those in-edges, trimmed or not. The seam follows the thread that
-installed it only; other threads (e.g. the cache's background refresh) pass through untouched.
+(`gnnorch.trim.mixing`), (2) it does not trim itself (PyG's `trim_to_layer`: a layer receives a
+column slice of the batch's edge_index), and (3) a one-off check on its first batch, in eval
+mode without gradients and with the RNG state preserved, finds trimmed and untrimmed seed
+outputs equal; this catches functional mixing (global pooling, attention over the batch). A
+trimmed forward that meets an unexpected layer count falls back to an untrimmed recomputation
+and disables trimming for that model. The one-off check's forwards bypass the outer hooks.
+The seam follows the thread that installed it only; other threads (e.g. the cache's background
+refresh) pass through untouched.
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -53,8 +58,10 @@ from torch.nn.modules.module import (register_module_forward_hook,
                                      register_module_forward_pre_hook)
 
 from ..errors import TrimmingError, TrimmingWarning
+from ..trim.batch import BatchGraph
+from ..trim.call import trimmable, trimmed_call
 from ..trim.exact_output import prefix_exact
-from ..trim.hops import HopLayout, LayerBounds
+from ..trim.hops import LayerBounds
 from ..trim.mixing import batch_mixing_modules
 
 VERIFY_RTOL = 1e-4
@@ -74,77 +81,6 @@ def tracing() -> bool:
         return True
     return (torch.nn.Module.__call__ is not _MODULE_CALL
             or getattr(_fx_trace, "_is_fx_tracing_flag", False) or torch.jit.is_scripting())
-
-
-def _pair_capable() -> tuple[type, ...]:
-    """PyG layers whose forward accepts (x_src, x_dst) and computes outputs for x_dst only."""
-    from torch_geometric import nn as pyg_nn
-
-    names = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GINEConv", "GraphConv")
-    return tuple(getattr(pyg_nn, n) for n in names if isinstance(getattr(pyg_nn, n, None), type))
-
-
-@dataclasses.dataclass
-class BatchGraph:
-    """The sampled batch the user is working on, as the layer seam needs it."""
-
-    edge_index: Tensor
-    num_nodes: int
-    batch_size: int
-    layout: HopLayout | None       # None: not trimmable (reason says why)
-    reason: str | None = None
-    n_id: Tensor | None = None     # global ids of the batch's vertices (batch.n_id)
-    training: bool = True          # False for batches of evaluation loaders
-    # in-edges pruned from the sample per vertex, counted by GCN normalisations (cache)
-    extra_degree: Tensor | None = None
-    cache: Any = None              # the historical-embedding cache's per-batch data
-    _aliases: set[int] = dataclasses.field(default_factory=set)
-    _storages: set[int] = dataclasses.field(default_factory=set)   # of the aliases
-    _norms: dict[tuple, tuple[Tensor, Tensor]] = dataclasses.field(default_factory=dict)
-
-    def is_own(self, edge_index: Any) -> bool:
-        """Whether `edge_index` is this batch's edge_index (the same tensor, or an equal copy on
-        another device, e.g. after `batch.to("cuda")`, checked once per batch)."""
-        if edge_index is self.edge_index:
-            return True
-        if not isinstance(edge_index, Tensor) or edge_index.shape != self.edge_index.shape:
-            return False
-        key = id(edge_index)
-        if key in self._aliases:
-            return True
-        if edge_index.device != self.edge_index.device and torch.equal(
-                edge_index.to(self.edge_index.device), self.edge_index):
-            self._aliases.add(key)
-            self._storages.add(edge_index.untyped_storage().data_ptr())
-            return True
-        return False
-
-    def is_narrowed(self, edge_index: Any) -> bool:
-        """Whether `edge_index` is a column slice of this batch's edge_index (or of a device copy
-        of it) rather than the batch's own: what PyG's `trim_to_layer` hands a layer."""
-        if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or \
-                edge_index.size(1) >= self.edge_index.size(1):
-            return False
-        ptr = edge_index.untyped_storage().data_ptr()
-        return ptr in self._storages or ptr == self.edge_index.untyped_storage().data_ptr()
-
-    def gcn_norm(self, edge_index: Tensor, edge_weight: Tensor | None, improved: bool,
-                 add_self_loops: bool, flow: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """GCN's normalised edges on the *untrimmed* batch graph, once per batch and setting."""
-        from torch_geometric.nn.conv.gcn_conv import gcn_norm
-
-        key = (improved, add_self_loops, flow, dtype, edge_index.device,
-               None if edge_weight is None else id(edge_weight))
-        if key not in self._norms and self.extra_degree is not None:
-            from ..cache.degree import gcn_norm_extra
-
-            self._norms[key] = gcn_norm_extra(edge_index, edge_weight, self.num_nodes,
-                                              improved, add_self_loops, flow, dtype,
-                                              self.extra_degree)
-        if key not in self._norms:
-            self._norms[key] = gcn_norm(edge_index, edge_weight, self.num_nodes, improved,
-                                        add_self_loops, flow, dtype)
-        return self._norms[key]
 
 
 @dataclasses.dataclass
@@ -181,6 +117,17 @@ class _Trace:
 
 
 LayerCall = Callable[..., Any]
+
+
+class LayerHook(Protocol):
+    """An outer link of the layer seam's chain (today: the historical-embedding cache)."""
+
+    def on_layer(self, call: "HookedCall") -> Any:
+        """The layer call's output; `call.run()` proceeds down the chain."""
+
+    def on_forward_end(self, model: torch.nn.Module, state: "ModelState", calls: int,
+                       batch: BatchGraph) -> None:
+        """A traced forward of `model` on `batch` finished after `calls` layer calls."""
 
 SELF_TRIMMING = ("the model trims its own layers (PyG's trim_to_layer / BasicGNN's "
                  "num_sampled_nodes_per_hop): left to PyG's trimming")
@@ -229,14 +176,14 @@ class LayerSeam:
         self.models: "weakref.WeakKeyDictionary[torch.nn.Module, ModelState]" = \
             weakref.WeakKeyDictionary()
         self.states: list[ModelState] = []  # outlive their models, for the report
+        self._named: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # roots named
         self._depth = 0
         self._trace: _Trace | None = None
         self._forced: str | None = None      # mode forced by the one-off check
         self._forced_problem: str | None = None
-        self._pair = _pair_capable()
         self.rows_computed = 0               # output rows computed by trimmed layer calls
         self.rows_untrimmed = 0              # what the same calls compute untrimmed
-        self.layer_hook: Any = None          # see the module docstring (the cache)
+        self.hooks: list[LayerHook] = []     # the chain's outer links (the module docstring)
         self._thread: int | None = None      # the thread the seam follows
         self.check_s = 0.0                   # seconds spent in one-off trimming checks
 
@@ -259,7 +206,6 @@ class LayerSeam:
             return seam._on_layer(layer, original, args, kwargs)
 
         self.cls.__call__ = __call__
-        self.original_call = original  # for gnnorch's own layer calls (cache refreshes)
         self._thread = threading.get_ident()
         h1 = register_module_forward_pre_hook(self._on_enter)
         h2 = register_module_forward_hook(self._on_exit, with_kwargs=True, always_call=True)
@@ -289,7 +235,12 @@ class LayerSeam:
         if tracing() or threading.get_ident() != self._thread:
             return None
         self._depth += 1
-        if self._depth != 1 or self.batch is None or isinstance(module, self.cls):
+        if self._depth != 1 or isinstance(module, self.cls):
+            return None
+        if self.rewrites is not None and module not in self._named:
+            self._named.add(module)  # the rewrite report names layers like convs.0
+            self.rewrites.register_names(module)
+        if self.batch is None:
             return None
         state = self.models.get(module)
         if state is None:
@@ -324,8 +275,8 @@ class LayerSeam:
             return None
         if output is None:
             return None
-        if self.layer_hook is not None:
-            self.layer_hook.on_forward_end(module, trace.state, trace.calls, self.batch)
+        for hook in self.hooks:
+            hook.on_forward_end(module, trace.state, trace.calls, self.batch)
         state = trace.state
         if trace.mode == "calibrate":
             state.untrimmed_forwards += 1
@@ -485,7 +436,7 @@ class LayerSeam:
         trace = self._trace
         batch = self.batch
         if (trace is None or batch is None or self._depth < 1
-                or (trace.mode == "plain" and self.layer_hook is None
+                or (trace.mode == "plain" and not self.hooks
                     and batch.extra_degree is None)):
             return self._run(layer, original, args, kwargs)
         edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
@@ -496,13 +447,17 @@ class LayerSeam:
         index = trace.calls
         trace.calls += 1
         x = args[0] if args else kwargs.get("x")
-        if self.layer_hook is not None and self._forced is None:
-            run = functools.partial(self._layer_call, trace, index, layer, original, args,
-                                    kwargs, x, edge_index)
-            return self.layer_hook.on_layer(HookedCall(trace.model, trace.state, trace.mode,
-                                                       index, layer, x, edge_index, args,
-                                                       kwargs, batch, run, original))
-        return self._layer_call(trace, index, layer, original, args, kwargs, x, edge_index)
+        run = functools.partial(self._layer_call, trace, index, layer, original, args, kwargs,
+                                x, edge_index)
+        if not self.hooks or self._forced is not None:  # the one-off check bypasses hooks
+            return run()
+        for hook in reversed(self.hooks[1:]):  # chain: hooks[0] -> ... -> hooks[-1] -> run
+            run = functools.partial(hook.on_layer, HookedCall(
+                trace.model, trace.state, trace.mode, index, layer, x, edge_index, args,
+                kwargs, batch, run, original))
+        return self.hooks[0].on_layer(HookedCall(trace.model, trace.state, trace.mode, index,
+                                                 layer, x, edge_index, args, kwargs, batch,
+                                                 run, original))
 
     def _layer_call(self, trace: _Trace, index: int, layer: Any, original: LayerCall,
                     args: tuple, kwargs: dict, x: Any, edge_index: Tensor) -> Any:
@@ -522,7 +477,7 @@ class LayerSeam:
             trace.problem = f"a forward made more than {trace.state.layers} layer calls"
             return self._run(layer, original, args, kwargs)
         bounds = batch.layout.bounds(index, trace.state.layers)
-        if bounds is None or not self._trimmable(layer, kwargs):
+        if bounds is None or not trimmable(layer, kwargs):
             return self._untrimmed_call(layer, original, args, kwargs, x, edge_index)
         if x.size(0) < bounds.num_src:
             trace.problem = f"{type(layer).__name__} received fewer rows than it reads"
@@ -538,7 +493,7 @@ class LayerSeam:
 
         batch = self.batch
         if (batch.extra_degree is not None and isinstance(layer, GCNConv) and layer.normalize
-                and self._trimmable(layer, kwargs) and isinstance(x, Tensor)
+                and trimmable(layer, kwargs) and isinstance(x, Tensor)
                 and x.size(0) == batch.num_nodes):
             return self._trimmed_call(layer, original, args, kwargs, x, edge_index, None, False)
         return self._run(layer, original, args, kwargs)
@@ -551,62 +506,14 @@ class LayerSeam:
         return self.rewrites.forward(layer, lambda *a, **k: original(layer, *a, **k), args,
                                      kwargs)
 
-    def _trimmable(self, layer: Any, kwargs: dict) -> bool:
-        if getattr(layer, "flow", "source_to_target") != "source_to_target":
-            return False
-        if kwargs.get("return_attention_weights"):
-            return False
-        from torch_geometric.nn import GCNConv
-
-        return not (isinstance(layer, GCNConv) and layer.cached)
-
     def _trimmed_call(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict,
                       x: Tensor, edge_index: Tensor, bounds: LayerBounds | None,
                       compact: bool) -> Tensor:
-        """The call on rows [0, bounds.num_dst) (bounds None: all rows, untrimmed)."""
-        from torch_geometric.nn import GCNConv
-
-        batch = self.batch
-        full = bounds is None
-        if full:
-            bounds = LayerBounds(num_src=batch.num_nodes, num_dst=batch.num_nodes)
-        num_edges = edge_index.size(1)
-        rest_args = list(args[2:])
-        rest_kwargs = {k: v for k, v in kwargs.items() if k not in ("x", "edge_index")}
-        gcn = isinstance(layer, GCNConv) and layer.normalize
-        if gcn:  # normalise on the untrimmed batch graph, then trim
-            weight = rest_args.pop(0) if rest_args else rest_kwargs.pop("edge_weight", None)
-            edge_index, weight = batch.gcn_norm(edge_index, weight, layer.improved,
-                                                layer.add_self_loops, layer.flow, x.dtype)
-            rest_kwargs["edge_weight"] = weight
-            num_edges = edge_index.size(1)
-        keep = edge_index[1] < bounds.num_dst
-        edge_index = edge_index[:, keep]
-        rest_args = [_keep_edges(v, keep, num_edges) for v in rest_args]
-        rest_kwargs = {k: _keep_edges(v, keep, num_edges) for k, v in rest_kwargs.items()}
-        if isinstance(layer, self._pair):
-            inputs: Any = (x[:bounds.num_src], x[:bounds.num_dst])
-        else:
-            inputs = x[:bounds.num_src]
-        if gcn:
-            layer.normalize = False
-        try:
-            out = self._run(layer, original, (inputs, edge_index, *rest_args), rest_kwargs)
-        finally:
-            if gcn:
-                layer.normalize = True
-        out = out[:bounds.num_dst]
-        if self._forced is None and not full:  # the one-off check does not count
+        """The call on rows [0, bounds.num_dst) (`gnnorch.trim.call`), the rest of the chain
+        (rewrite, the unpatched call) below it; bounds None: all rows."""
+        out = trimmed_call(lambda *a, **k: self._run(layer, original, a, k), layer, args,
+                           kwargs, x, edge_index, self.batch, bounds, compact)
+        if self._forced is None and bounds is not None:  # the one-off check does not count
             self.rows_computed += bounds.num_dst
-            self.rows_untrimmed += batch.num_nodes
-        if compact:
-            return out
-        pad = [0, 0] * (out.dim() - 1) + [0, batch.num_nodes - bounds.num_dst]
-        return F.pad(out, pad)
-
-
-def _keep_edges(value: Any, keep: Tensor, num_edges: int) -> Any:
-    """Edge-aligned tensors (edge weights, edge features) follow the kept edges."""
-    if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) == num_edges:
-        return value[keep]
-    return value
+            self.rows_untrimmed += self.batch.num_nodes
+        return out

@@ -61,7 +61,7 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
 
             manager = CacheManager(ctx, cache)
             stack.enter_context(manager.installed())
-            seam.layer_hook = manager
+            seam.hooks.append(manager)
             ctx.cache = manager
             stack.callback(lambda: ctx.stats.__setitem__("cache", manager.stats()))
         if ctx.distributed:

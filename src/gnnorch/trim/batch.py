@@ -1,0 +1,80 @@
+"""The sampled batch a user's model is working on, as hop-aware trimming sees it.
+
+`BatchGraph` carries the batch's own `edge_index` (to recognise the layer calls that run on it),
+its size and seeds, its hop layout (`HopLayout`; None when the batch is not a directional
+neighbour sample, with the reason) and GCN normalisations computed once per batch on the
+*untrimmed* graph: a trimmed GCN layer must normalise by degrees in the whole sampled graph,
+not in the trimmed one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .hops import HopLayout
+
+
+@dataclasses.dataclass
+class BatchGraph:
+    """The sampled batch the user is working on, as the layer seam needs it."""
+
+    edge_index: Tensor
+    num_nodes: int
+    batch_size: int
+    layout: HopLayout | None       # None: not trimmable (reason says why)
+    reason: str | None = None
+    n_id: Tensor | None = None     # global ids of the batch's vertices (batch.n_id)
+    training: bool = True          # False for batches of evaluation loaders
+    # in-edges pruned from the sample per vertex, counted by GCN normalisations (cache)
+    extra_degree: Tensor | None = None
+    cache: Any = None              # the historical-embedding cache's per-batch data
+    _aliases: set[int] = dataclasses.field(default_factory=set)
+    _storages: set[int] = dataclasses.field(default_factory=set)   # of the aliases
+    _norms: dict[tuple, tuple[Tensor, Tensor]] = dataclasses.field(default_factory=dict)
+
+    def is_own(self, edge_index: Any) -> bool:
+        """Whether `edge_index` is this batch's edge_index (the same tensor, or an equal copy on
+        another device, e.g. after `batch.to("cuda")`, checked once per batch)."""
+        if edge_index is self.edge_index:
+            return True
+        if not isinstance(edge_index, Tensor) or edge_index.shape != self.edge_index.shape:
+            return False
+        key = id(edge_index)
+        if key in self._aliases:
+            return True
+        if edge_index.device != self.edge_index.device and torch.equal(
+                edge_index.to(self.edge_index.device), self.edge_index):
+            self._aliases.add(key)
+            self._storages.add(edge_index.untyped_storage().data_ptr())
+            return True
+        return False
+
+    def is_narrowed(self, edge_index: Any) -> bool:
+        """Whether `edge_index` is a column slice of this batch's edge_index (or of a device copy
+        of it) rather than the batch's own: what PyG's `trim_to_layer` hands a layer."""
+        if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or \
+                edge_index.size(1) >= self.edge_index.size(1):
+            return False
+        ptr = edge_index.untyped_storage().data_ptr()
+        return ptr in self._storages or ptr == self.edge_index.untyped_storage().data_ptr()
+
+    def gcn_norm(self, edge_index: Tensor, edge_weight: Tensor | None, improved: bool,
+                 add_self_loops: bool, flow: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """GCN's normalised edges on the *untrimmed* batch graph, once per batch and setting."""
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        key = (improved, add_self_loops, flow, dtype, edge_index.device,
+               None if edge_weight is None else id(edge_weight))
+        if key not in self._norms and self.extra_degree is not None:
+            from ..cache.degree import gcn_norm_extra
+
+            self._norms[key] = gcn_norm_extra(edge_index, edge_weight, self.num_nodes,
+                                              improved, add_self_loops, flow, dtype,
+                                              self.extra_degree)
+        if key not in self._norms:
+            self._norms[key] = gcn_norm(edge_index, edge_weight, self.num_nodes, improved,
+                                        add_self_loops, flow, dtype)
+        return self._norms[key]
