@@ -2,12 +2,15 @@
 default run's measurement waits until step times settle, and the budget ends a probe."""
 import pytest
 
-from gnnorch.tune.probe import ProbeEnd, ProbeMeter, combine
+import os
+import pickle
+
+from gnnorch.tune.probe import EpochReport, ProbeEnd, ProbeHook, ProbeMeter, combine
 
 
 class FakeTimer:
-    def __init__(self, loader=0, epoch=0):
-        self.loader, self.epoch = loader, epoch
+    def __init__(self, loader=0, epoch=0, total=None):
+        self.loader, self.epoch, self.total = loader, epoch, total
         self.batch_ends, self.batch_seeds = [], []
 
 
@@ -40,7 +43,7 @@ def test_fixed_warmup_and_budget():
     assert feed(meter, [9.0, 9.0, 1.0, 1.0, 1.0, 1.0, 1.0]) == 6
     st = meter.summary()
     assert st["batches"] == 4 and st["seconds"] == pytest.approx(4.0) and st["seeds"] == 40
-    assert meter.throughput == pytest.approx(10.0)
+    assert combine({0: {"stats": {"probe": st}}})["throughput"] == pytest.approx(10.0)
 
 
 def test_first_step_of_each_epoch_is_not_measured():
@@ -119,3 +122,47 @@ def test_one_off_measurement_time_is_taken_out_of_measured_steps():
     st = meter.summary()
     assert st["batches"] == 4 and st["seconds"] == pytest.approx(4.0)
     assert st["first_step_at"] == pytest.approx(1.0)
+
+
+def test_epoch_length_is_exact_when_the_loader_tells_it():
+    """`EpochTimer.total` (the loader's length) makes the epoch length exact from its first
+    step; without it the steps seen so far are a lower bound until an epoch ends."""
+    told, untold = ProbeMeter(warmup=0, batches=50), ProbeMeter(warmup=0, batches=50)
+    for meter, total in ((told, 40), (untold, None)):
+        timer = FakeTimer(total=total)
+        for clock in range(1, 4):
+            step(meter, timer, float(clock))
+    assert told.summary()["epoch_length"] == 40 and told.summary()["epoch_length_exact"]
+    assert untold.summary()["epoch_length"] == 3
+    assert not untold.summary()["epoch_length_exact"]
+
+
+class Ctx:
+    rank = 0
+
+    def __init__(self):
+        self.stats, self.batch_callbacks, self.epochs = {}, [], []
+
+
+def test_probe_hook_installs_a_meter_and_owns_probe_end():
+    hook, ctx = ProbeHook(warmup=1, batches=2), Ctx()
+    hook.prepare(ctx)
+    assert isinstance(ctx.batch_callbacks[0], ProbeMeter) and "probe" in ctx.stats
+    assert hook.finish(ctx, ProbeEnd()) is True
+    assert not hook.finish(ctx, None) and not hook.finish(ctx, KeyError("user bug"))
+
+
+def test_epoch_report_calls_back_here_and_writes_a_file_from_a_rank_process(tmp_path):
+    seen = []
+    hook = EpochReport(seen.append, path=tmp_path / "epochs.json")
+    ctx = Ctx()
+    hook.prepare(ctx)                                   # this process: a direct call
+    ctx.epochs.append(type("Record", (), {"to_dict": lambda self: {"epoch": 0}})())
+    assert seen == [[{"epoch": 0}]] and not (tmp_path / "epochs.json").exists()
+    copy = pickle.loads(pickle.dumps(hook))            # what a rank process gets
+    assert copy.callback is None and copy.path == hook.path
+    copy.owner = os.getpid() + 1                        # as if unpickled in another process
+    ctx = Ctx()
+    copy.prepare(ctx)
+    ctx.epochs.append(type("Record", (), {"to_dict": lambda self: {"epoch": 1}})())
+    assert (tmp_path / "epochs.json").exists()

@@ -12,11 +12,15 @@ to rank processes inside their start-up spec. Each feature is a seam installed b
   and measurements say it is cheaper (`gnnorch.rewrite`): True, False, or ``"report"`` (decide
   and report, never swap).
 * `allocator`: ``"tuned"`` (default) keeps large tensors in glibc's heap instead of fresh mmap
-  pages every step (`gnnorch.launch.allocator`); ``"default"`` leaves malloc as it is.
+  pages every step (applied by `gnnorch.launch.allocator`); ``"default"`` leaves malloc as it
+  is.
 * `cache`, `staleness`, `hot_ratio`: the hotness-aware historical-embedding cache
   (`gnnorch.cache`; off by default, it changes numerics). `cache` is False, True, a
   `gnnorch.cache.CacheConfig` or a dict of its fields; `staleness` / `hot_ratio` override the
   config's. `cache_config` gives the merged configuration (None when off).
+
+Ground floor: plain validated data (validation by `gnnorch.options`); it names the allowed
+values of every feature itself, so nothing here reaches up into the launcher or the seams.
 """
 from __future__ import annotations
 
@@ -24,9 +28,11 @@ import dataclasses
 from typing import Any
 
 from .cache.config import CacheConfig, resolve_cache
+from .options import check_bool, check_choice
 
 SAMPLERS = ("auto", "gnnorch", "pyg")
 REWRITE_MODES = (True, False, "report")
+ALLOCATORS = ("tuned", "default")   # glibc malloc settings (gnnorch.launch.allocator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +48,10 @@ class Features:
     allocator: str = "tuned"
 
     def __post_init__(self) -> None:
-        from .launch.allocator import ALLOCATORS
-
-        if self.allocator not in ALLOCATORS:
-            raise ValueError(f"allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
-        if not isinstance(self.trim, bool):
-            raise ValueError(f"trim must be True or False, got {self.trim!r}")
-        if not any(self.rewrite is mode or self.rewrite == mode == "report"
-                   for mode in REWRITE_MODES):
-            raise ValueError(f"rewrite must be True, False or 'report', got {self.rewrite!r}")
+        check_choice("allocator", self.allocator, ALLOCATORS)
+        check_choice("sampler", self.sampler, SAMPLERS)
+        check_bool("trim", self.trim)
+        check_choice("rewrite", self.rewrite, REWRITE_MODES, allowed="True, False or 'report'")
         if isinstance(self.cache, dict):  # from to_dict / JSON
             object.__setattr__(self, "cache", CacheConfig.from_dict(self.cache))
         resolve_cache(self.cache, self.staleness, self.hot_ratio)  # validates

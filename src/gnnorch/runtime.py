@@ -1,56 +1,34 @@
 """The public entry point: `Runtime(train, **options)(*args, **kwargs)`.
 
 `Runtime` validates its options, turns them into a core plan (p ranks, s sampler cores and t
-trainer threads per rank) on the measured topology, and runs `train(*args, **kwargs)`:
-in this process when p = 1 (no start-up cost), else in p core-bound rank processes that train
-one model together. It returns what `train` returned (on rank 0).
+trainer threads per rank) on the measured topology, and runs `train(*args, **kwargs)` through
+`gnnorch.execute` (in this process when p = 1, no start-up cost; else in p core-bound rank
+processes that train one model together) -- or, with autotune on, through the tuner
+(`gnnorch.tune.driver.Autotune`), which runs it the same way. It returns what `train`
+returned (on rank 0) and keeps what the call did in `last_run` (and `report`).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from . import execute
+from .execute import Request, RunInfo
 from .features import FEATURE_OPTIONS, Features
-from .launch.inprocess import run_in_process
-from .launch.plan import CorePlan, RankCores, assign_cores, default_plan
-from .launch.supervisor import LaunchSpec, RankGroup
+from .launch.plan import CorePlan, default_plan
 from .launch.topology import Topology, current_topology
+from .options import (check_bool, check_choice, check_int, check_keys, check_number,
+                      check_path)
 from .tune.config import TuneConfig
 from .tune.report import TuningReport
+from .tune.space import PLAN_DIMS
+
+__all__ = ["Runtime", "RunInfo", "VALID_OPTIONS"]
 
 _DEVICES = ("auto", "cpu", "cuda")
-
-
-@dataclasses.dataclass
-class RunInfo:
-    """What the last call did: plan, per-rank cores, where logs went, timings, and each
-    feature's statistics (`stats[rank][feature]`, e.g. the sampler backend and trimming)."""
-
-    plan: CorePlan
-    cores: list[RankCores] | None
-    device: str
-    log_dir: Path | None
-    wall_seconds: float
-    epochs: dict[int, list[dict]]
-    features: Features = dataclasses.field(default_factory=Features)
-    stats: dict[int, dict] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_summaries(cls, plan: CorePlan, cores: list[RankCores] | None, device: str,
-                       log_dir: Path | None, wall: float, features: Features,
-                       summaries: dict[int, dict]) -> "RunInfo":
-        return cls(plan, cores, device, log_dir, wall,
-                   {r: s["epochs"] for r, s in summaries.items()}, features,
-                   {r: s["stats"] for r, s in summaries.items()})
-
-    def epoch_seconds(self, rank: int = 0) -> list[float]:
-        """Wall seconds of each training epoch measured inside `rank`."""
-        return [e["seconds"] for e in self.epochs.get(rank, [])]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,13 +58,6 @@ class _Options:
 VALID_OPTIONS = tuple(f.name for f in dataclasses.fields(_Options))
 
 
-def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
-    bound = f"{low}..{high}" if high is not None else f">= {low}"
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
-            high is not None and value > high):
-        raise ValueError(f"{name} must be an integer in {bound}, got {value!r}")
-
-
 class Runtime:
     """Run an unchanged PyG training function under gnnorch.
 
@@ -112,12 +83,13 @@ class Runtime:
             where a fitted cost model, checked by measuring both orders on the first calls of
             each shape bucket, says it is cheaper (`gnnorch.rewrite`). True (default), False,
             or "report" (decide and report in `last_run.stats[rank]["rewrite"]`, never swap).
-        cache: the hotness-aware historical-embedding cache (`gnnorch.cache`, src/gnnorch/cache/README.md).
-            Off by default (it changes numerics). True (defaults), False, a
-            `gnnorch.CacheConfig` or a dict of its fields. On training loaders, the bottom
-            MessagePassing layer's output rows of hot vertices reached at the last sampled hop
-            come from a store refreshed with recent weights (no gradient flows into them), and
-            those vertices are not expanded by the sampler. Evaluation loaders run exactly.
+        cache: the hotness-aware historical-embedding cache (`gnnorch.cache`,
+            src/gnnorch/cache/README.md). Off by default (it changes numerics). True
+            (defaults), False, a `gnnorch.CacheConfig` or a dict of its fields. On training
+            loaders, the bottom MessagePassing layer's output rows of hot vertices reached at
+            the last sampled hop come from a store refreshed with recent weights (no gradient
+            flows into them), and those vertices are not expanded by the sampler. Evaluation
+            loaders run exactly.
         staleness: cache bound in optimizer steps: a cached row a forward uses was computed
             with weights at most this many steps old (default 4; 0: refreshed before each use).
         hot_ratio: share of the graph's vertices that are hot (float in (0, 1], default 0.1),
@@ -125,12 +97,13 @@ class Runtime:
         allocator: "tuned" (default): glibc malloc keeps tensors up to 1 GiB in its heap
             instead of fresh mmap pages on every allocation (a training step re-allocates the
             same large tensors: 1.7x faster epochs measured here, scripts/bench_allocator.py);
-            resident memory stays near its peak, and with one process the setting stays in force in your process
-            after the run. "default": malloc untouched (`gnnorch.launch.allocator`).
+            resident memory stays near its peak, and with one process the setting stays in
+            force in your process after the run. "default": malloc untouched
+            (`gnnorch.launch.allocator`).
         autotune: search processes x sampler_cores x threads by Bayesian optimisation over
             short probes of `train` itself, then run `train` once with the best plan
-            (`gnnorch.tune.driver`). Default (None): on when device is CPU and none of
-            processes / sampler_cores / threads is given. True with some of them given tunes the
+            (`gnnorch.tune.driver.Autotune`). Default (None): on when device is CPU and none
+            of processes / sampler_cores / threads is given. True with some of them given tunes the
             others; True with all three given is an error. Tuning runs only when it pays: the
             default plan runs first as the real run, and goes on untuned when the projected
             tuning time exceeds `tune['max_overhead']` of the projected run (small jobs).
@@ -148,10 +121,7 @@ class Runtime:
         if not callable(train):
             raise ValueError(f"train must be a callable (your training function), "
                              f"got {type(train).__name__}")
-        unknown = sorted(set(options) - set(VALID_OPTIONS))
-        if unknown:
-            raise TypeError(f"Runtime() got unexpected keyword argument(s) {unknown}; "
-                            f"valid options are: {', '.join(VALID_OPTIONS)}")
+        check_keys("Runtime()", options, VALID_OPTIONS, what="keyword argument")
         self.train = train
         self.options = _Options(**options)
         self.topology: Topology = current_topology()
@@ -161,13 +131,12 @@ class Runtime:
         self.last_run: RunInfo | None = None
         self.tune_config = TuneConfig.from_option(self.options.tune)
         self.autotune = self._resolve_autotune()
-        self.report: TuningReport | None = None  # set by an autotuned call
+        self.report: TuningReport | None = None  # the tuning report of an autotuned call
 
     # -- configuration --------------------------------------------------------------------
     def _resolve_device(self) -> str:
         device = self.options.device
-        if device not in _DEVICES:
-            raise ValueError(f"device must be one of {_DEVICES}, got {device!r}")
+        check_choice("device", device, _DEVICES)
         if device == "auto":
             return "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda" and not torch.cuda.is_available():
@@ -180,19 +149,16 @@ class Runtime:
         max_ranks = torch.cuda.device_count() if self.device == "cuda" else usable
         default_p = max_ranks if self.device == "cuda" else 1
         p = default_p if o.processes is None else o.processes
-        _check_int("processes", p, 1, max_ranks)
+        check_int("processes", p, 1, max_ranks)
         s = 0 if o.sampler_cores is None else o.sampler_cores
-        _check_int("sampler_cores", s, 0)
+        check_int("sampler_cores", s, 0)
         t = o.threads if o.threads is not None else max(1, usable // p - s)
-        _check_int("threads", t, 1)
+        check_int("threads", t, 1)
         for name in ("start_timeout", "collective_timeout"):
-            value = getattr(o, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        if not isinstance(o.bind, bool):
-            raise ValueError(f"bind must be True or False, got {o.bind!r}")
-        if o.seed is not None:
-            _check_int("seed", o.seed, 0)
+            check_number(f"{name} (seconds)", getattr(o, name), low=0, low_open=True)
+        check_bool("bind", o.bind)
+        check_int("seed", o.seed, 0, allow_none=True)
+        check_path("log_dir", o.log_dir)
         if self.device == "cpu" and (o.processes, o.sampler_cores, o.threads) == (None,) * 3:
             return default_plan(self.topology)
         plan = CorePlan(processes=p, sampler_cores=s, threads=t)
@@ -201,16 +167,13 @@ class Runtime:
 
     def _resolve_autotune(self) -> bool:
         o = self.options
-        if not isinstance(o.verbose, bool):
-            raise ValueError(f"verbose must be True or False, got {o.verbose!r}")
-        if o.report_dir is not None and not isinstance(o.report_dir, (str, os.PathLike)):
-            raise ValueError(f"report_dir must be a folder path or None, got {o.report_dir!r}")
-        given = [n for n in ("processes", "sampler_cores", "threads") if getattr(o, n) is not None]
+        check_bool("verbose", o.verbose)
+        check_path("report_dir", o.report_dir)
+        given = [n for n in PLAN_DIMS if getattr(o, n) is not None]
+        check_choice("autotune", o.autotune, (True, False, None),
+                     allowed="True, False or None (automatic)")
         if o.autotune is None:
             return self.device == "cpu" and not given
-        if not isinstance(o.autotune, bool):
-            raise ValueError(f"autotune must be True, False or None (automatic), "
-                             f"got {o.autotune!r}")
         if o.autotune and self.device != "cpu":
             raise ValueError("autotune=True is supported on device='cpu' only; pass "
                              "autotune=False (or leave it unset) on CUDA")
@@ -220,40 +183,30 @@ class Runtime:
                              "pass autotune=False")
         return o.autotune
 
-    def _gpus(self) -> list[int] | None:
-        if self.device != "cuda":
-            return None
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        ids = [int(x) for x in visible.split(",") if x.strip()] if visible else None
-        return [ids[r] if ids else r for r in range(self.plan.processes)]
-
     # -- running --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self._request(args, kwargs)
         if self.autotune:
-            from .tune.driver import run_autotuned
+            from .tune.driver import Autotune
 
-            return run_autotuned(self, args, kwargs)
-        plan = self.plan
-        cores = assign_cores(plan, self.topology) if self.options.bind else None
-        seed = self.options.seed if self.options.seed is not None else torch.initial_seed() % 2**31
-        if plan.processes == 1:
-            value, summary, wall = run_in_process(self.train, args, kwargs, plan,
-                                                  cores[0] if cores else None, seed, self.features)
-            self.last_run = RunInfo.from_summaries(plan, cores, self.device, None, wall,
-                                                   self.features, {0: summary})
+            o = self.options
+            tuning = Autotune(request, self.plan, self.tune_config,
+                              fixed={n: getattr(o, n) for n in PLAN_DIMS
+                                     if getattr(o, n) is not None},
+                              report_dir=o.report_dir, log_dir=o.log_dir, verbose=o.verbose)
+            self.report = tuning.report
+            value, self.last_run = tuning.run()
             return value
-        log_dir = Path(self.options.log_dir) if self.options.log_dir is not None else Path(
-            tempfile.mkdtemp(prefix="gnnorch-"))
-        spec = LaunchSpec(plan=plan, cores=cores, seed=seed, log_dir=log_dir,
-                          backend="nccl" if self.device == "cuda" else "gloo",
-                          gpus=self._gpus(), start_timeout=self.options.start_timeout,
-                          collective_timeout=self.options.collective_timeout,
-                          features=self.features)
-        result = RankGroup(spec).run(self.train, args, kwargs)
-        self.last_run = RunInfo.from_summaries(plan, cores, self.device, log_dir,
-                                               result.wall_seconds, self.features,
-                                               result.summaries)
-        return result.value
+        value, self.last_run = execute.run(self.plan, request)
+        return value
+
+    def _request(self, args: tuple, kwargs: dict) -> Request:
+        o = self.options
+        seed = o.seed if o.seed is not None else torch.initial_seed() % 2**31
+        return Request(fn=self.train, args=args, kwargs=kwargs, features=self.features,
+                       seed=seed, device=self.device, topology=self.topology, bind=o.bind,
+                       log_dir=o.log_dir, start_timeout=o.start_timeout,
+                       collective_timeout=o.collective_timeout)
 
     def __repr__(self) -> str:
         name = getattr(self.train, "__qualname__", repr(self.train))

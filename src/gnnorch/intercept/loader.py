@@ -257,11 +257,19 @@ class NeighborLoaderInterceptor:
             return iterator
         epoch = state.epochs
         state.epochs += 1
-        return _timed(iterator, EpochTimer(ctx, state.index, epoch))
+        return _timed(iterator, EpochTimer(ctx, state.index, epoch, total=_batches(loader)))
 
 
 _SAMPLER_ARGS = ("replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
                  "weight_attr", "is_sorted", "directed")
+
+
+def _batches(loader: Any) -> int | None:
+    """Batches in one epoch of `loader` (None when it cannot tell, e.g. an iterable dataset)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def _training_now(seam: LayerSeam | None) -> bool:

@@ -1,6 +1,9 @@
-"""Launching the user's function: topology, core plans, rank processes, failure handling.
+"""Processes only: which cores there are, how a plan uses them, and rank processes.
 
-Ground floor (`topology`, `plan`, `serialize`) knows nothing of processes; `context` holds the
-per-process rank state; `worker` is a rank's entry point and `supervisor` starts and watches the
-ranks from the caller's process; `inprocess` is the one-rank path that starts nothing.
+`topology` (usable cores, SMT siblings, NUMA nodes, cgroup quota) and `plan` (core plans and
+their assignment to cores) are pure data on the ground floor; `serialize` sends payloads to
+ranks; `context` is the per-process rank state; `allocator` sets glibc malloc for training
+processes; `supervisor` starts and watches rank processes from the caller's process and
+`worker` is a rank process's entry point. What a rank runs (the seams, the tuner's hooks) is
+decided above, in `gnnorch.execute`.
 """

@@ -20,9 +20,10 @@ import ctypes
 import ctypes.util
 import platform
 
+from ..features import ALLOCATORS  # noqa: F401 - the option's values live with the features
+
 __all__ = ["tune_allocator", "ALLOCATORS"]
 
-ALLOCATORS = ("tuned", "default")
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _THRESHOLD = 1 << 30

@@ -20,6 +20,21 @@ from ..features import Features
 from .plan import CorePlan, RankCores
 
 
+@dataclasses.dataclass(frozen=True)
+class RankProcess:
+    """Who this process is in its torch.distributed world and what it owns, as whoever started
+    it knows: our own supervisor (`gnnorch.launch.worker`), the caller's process itself (one
+    rank), or a launcher such as torchrun. The process group is initialised when
+    `world_size > 1`; `comm_device` is the device its collectives use (None: CPU / gloo)."""
+
+    rank: int
+    world_size: int
+    plan: CorePlan
+    cores: RankCores | None
+    backend: str | None = None
+    comm_device: Any = None
+
+
 @dataclasses.dataclass
 class EpochRecord:
     """One pass over a training loader in this rank: batches, seeds and wall seconds."""
@@ -77,6 +92,11 @@ class RankContext:
     def summary(self) -> dict:
         """What this rank reports back to the caller: epoch records and feature statistics."""
         return {"epochs": [e.to_dict() for e in self.epochs], "stats": self.stats}
+
+    @property
+    def loaders_built(self) -> int:
+        """Training loaders built so far in this run."""
+        return self._loaders_built
 
     def next_loader_index(self) -> int:
         """Index of a newly built training loader; equal on all ranks (same code path)."""
@@ -136,10 +156,14 @@ class EpochTimer:
     `batch_ends[i]` is the perf_counter time at which batch i was consumed (the next batch was
     requested or the pass ended), so `batch_ends[i] - batch_ends[i-1]` is one full step:
     sampling batch i plus the user's work on it. `batch_seeds[i]` is its number of seeds.
+    `total` is the number of batches of the epoch when the loader can tell (the length of its
+    iterator), else None.
     """
 
-    def __init__(self, ctx: RankContext, loader: int, epoch: int) -> None:
+    def __init__(self, ctx: RankContext, loader: int, epoch: int,
+                 total: int | None = None) -> None:
         self.ctx, self.loader, self.epoch = ctx, loader, epoch
+        self.total = total
         self.batches = 0
         self.seeds = 0
         self.start = time.perf_counter()

@@ -74,6 +74,16 @@ def dumps_result(obj: Any) -> bytes:
     return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def dumps_runner(runner: Any) -> bytes:
+    """Pickle what every rank runs around the user's function (`gnnorch.launch.worker`), by
+    value; sent once to each rank."""
+    try:
+        return cloudpickle.dumps(runner, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as err:  # noqa: BLE001 - gnnorch's own objects: a bug, said plainly
+        raise SerializationError(f"cannot send the rank runner {runner!r} to the rank "
+                                 f"processes: {type(err).__name__}: {err}") from err
+
+
 def dumps_exception(exc: BaseException) -> bytes | None:
     """Pickle an exception for re-raising in the caller; None when it cannot be pickled."""
     try:

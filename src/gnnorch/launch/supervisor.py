@@ -4,7 +4,11 @@ Invariants: on return or on any exception (a rank's error, a rank's death, Ctrl-
 time-out), no rank process and none of its DataLoader workers is left behind: each rank leads its
 own process group, which is terminated, then killed. A rank's death is noticed within a poll
 interval (0.2 s). Rank 0's stdout/stderr are forwarded live to the caller's `sys.stdout` /
-`sys.stderr`; other ranks write to `<log_dir>/rank<r>.log`.
+`sys.stderr` (or, with `LaunchSpec.rank0_log`, written to `<log_dir>/rank0.log`); other ranks
+write to `<log_dir>/rank<r>.log`.
+
+What each rank runs is a picklable *runner* (`gnnorch.launch.worker`): this module starts,
+feeds and watches processes and knows nothing of what they compute.
 """
 from __future__ import annotations
 
@@ -25,7 +29,6 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from ..errors import RankDiedError, RankFailedError, RankStartError, RemoteTraceback
-from ..features import Features
 from . import serialize
 from .plan import CorePlan, RankCores
 
@@ -39,23 +42,18 @@ class LaunchSpec:
 
     plan: CorePlan
     cores: list[RankCores] | None     # None: no binding
-    seed: int
     log_dir: Path
     backend: str = "gloo"
     gpus: list[int] | None = None     # one visible GPU per rank (nccl)
     start_timeout: float = 120.0
     collective_timeout: float = 1800.0
-    features: Features = dataclasses.field(default_factory=Features)
-    # auto-tuner: end after {"warmup": W, "batches": B} measured steps (gnnorch.tune.probe)
-    probe: dict | None = None
-    mute: bool = False                # rank 0's output to <log_dir>/rank0.log, not the caller
-    epoch_feed: str | None = None     # rank 0 rewrites this JSON file after every epoch
+    rank0_log: bool = False           # rank 0's output to <log_dir>/rank0.log, not the caller
 
 
 @dataclasses.dataclass
 class LaunchResult:
     value: Any
-    summaries: dict[int, dict]        # rank -> RankContext.summary() (epochs, feature stats)
+    summaries: dict[int, Any]         # rank -> the summary its runner returned
     wall_seconds: float
 
 
@@ -81,14 +79,17 @@ def _pump(src: IO[bytes], write: Callable[[str], Any], flush: Callable[[], Any])
 
 
 class RankGroup:
-    """One launch of `fn(*args, **kwargs)` in `spec.plan.processes` rank processes."""
+    """One launch of `spec.plan.processes` rank processes, each running
+    ``runner(process, fn, *args, **kwargs)`` -> (value, summary) (see `gnnorch.launch.worker`)."""
 
     def __init__(self, spec: LaunchSpec) -> None:
         self.spec = spec
         self.ranks: list[_Rank] = []
-        self._decisions: str | None = None
 
-    def run(self, fn: Callable, args: tuple, kwargs: dict) -> LaunchResult:
+    def run(self, runner: Callable, fn: Callable, args: tuple, kwargs: dict) -> LaunchResult:
+        """Rank 0's value, every rank's summary and the wall seconds. `runner` travels by
+        value (cloudpickle); `fn`, `args`, `kwargs` as the user's payload (tensors through
+        shared memory)."""
         import torch.distributed as dist
 
         start = time.perf_counter()
@@ -105,7 +106,7 @@ class RankGroup:
         try:
             payloads = [serialize.dumps_payload(fn, args, kwargs)
                         for _ in range(spec.plan.processes)]
-            self._decisions = self._export_decisions()
+            runner_bytes = serialize.dumps_runner(runner)
             for rank in range(spec.plan.processes):
                 self._start(rank, address, authkey, store.port)
             self._accept(listener)
@@ -113,6 +114,7 @@ class RankGroup:
                 assert r.conn is not None
                 try:
                     r.conn.send((list(sys.path), os.getcwd()))
+                    r.conn.send_bytes(runner_bytes)
                     r.conn.send_bytes(payloads[r.rank])
                 except OSError:
                     self._wait_exit(r, timeout=5)
@@ -131,31 +133,14 @@ class RankGroup:
             del store
 
     # -- start ----------------------------------------------------------------------------
-    def _export_decisions(self) -> str | None:
-        """The rewrite decisions measured in this process, written for the ranks (so a layer
-        shape measured by an earlier run is not probed again in every rank)."""
-        if self.spec.features.rewrite is False:
-            return None
-        from ..intercept.session import export_decisions
-
-        path = self.spec.log_dir / f"rewrite-decisions-{os.getpid()}.json"
-        try:
-            export_decisions(path)
-        except OSError:
-            return None
-        return str(path)
-
     def _start(self, rank: int, address: str, authkey: bytes, store_port: int) -> None:
         spec = self.spec
         cores = spec.cores[rank] if spec.cores is not None else None
         rank_spec = {
             "rank": rank, "world_size": spec.plan.processes, "address": address,
             "plan": list(spec.plan.as_tuple()), "cores": cores.to_dict() if cores else None,
-            "seed": spec.seed, "backend": spec.backend, "store_port": store_port,
+            "backend": spec.backend, "store_port": store_port,
             "start_timeout": spec.start_timeout, "collective_timeout": spec.collective_timeout,
-            "features": spec.features.to_dict(),
-            "probe": spec.probe, "epoch_feed": spec.epoch_feed if rank == 0 else None,
-            "rewrite_decisions": self._decisions,
         }
         env = dict(os.environ)
         env.update(GNNORCH_RANK_SPEC=json.dumps(rank_spec), PYTHONUNBUFFERED="1",
@@ -164,7 +149,7 @@ class RankGroup:
         if spec.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(spec.gpus[rank])
         log_path = None
-        if rank == 0 and not spec.mute:
+        if rank == 0 and not spec.rank0_log:
             out, err = subprocess.PIPE, subprocess.PIPE
         else:
             log_path = spec.log_dir / f"rank{rank}.log"

@@ -2,9 +2,14 @@
 
 A fresh interpreter (never a fork of the user's process: fork after OpenMP hangs), so the user's
 `__main__` is not re-imported. Protocol over a Unix socket authenticated with the caller's key
-(read from stdin): the rank says hello, receives (sys.path, cwd) then the pickled payload,
-runs it, and sends exactly one final message: ("result", bytes, summary) from rank 0,
-("done", summary) from the others (summary: `RankContext.summary()`), or ("error", exception bytes | None, type name, message, traceback text).
+(read from stdin): the rank says hello, receives (sys.path, cwd), then the pickled *runner* and
+the pickled payload (fn, args, kwargs); it binds itself, joins the process group and calls
+``runner(process, fn, args, kwargs)`` with its `RankProcess`, which returns (value, summary).
+It sends exactly one final message: ("result", bytes, summary) from rank 0, ("done", summary)
+from the others, or ("error", exception bytes | None, type name, message, traceback text).
+
+This module knows processes only: what a rank does with the user's function (the seams, the
+run's hooks) is the runner's business (`gnnorch.execute.rank.RankJob`).
 """
 from __future__ import annotations
 
@@ -66,10 +71,8 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
     import torch
     import torch.distributed as dist
 
-    from ..intercept.session import session
     from . import serialize
-    from ..features import Features
-    from .context import RankContext
+    from .context import RankProcess
     from .plan import CorePlan, RankCores
 
     rank, world = spec["rank"], spec["world_size"]
@@ -81,8 +84,7 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
         sys_path, cwd = conn.recv()
         sys.path[:] = sys_path
         os.chdir(cwd)
-        ctx = RankContext(rank=rank, world_size=world, plan=plan, cores=cores, seed=spec["seed"],
-                          backend=spec["backend"], features=Features.from_dict(spec["features"]))
+        runner = serialize.loads(conn.recv_bytes())
         fn, args, kwargs = serialize.loads(conn.recv_bytes())
         store = dist.TCPStore("127.0.0.1", spec["store_port"], is_master=False,
                               timeout=datetime.timedelta(seconds=spec["start_timeout"]))
@@ -92,22 +94,9 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
             comm_device = torch.device("cuda", 0)
         dist.init_process_group(spec["backend"], store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=spec["collective_timeout"]))
-        from ..tune.probe import ProbeEnd, install_epoch_feed, install_probe
-
-        if spec.get("probe"):
-            install_probe(ctx, spec["probe"])
-        if spec.get("epoch_feed"):
-            install_epoch_feed(ctx, spec["epoch_feed"])
-        if spec.get("rewrite_decisions"):
-            from ..intercept.session import load_decisions
-
-            load_decisions(spec["rewrite_decisions"])
-        try:
-            with session(ctx, comm_device):
-                result = fn(*args, **kwargs)
-        except ProbeEnd:  # a tuning probe's measured steps are done: a normal end
-            result = None
-        summary = ctx.summary()
+        process = RankProcess(rank=rank, world_size=world, plan=plan, cores=cores,
+                              backend=spec["backend"], comm_device=comm_device)
+        result, summary = runner(process, fn, args, kwargs)
         if rank == 0:
             conn.send(("result", serialize.dumps_result(result), summary))
         else:

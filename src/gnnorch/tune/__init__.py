@@ -1,10 +1,12 @@
 """Auto-tuning of the core plan (ranks, sampler cores, trainer threads) by Bayesian optimisation
 over short probes of the user's real function, and the tuning report.
 
-`config` (TuneConfig), `space` (SearchSpace), `tuner` (skopt ask/tell), `probe` (measuring
-steps inside ranks), `driver` (tune -> train for `Runtime`), `report` / `schema`
-(TuningReport, JSON schema), `simulate` (analytical epoch-time model of large machines).
-Light imports only here: rank processes import `gnnorch.tune.probe`.
+`config` (TuneConfig), `space` (SearchSpace), `tuner` (skopt ask/tell), `probe` (the meter
+inside ranks and the tuner's hooks), `decide` (pure decisions: does tuning pay, racing),
+`runs` (a probe; the default run that may become the real run), `driver` (`Autotune`: default
+-> search -> race -> train), `report` / `render` / `schema` (TuningReport, table and PNG, JSON
+schema), `simulate` (analytical epoch-time model of large machines). Every run goes through
+`gnnorch.execute`. Light imports only here: rank processes import `gnnorch.tune.probe`.
 """
 from .config import TuneConfig
 from .report import ReportError, TuningReport

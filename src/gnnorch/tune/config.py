@@ -6,8 +6,9 @@ dict of overrides or a `TuneConfig`, and rejects unknown keys with the list of v
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any
+
+from ..options import check_choice, check_int, check_keys, check_number
 
 ESTIMATORS = ("GP", "RF", "ET", "GBRT")
 ACQ_FUNCS = ("EI", "PI", "LCB", "gp_hedge")
@@ -86,46 +87,25 @@ class TuneConfig:
     setup_seconds: float = 30.0
 
     def __post_init__(self) -> None:
-        def integer(name: str, low: int) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-                raise ValueError(f"tune[{name!r}] must be an integer >= {low}, got {value!r}")
+        def name(field: str) -> str:
+            return f"tune[{field!r}]"
 
-        def number(name: str, low: float, strict: bool = False, none: bool = False) -> None:
-            value = getattr(self, name)
-            if none and value is None:
-                return
-            bad = isinstance(value, bool) or not isinstance(value, numbers.Real)
-            if bad or value < low or (strict and value == low):
-                op = ">" if strict else ">="
-                raise ValueError(f"tune[{name!r}] must be a number {op} {low}"
-                                 f"{' or None' if none else ''}, got {value!r}")
-
-        integer("budget", 1)
-        integer("n_initial_points", 1)
-        integer("seed", 0)
-        integer("patience", 0)
-        integer("max_processes", 1)
-        integer("max_sampler_cores", 0)
-        integer("warmup_batches", 0)
-        integer("confirm_finalists", 1)
-        integer("probe_batches", 1)
-        integer("assumed_epochs", 1)
-        if self.epochs is not None:
-            integer("epochs", 1)
-        number("min_gain", 0.0)
-        number("max_seconds", 0.0, strict=True, none=True)
-        number("max_overhead", 0.0)
-        number("confirm_margin", 0.0)
-        if self.confirm_margin >= 1:
-            raise ValueError(f"tune['confirm_margin'] must be below 1, got {self.confirm_margin!r}")
-        number("launch_seconds", 0.0)
-        number("setup_seconds", 0.0, strict=True)
-        if self.estimator not in ESTIMATORS:
-            raise ValueError(f"tune['estimator'] must be one of {ESTIMATORS}, "
-                             f"got {self.estimator!r}")
-        if self.acq_func not in ACQ_FUNCS:
-            raise ValueError(f"tune['acq_func'] must be one of {ACQ_FUNCS}, got {self.acq_func!r}")
+        for field, low in (("budget", 1), ("n_initial_points", 1), ("seed", 0),
+                           ("patience", 0), ("max_processes", 1), ("max_sampler_cores", 0),
+                           ("warmup_batches", 0), ("confirm_finalists", 1),
+                           ("probe_batches", 1), ("assumed_epochs", 1)):
+            check_int(name(field), getattr(self, field), low, lenient=True)
+        check_int(name("epochs"), self.epochs, 1, allow_none=True, lenient=True)
+        for field in ("min_gain", "max_overhead", "launch_seconds"):
+            check_number(name(field), getattr(self, field), low=0, lenient=True)
+        check_number(name("max_seconds"), self.max_seconds, low=0, low_open=True,
+                     allow_none=True, lenient=True)
+        check_number(name("setup_seconds"), self.setup_seconds, low=0, low_open=True,
+                     lenient=True)
+        check_number(name("confirm_margin"), self.confirm_margin, low=0, high=1,
+                     high_open=True, lenient=True)
+        check_choice(name("estimator"), self.estimator, ESTIMATORS)
+        check_choice(name("acq_func"), self.acq_func, ACQ_FUNCS)
 
     @classmethod
     def from_option(cls, value: Any) -> "TuneConfig":
@@ -137,11 +117,7 @@ class TuneConfig:
         if not isinstance(value, dict):
             raise ValueError(f"tune must be a dict of tuner settings or a TuneConfig, "
                              f"got {type(value).__name__}")
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(value) - set(valid))
-        if unknown:
-            raise TypeError(f"tune got unexpected setting(s) {unknown}; valid settings are: "
-                            f"{', '.join(valid)}")
+        check_keys("tune", value, [f.name for f in dataclasses.fields(cls)], what="setting")
         return cls(**value)
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,25 +14,28 @@ loader's sampler workers start, the first batch is sampled) that a steady-state 
 when a probe sees an epoch start after its first epoch, `combine` amortises it over the epoch,
 ``seeds/step * L / (start + (L - 1) * step)`` (measured on the 16-core machine with 6-step
 epochs, steady rates overestimated plans with sampler workers by up to 1.7x, beside
-run-to-run noise of about 20 %). The runtime treats `ProbeEnd` as the normal
-end of a probe, never as a failure. All ranks of a launch run equal step counts, so all of them
-stop after the same step (no collective is left half-done).
+run-to-run noise of about 20 %). `ProbeHook` installs the meter in every rank of a run and
+tells the runtime that `ProbeEnd` is the normal end of a probe, never a failure. All ranks of a
+launch run equal step counts, so all of them stop after the same step (no collective is left
+half-done). `EpochReport` is the other hook the tuner adds to a run: it reports every finished
+training epoch to the caller while the run goes on.
 
 This module is imported by rank processes: keep it free of heavy imports (no skopt).
 """
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+from ..execute.hooks import Hook
 
 PROBE_STAT = "probe"
 
@@ -164,39 +167,14 @@ class ProbeMeter:
             length, is_exact = self._epoch_steps[current], False
         self.stats["epoch_length"], self.stats["epoch_length_exact"] = length, is_exact
 
-    @property
-    def throughput(self) -> float | None:
-        st = self.stats
-        return st["seeds"] / st["seconds"] if st["seconds"] > 0 else None
-
     def summary(self) -> dict:
         return dict(self.stats)
 
 
 def _epoch_length(timer: Any) -> int | None:
-    """Batches in the timer's epoch, when the loader can tell (best effort)."""
+    """Batches in the timer's epoch, when the loader told (`EpochTimer.total`)."""
     total = getattr(timer, "total", None)
-    if isinstance(total, int) and total > 0:
-        return total
-    try:  # the DataLoader iterator driving this epoch sits in a caller's frame (loader._timed)
-        from torch.utils.data.dataloader import _BaseDataLoaderIter
-
-        frame = sys._getframe(1)
-        for _ in range(4):
-            if frame is None:
-                break
-            for value in list(frame.f_locals.values()):
-                for _depth in range(4):
-                    if isinstance(value, _BaseDataLoaderIter):
-                        return len(value)
-                    inner = getattr(value, "gi_frame", None)
-                    if inner is None:
-                        break
-                    value = inner.f_locals.get("iterator")
-            frame = frame.f_back
-    except Exception:  # noqa: BLE001 - only an estimate
-        pass
-    return None
+    return total if isinstance(total, int) and total > 0 else None
 
 
 def combine(summaries: dict[int, dict]) -> dict:
@@ -238,12 +216,26 @@ def combine(summaries: dict[int, dict]) -> dict:
     }
 
 
-def install_probe(ctx: Any, probe: dict) -> ProbeMeter:
-    """Rank side: add a meter that ends the function after the probe's steps."""
-    stats = ctx.stats.setdefault(PROBE_STAT, {})
-    meter = ProbeMeter(probe["warmup"], probe["batches"], stats=stats)
-    ctx.batch_callbacks.append(meter)
-    return meter
+def combine_stats(stats: dict[int, dict]) -> dict:
+    """`combine` from each rank's feature statistics (`RunInfo.stats`)."""
+    return combine({r: {"stats": st} for r, st in stats.items()})
+
+
+class ProbeHook(Hook):
+    """A run's hook that makes it a probe: every rank gets a `ProbeMeter` that ends the
+    function with `ProbeEnd` after `warmup` + `batches` measured steps (its measurement lands in
+    the rank's ``stats["probe"]``), and `ProbeEnd` is the run's normal end."""
+
+    def __init__(self, warmup: int, batches: int) -> None:
+        self.warmup, self.batches = int(warmup), int(batches)
+
+    def prepare(self, ctx: Any) -> None:
+        meter = ProbeMeter(self.warmup, self.batches,
+                           stats=ctx.stats.setdefault(PROBE_STAT, {}))
+        ctx.batch_callbacks.append(meter)
+
+    def finish(self, ctx: Any, exc: BaseException | None) -> bool:
+        return isinstance(exc, ProbeEnd)
 
 
 # --------------------------------------------------------------------------- epoch feed
@@ -286,81 +278,65 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
         raise
 
 
-def install_epoch_feed(ctx: Any, path: str) -> None:
-    """Rank side: write the rank's epoch records to `path` (atomically) after every epoch."""
-    ctx.epochs = EpochFeed(lambda records: write_json_atomic(path, {"epochs": records}))
+class EpochReport(Hook):
+    """A run's hook that reports rank 0's finished training epochs to the caller while the run
+    goes on, as ``callback(records)`` (`EpochRecord.to_dict()` of every epoch so far).
 
+    When the rank runs in the caller's process the callback is called directly, at the end of
+    each epoch. Rank processes get a copy of the hook without the callback: their rank 0
+    rewrites `path` (JSON, atomically) after every epoch, and the caller's `watching()` block
+    polls the file and calls the callback.
+    """
 
-# --------------------------------------------------------------------------- in-process
+    POLL_SECONDS = 0.5
 
+    def __init__(self, callback: Callable[[list[dict]], None],
+                 path: str | os.PathLike | None = None) -> None:
+        self.callback = callback
+        self.path = str(path) if path is not None else None
+        self.owner = os.getpid()
 
-class OutputCapture:
-    """Holds back what the user's code writes to sys.stdout / sys.stderr (in order) until
-    `release` (write it out, then let output through) or `discard`."""
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["callback"] = None          # the caller's; a rank process reports through `path`
+        return state
 
-    def __init__(self) -> None:
-        self.chunks: list[tuple[int, str]] = []
-        self.lock = threading.Lock()
-        self.real = (sys.stdout, sys.stderr)
-        self.active = False
+    def prepare(self, ctx: Any) -> None:
+        if os.getpid() == self.owner and self.callback is not None:
+            ctx.epochs = EpochFeed(self.callback)
+        elif self.path is not None and ctx.rank == 0:
+            path = self.path
+            ctx.epochs = EpochFeed(lambda records: write_json_atomic(path, {"epochs": records}))
 
-    def __enter__(self) -> "OutputCapture":
-        self.real = (sys.stdout, sys.stderr)
-        sys.stdout, sys.stderr = _Held(self, 0), _Held(self, 1)
-        self.active = True
-        return self
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Caller side: while the block runs, a thread passes what rank processes write to
+        `path` on to the callback (nothing is written when the rank runs here)."""
+        if self.path is None:
+            yield
+            return
+        stop = threading.Event()
+        poller = threading.Thread(target=self._poll, args=(Path(self.path), stop),
+                                  name="gnnorch-epoch-feed", daemon=True)
+        poller.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            poller.join(timeout=2)
 
-    def __exit__(self, *exc: Any) -> None:
-        self.discard()
-
-    def _restore(self) -> None:
-        if self.active:
-            sys.stdout, sys.stderr = self.real
-            self.active = False
-
-    def release(self) -> None:
-        with self.lock:
-            if not self.active:
-                return
-            self._restore()
-            for stream, text in self.chunks:
-                self.real[stream].write(text)
-            self.chunks.clear()
-            for s in self.real:
-                s.flush()
-
-    def discard(self) -> str:
-        with self.lock:
-            self._restore()
-            text = "".join(t for _, t in self.chunks)
-            self.chunks.clear()
-            return text
-
-    def text(self) -> str:
-        with self.lock:
-            return "".join(t for _, t in self.chunks)
-
-
-class _Held(io.TextIOBase):
-    def __init__(self, capture: OutputCapture, stream: int) -> None:
-        self.capture, self.stream = capture, stream
-
-    def write(self, text: str) -> int:
-        with self.capture.lock:
-            if self.capture.active:
-                self.capture.chunks.append((self.stream, text))
-                return len(text)
-        return self.capture.real[self.stream].write(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self.capture.real[self.stream], "encoding", "utf-8")
+    def _poll(self, path: Path, stop: threading.Event) -> None:
+        last = None
+        while not stop.wait(self.POLL_SECONDS):
+            try:
+                stamp = os.stat(path).st_mtime_ns
+                if stamp == last:
+                    continue
+                records = json.loads(path.read_text())["epochs"]
+                last = stamp
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            self.callback(records)
 
 
 class RngState:

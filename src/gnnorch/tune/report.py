@@ -1,20 +1,28 @@
 """`TuningReport`: what the auto-tuner did, as JSON (schema in `gnnorch.tune.schema`), a readable
-table (``print(report)``) and a PNG (``report.plot(path)``, needs matplotlib).
+table (``print(report)``) and a PNG (``report.plot(path)``, needs matplotlib; both drawn by
+`gnnorch.tune.render`).
 
-The report is plain data (`report.data`, a dict that validates against the schema). The runtime
-rewrites it atomically (temporary file + rename) into ``report_dir/report.json`` after every
-probe and every training epoch, so it can be read while training goes on;
-``python -m gnnorch report PATH`` prints the table from such a file.
+The report is plain data (`report.data`, a dict that validates against the schema). The tuner
+builds it through the methods below (`start`, `add_trial`, `decide`, `apply_race`, `begin_run`,
+`run_epochs`, `finish_run`, `fail`) and `publish`es it: rewritten atomically (temporary file +
+rename) into ``report_dir/report.json`` after every probe and every training epoch, so it can
+be read while training goes on; ``python -m gnnorch report PATH`` prints the table from such a
+file.
 """
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
-import math
 import os
+import platform as _platform
+import threading
 from pathlib import Path
 from typing import Any
 
+from . import render
+from .decide import Decision, RaceResult, trial_status
+from .render import cfg_text
 from .schema import FORMAT, VERSION, validate
 
 REPORT_FILE = "report.json"
@@ -28,25 +36,36 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _cfg(config: dict | None) -> str:
-    if not config:
-        return "-"
-    text = f"p={config['processes']} s={config['sampler_cores']} t={config['threads']}"
-    extra = {k: v for k, v in config.items()
-             if k not in ("processes", "sampler_cores", "threads")}
-    return text + "".join(f" {k}={v}" for k, v in extra.items())
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
-def _cpus(cpus: list[int]) -> str:
-    from ..launch.topology import format_cpulist
+def platform_info(topology: Any, device: str) -> dict[str, Any]:
+    """The report's ``platform``: the machine's cores as gnnorch sees them and the versions."""
+    import torch
+    import torch_geometric
 
-    return format_cpulist(cpus) if cpus else "-"
+    topo = topology
+    return {
+        "usable_cores": topo.num_usable, "physical_cores": topo.num_physical,
+        "smt": topo.smt, "numa_nodes": [list(n) for n in topo.numa_nodes],
+        "usable_cpus": list(topo.usable_cpus), "cpu_quota": topo.cpu_quota,
+        "device": device,
+        "versions": {"python": _platform.python_version(), "torch": torch.__version__,
+                     "torch_geometric": torch_geometric.__version__,
+                     "scikit_optimize": _version("scikit-optimize"),
+                     "gnnorch": _version("gnnorch")},
+        "platform": _platform.platform(),
+    }
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return f"{value:,.{digits}f}"
+def point(plan: Any) -> dict[str, int]:
+    """A core plan as the report's configuration."""
+    return {"processes": plan.processes, "sampler_cores": plan.sampler_cores,
+            "threads": plan.threads}
 
 
 class TuningReport:
@@ -55,6 +74,7 @@ class TuningReport:
     def __init__(self, data: dict[str, Any], path: str | os.PathLike | None = None) -> None:
         self.data = data
         self.path = Path(path) if path is not None else None
+        self.lock = threading.RLock()    # the tuner writes from timers and epoch feeds too
 
     # -- access ---------------------------------------------------------------------------
     @property
@@ -140,151 +160,134 @@ class TuningReport:
             raise ReportError(f"{path}: invalid report: {errors[0]}{more}")
         return cls(data, path)
 
+    # -- building (what the tuner writes) --------------------------------------------------
+    @classmethod
+    def start(cls, platform: dict, space: dict, tuner: dict, default: dict,
+              path: str | os.PathLike | None = None) -> "TuningReport":
+        """A fresh report, status "tuning", before any measurement: `default` is the default
+        configuration, `tuner` the tuner's settings (`TuneConfig.to_dict()`)."""
+        return cls({
+            "format": FORMAT, "version": VERSION, "status": "tuning",
+            "created": now_iso(), "updated": now_iso(),
+            "platform": platform, "space": space,
+            "tuner": dict(tuner, n_initial_points_used=None),
+            "decision": {"tuned": False, "reason": "deciding", "projected_tuning_seconds": None,
+                         "projected_run_seconds": None, "epochs": None, "epochs_source": None},
+            "trials": [], "best_so_far": [], "stop_reason": None,
+            "default": {"config": dict(default), "throughput": None},
+            "best": {"config": dict(default), "throughput": None, "trial": None},
+            "speedup_over_default": None, "confirmation": None,
+            "overhead": {"bo_seconds": 0.0, "probe_seconds": 0.0, "tuning_seconds": 0.0},
+            "run": None, "notes": [],
+        }, path)
+
+    def publish(self) -> None:
+        """Write the report where it lives (if anywhere) and stamp ``updated``."""
+        with self.lock:
+            if self.path is not None:
+                self.save()
+            else:
+                self.data["updated"] = now_iso()
+
+    def set_overhead(self, bo_seconds: float, probe_seconds: float,
+                     tuning_seconds: float) -> None:
+        self.data["overhead"] = {"bo_seconds": bo_seconds, "probe_seconds": probe_seconds,
+                                 "tuning_seconds": tuning_seconds}
+
+    def decide(self, decision: Decision) -> None:
+        """Record whether tuning runs and why."""
+        self.data["decision"].update(
+            {k: v for k, v in decision.to_dict().items()
+             if v is not None or k in ("tuned", "reason")})
+
+    def add_trial(self, config: dict, cores: list | None, m: dict | None, seconds: float,
+                  chosen_by: str, predicted: dict | None = None,
+                  error: str | None = None) -> dict:
+        """Record one probe (`m`: its measurement, `probe.combine`) and update the best so
+        far, the default's throughput and the speedup; returns the trial."""
+        d = self.data
+        throughput = m["throughput"] if m and error is None else None
+        previous = [t["throughput"] for t in d["trials"] if t["throughput"] is not None]
+        best = max(previous + ([throughput] if throughput is not None else []), default=None)
+        trial = {
+            "index": len(d["trials"]), "config": dict(config),
+            "cores": [c.to_dict() for c in cores] if cores else None,
+            "batch_size_per_rank": list(m["batch_size_per_rank"]) if m else [],
+            "throughput": throughput, "status": trial_status(m, error), "error": error,
+            "seconds": seconds, "measured_seconds": float(m["seconds"]) if m else 0.0,
+            "measured_batches": int(m["batches"]) if m else 0,
+            "warmup_batches": int(m.get("warmup") or 0) if m else 0,
+            "chosen_by": chosen_by, "predicted": predicted, "best_so_far": best,
+            "steady_throughput": m.get("steady_throughput") if m and error is None else None,
+            "epoch_start_seconds": m.get("epoch_start_seconds") if m and error is None else None,
+        }
+        d["trials"].append(trial)
+        d["best_so_far"].append(best)
+        if throughput is not None and (d["best"]["throughput"] is None
+                                       or throughput > d["best"]["throughput"]):
+            d["best"] = {"config": dict(config), "throughput": throughput,
+                         "trial": trial["index"]}
+        if chosen_by == "default":
+            d["default"] = {"config": dict(config), "throughput": throughput}
+        if d["default"]["throughput"] and d["best"]["throughput"]:
+            d["speedup_over_default"] = d["best"]["throughput"] / d["default"]["throughput"]
+        return trial
+
+    def apply_race(self, result: RaceResult) -> None:
+        """The race's winner becomes `best` (`decide.race`)."""
+        self.data["best"] = result.best
+        self.data["confirmation"] = result.confirmation
+        if result.speedup is not None:
+            self.data["speedup_over_default"] = result.speedup
+
+    def begin_run(self, config: dict, cores: list | None) -> None:
+        """The real run starts (status "training")."""
+        self.data["status"] = "training"
+        self.data["run"] = {"config": dict(config),
+                            "cores": [c.to_dict() for c in cores] if cores else None,
+                            "epochs": [], "wall_seconds": None}
+
+    def run_epochs(self, records: list[dict], world: int,
+                   only_if_running: bool = False) -> bool:
+        """Rank 0's epoch records so far (its seeds x `world` ranks); False when ignored (no
+        run yet, or `only_if_running` and the run is not training)."""
+        d = self.data
+        if d["run"] is None or (only_if_running and d["status"] != "training"):
+            return False
+        d["run"]["epochs"] = [dict(r, throughput=(r["seeds"] * world / r["seconds"]
+                                                  if r["seconds"] > 0 else None))
+                              for r in records]
+        return True
+
+    def finish_run(self, epochs: dict[int, list[dict]], wall: float) -> None:
+        """The real run ended: every rank's epochs (seeds summed, the slowest rank's seconds)
+        and its wall seconds (status "done")."""
+        merged = []
+        ranks = list(epochs.values())
+        for i, rec in enumerate(epochs.get(0, [])):
+            seeds = sum(e[i]["seeds"] for e in ranks if i < len(e))
+            secs = max(e[i]["seconds"] for e in ranks if i < len(e))
+            merged.append(dict(rec, seeds=seeds, seconds=secs,
+                               throughput=seeds / secs if secs > 0 else None))
+        self.data["run"]["epochs"] = merged
+        self.data["run"]["wall_seconds"] = wall
+        self.data["status"] = "done"
+
+    def fail(self) -> None:
+        self.data["status"] = "failed"
+
     # -- text -----------------------------------------------------------------------------
     def __str__(self) -> str:
         return self.table()
 
     def __repr__(self) -> str:
         return (f"TuningReport(status={self.status!r}, trials={len(self.trials)}, "
-                f"chosen={_cfg(self.chosen)!r}, speedup={self.speedup})")
+                f"chosen={cfg_text(self.chosen)!r}, speedup={self.speedup})")
 
     def table(self) -> str:
-        d = self.data
-        pf = d["platform"]
-        v = pf["versions"]
-        lines = [f"gnnorch tuning report ({d['status']}, updated {d['updated']})"]
-        numa = len(pf["numa_nodes"])
-        lines.append(
-            f"platform: {pf['usable_cores']} usable cores ({pf['physical_cores']} physical, "
-            f"{'SMT' if pf['smt'] else 'no SMT'}, {numa} NUMA node{'s' if numa != 1 else ''}"
-            f"{', cgroup quota %g' % pf['cpu_quota'] if pf['cpu_quota'] else ''}), "
-            f"device {pf['device']}; python {v['python']}, torch {v['torch']}, "
-            f"PyG {v['torch_geometric']}, scikit-optimize {v['scikit_optimize']}, "
-            f"gnnorch {v['gnnorch']}")
-        sp = d["space"]
-        dims = ", ".join(f"{x['name']} {x['low']:g}..{x['high']:g}"
-                         f"{' (log)' if x['prior'] == 'log-uniform' else ''}"
-                         for x in sp["dimensions"]) or "none"
-        fixed = ", ".join(f"{k}={val}" for k, val in sp["fixed"].items())
-        tu = d["tuner"]
-        lines.append(
-            f"space: {dims}{'; fixed ' + fixed if fixed else ''}; "
-            f"{'; '.join(sp['constraints'])}; "
-            f"{sp['size'] if sp['size'] is not None else 'not enumerable:'} feasible points")
-        lines.append(
-            f"tuner: {tu['estimator']} + {tu['acq_func']}, budget {tu['budget']} probes, "
-            f"{tu.get('n_initial_points_used') or tu['n_initial_points']} initial points, "
-            f"seed {tu['seed']}, stop below {tu['min_gain']:.0%} expected gain; probe = "
-            f"{tu['warmup_batches']} warm-up (+2 per sampler core) + {tu['probe_batches']} "
-            f"measured steps")
-        dec = d["decision"]
-        lines.append(f"decision: {'tuned' if dec['tuned'] else 'not tuned'}: {dec['reason']}")
-        if d["trials"]:
-            lines.append("")
-            header = ["#", "chosen by", "config", "cores (rank: trainer/sampler)", "batch/rank",
-                      "seeds/s", "predicted", "probe s", "best so far", "status"]
-            rows = [header]
-            for t in d["trials"]:
-                cores = "; ".join(
-                    f"{c['rank']}: {_cpus(c['trainer_cpus'])}/{_cpus(c['sampler_cpus'])}"
-                    for c in (t["cores"] or [])) or "unbound"
-                pred = t["predicted"]
-                rows.append([
-                    str(t["index"]), t["chosen_by"], _cfg(t["config"]), cores,
-                    ",".join(str(b) for b in t["batch_size_per_rank"]) or "-",
-                    _num(t["throughput"]),
-                    f"{_num(pred['throughput'])} ({_num(pred['low'], 0)}-"
-                    f"{_num(pred['high'], 0)})" if pred else "-",
-                    _num(t["seconds"], 2), _num(t["best_so_far"]),
-                    t["status"] + (f": {t['error']}" if t["error"] else ""),
-                ])
-            widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-            for k, r in enumerate(rows):
-                lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-                if k == 0:
-                    lines.append("  ".join("-" * w for w in widths))
-            lines.append("")
-        if d["stop_reason"]:
-            lines.append(f"stopped: {d['stop_reason']}")
-        conf = d.get("confirmation")
-        if conf:
-            parts = [f"{_cfg(f['config'])} {_num(f['mean'])} "
-                     f"(mean of {', '.join(_num(x, 0) for x in f['throughputs'])})"
-                     for f in conf["finalists"]]
-            lines.append(f"confirmed (finalists within {conf['margin']:.0%} of the best probe, "
-                         f"probed again): {'; '.join(parts)}")
-        best, default = d["best"], d["default"]
-        if best["throughput"] is not None:
-            sp_text = (f" = {d['speedup_over_default']:.2f}x the default "
-                       f"({_cfg(default['config'])}: {_num(default['throughput'])} seeds/s)"
-                       if d["speedup_over_default"] is not None else "")
-            lines.append(f"best: {_cfg(best['config'])} at {_num(best['throughput'])} "
-                         f"seeds/s{sp_text}")
-        ov = d["overhead"]
-        lines.append(f"overhead: BO {ov['bo_seconds']:.2f} s, probes {ov['probe_seconds']:.2f} s,"
-                     f" tuning phase {ov['tuning_seconds']:.2f} s")
-        run = d["run"]
-        if run:
-            epochs = run["epochs"]
-            secs = [e["seconds"] for e in epochs]
-            text = f"run: {_cfg(run['config'])}, {len(epochs)} training epoch(s)"
-            if secs:
-                text += (f", epoch seconds {', '.join(f'{s:.2f}' for s in secs[:8])}"
-                         f"{' ...' if len(secs) > 8 else ''} (mean {sum(secs) / len(secs):.2f})")
-            if run["wall_seconds"] is not None:
-                text += f", wall {run['wall_seconds']:.2f} s"
-            lines.append(text)
-        for note in d["notes"]:
-            lines.append(f"note: {note}")
-        return "\n".join(lines)
+        return render.table(self.data)
 
-    # -- plot -----------------------------------------------------------------------------
     def plot(self, path: str | os.PathLike) -> Path:
         """Write a PNG: measured throughput per trial (by who chose it), the best-so-far curve
         and the default's throughput. Needs matplotlib (``pip install gnnorch[plot]``)."""
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
-        except ImportError as exc:
-            raise ImportError("TuningReport.plot needs matplotlib: pip install matplotlib "
-                              "(or gnnorch[plot])") from exc
-        trials = self.trials
-        fig, ax = plt.subplots(figsize=(7, 4))
-        colors = {"default": "tab:gray", "initial": "tab:blue", "tuner": "tab:orange",
-                  "confirm": "tab:purple"}
-        for who, color in colors.items():
-            xs = [t["index"] for t in trials if t["chosen_by"] == who and t["throughput"]]
-            ys = [t["throughput"] for t in trials if t["chosen_by"] == who and t["throughput"]]
-            if xs:
-                ax.scatter(xs, ys, color=color, label=f"{who}", zorder=3)
-        failed = [t["index"] for t in trials if t["throughput"] is None]
-        if failed:
-            ax.scatter(failed, [0] * len(failed), marker="x", color="tab:red", label="failed")
-        curve = [(t["index"], t["best_so_far"]) for t in trials if t["best_so_far"] is not None]
-        if curve:
-            ax.step([c[0] for c in curve], [c[1] for c in curve], where="post",
-                    color="tab:green", label="best so far")
-        if self.default["throughput"]:
-            ax.axhline(self.default["throughput"], color="tab:gray", linestyle="--",
-                       linewidth=1, label="default")
-        for t in trials:
-            if t["throughput"]:
-                ax.annotate(_cfg(t["config"]), (t["index"], t["throughput"]),
-                            fontsize=6, xytext=(3, 3), textcoords="offset points")
-        from matplotlib.ticker import MaxNLocator
-
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("trial")
-        ax.set_ylabel("training throughput (seeds/s)")
-        ax.set_title(f"gnnorch tuning: best {_cfg(self.best['config'])}"
-                     + (f", {self.speedup:.2f}x default" if self.speedup else ""), fontsize=9)
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        return render.plot(self, path)

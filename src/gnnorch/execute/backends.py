@@ -1,0 +1,167 @@
+"""Where the ranks of one run live: `run(plan, request, hooks) -> (value, RunInfo)`.
+
+Three backends, one interface (``backend.run(plan, request, hooks)``), chosen in one place
+(`backend_for`):
+
+* `InProcess`: one rank, the caller's own process. Nothing is started or pickled, so a small
+  job pays only for installing the seams; binding (affinity, torch threads) is applied for the
+  call and restored afterwards. Hooks are the caller's own objects.
+* `RankProcesses`: p fresh rank processes we start and watch (`gnnorch.launch.supervisor`);
+  each rank runs a copy of the `RankJob` (hooks included) from `gnnorch.launch.worker`.
+* `ExistingWorld`: this process is one rank of a torch.distributed world someone else started
+  (torchrun): rank and world size come from the environment, there is no supervisor and
+  nothing to send; every process of the world calls `run` itself. Issue 16 fills it in.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any, Sequence
+
+import torch
+
+from ..launch.context import RankProcess, bind_current_process
+from ..launch.plan import CorePlan
+from ..launch.supervisor import LaunchSpec, RankGroup
+from .hooks import muted
+from .info import RunInfo
+from .output import OutputCapture
+from .rank import RankJob
+from .request import Request
+
+# what torchrun (and torch.distributed's env:// rendezvous) sets in every process it starts
+WORLD_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+class Backend:
+    """Runs every rank of one run of `request` under `plan`."""
+
+    #: True when the user's function runs in the caller's process: hooks are the caller's own
+    #: objects (not copies), so they can share state with it while the function runs
+    in_caller: bool = False
+
+    def run(self, plan: CorePlan, request: Request,
+            hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+        raise NotImplementedError
+
+
+class InProcess(Backend):
+    """One rank, in the caller's process (p = 1)."""
+
+    in_caller = True
+
+    def run(self, plan: CorePlan, request: Request,
+            hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+        if plan.processes != 1:
+            raise ValueError(f"InProcess runs one rank, the plan has {plan.processes}")
+        cores = request.cores(plan)
+        process = RankProcess(rank=0, world_size=1, plan=plan,
+                              cores=cores[0] if cores else None)
+        job = RankJob(request.features, request.seed, tuple(hooks))
+        saved_affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        saved_threads = torch.get_num_threads()
+        start = time.perf_counter()
+        try:
+            bind_current_process(process.cores, plan.threads)
+            with OutputCapture() if muted(hooks) else contextlib.nullcontext():
+                value, summary = job(process, request.fn, request.args, request.kwargs)
+            wall = time.perf_counter() - start
+        finally:
+            if saved_affinity is not None and process.cores is not None:
+                os.sched_setaffinity(0, saved_affinity)
+            if torch.get_num_threads() != saved_threads:
+                torch.set_num_threads(saved_threads)
+        return value, RunInfo.from_summaries(plan, cores, request.device, None, wall,
+                                             request.features, {0: summary})
+
+
+class RankProcesses(Backend):
+    """p rank processes started, fed and watched from the caller's process."""
+
+    def run(self, plan: CorePlan, request: Request,
+            hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+        cores = request.cores(plan)
+        log_dir = request.logs()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        job = RankJob(request.features, request.seed, tuple(hooks),
+                      decisions=_export_decisions(request, log_dir))
+        spec = LaunchSpec(plan=plan, cores=cores, log_dir=log_dir,
+                          backend="nccl" if request.device == "cuda" else "gloo",
+                          gpus=_gpus(plan, request.device),
+                          start_timeout=request.start_timeout,
+                          collective_timeout=request.collective_timeout,
+                          rank0_log=muted(hooks))
+        result = RankGroup(spec).run(job, request.fn, request.args, request.kwargs)
+        return result.value, RunInfo.from_summaries(plan, cores, request.device, log_dir,
+                                                    result.wall_seconds, request.features,
+                                                    result.summaries)
+
+
+class ExistingWorld(Backend):
+    """This process is one rank of a torch.distributed world started by someone else.
+
+    The seam issue 16 fills in: the world's size and this process's rank come from the
+    environment (`WORLD_ENV`, as torchrun sets them), the process group is initialised here
+    unless it already is, the rank binds itself to its share of the node's cores (by
+    LOCAL_RANK), and then runs ``RankJob(...)(RankProcess(...), fn, args, kwargs)`` exactly as
+    our own rank processes do. There is no supervisor and no payload: every process of the
+    world runs the user's script and calls `run` itself; the value returned is this rank's.
+    """
+
+    @staticmethod
+    def detected(environ: dict | None = None) -> bool:
+        """Whether this process looks like a rank of a torchrun world."""
+        env = os.environ if environ is None else environ
+        return all(name in env for name in WORLD_ENV)
+
+    @staticmethod
+    def process(plan: CorePlan, environ: dict | None = None) -> RankProcess:
+        """This process's rank in the world, from the environment (no binding yet)."""
+        env = os.environ if environ is None else environ
+        return RankProcess(rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),
+                           plan=plan, cores=None)
+
+    def run(self, plan: CorePlan, request: Request,
+            hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+        raise NotImplementedError(
+            "running inside an existing torch.distributed world (torchrun) is not built yet: "
+            "gnnorch issue 16 adds it; run the script without torchrun and pass processes=p")
+
+
+def backend_for(plan: CorePlan, request: Request) -> Backend:
+    """The backend that runs `plan`: the caller's process for one rank, else rank processes.
+    (Issue 16 adds: inside a torchrun world, `ExistingWorld`.)"""
+    if plan.processes == 1:
+        return InProcess()
+    return RankProcesses()
+
+
+def run(plan: CorePlan, request: Request,
+        hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+    """Run `request` under `plan` with `hooks`; returns (rank 0's value, what the run did)."""
+    return backend_for(plan, request).run(plan, request, hooks)
+
+
+def _gpus(plan: CorePlan, device: str) -> list[int] | None:
+    """One visible GPU per rank (rank r sees only its own, as cuda:0)."""
+    if device != "cuda":
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [int(x) for x in visible.split(",") if x.strip()] if visible else None
+    return [ids[r] if ids else r for r in range(plan.processes)]
+
+
+def _export_decisions(request: Request, log_dir) -> str | None:  # noqa: ANN001 - Path
+    """The rewrite decisions measured in this process, written for the ranks (so a layer shape
+    measured by an earlier run is not probed again in every rank)."""
+    if request.features.rewrite is False:
+        return None
+    from ..rewrite.decisions import export_decisions
+
+    path = log_dir / f"rewrite-decisions-{os.getpid()}.json"
+    try:
+        export_decisions(path)
+    except OSError:
+        return None
+    return str(path)

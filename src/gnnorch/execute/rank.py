@@ -1,0 +1,58 @@
+"""One rank's session, whoever started this process: the rank context, every seam, the
+caller's hooks around the user's function.
+
+Every backend ends here: the one-rank path calls `RankJob` in the caller's process, our rank
+processes call it from `gnnorch.launch.worker` (it travels to them by value), and a rank of an
+existing torch.distributed world will call it from the user's own script (issue 16).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+from ..features import Features
+from ..intercept.session import session
+from ..launch.context import RankContext, RankProcess
+from ..rewrite.decisions import load_decisions
+from .hooks import finish_all, prepare_all
+
+
+@dataclasses.dataclass
+class RankJob:
+    """What each rank of one run does, besides the facts of its process: picklable, called as
+    ``job(process, fn, args, kwargs) -> (value, summary)`` (`RankContext.summary()`)."""
+
+    features: Features
+    seed: int
+    hooks: tuple = ()
+    decisions: str | None = None   # rewrite decisions the caller's process measured (a file)
+
+    def context(self, process: RankProcess) -> RankContext:
+        return RankContext(rank=process.rank, world_size=process.world_size, plan=process.plan,
+                           cores=process.cores, seed=self.seed, backend=process.backend,
+                           features=self.features)
+
+    def __call__(self, process: RankProcess, fn: Callable, args: tuple,
+                 kwargs: dict) -> tuple[Any, dict]:
+        if self.decisions is not None:
+            load_decisions(self.decisions)
+        ctx = self.context(process)
+        value = run_session(ctx, fn, args, kwargs, self.hooks, process.comm_device)
+        return value, ctx.summary()
+
+
+def run_session(ctx: RankContext, fn: Callable, args: tuple, kwargs: dict,
+                hooks: Sequence[Any] = (), comm_device: Any = None) -> Any:
+    """`fn(*args, **kwargs)` under the runtime's seams in this rank, with `hooks` around it
+    (`gnnorch.execute.hooks`). Returns fn's value, or None when a hook says the exception that
+    ended it was its normal end."""
+    prepare_all(hooks, ctx)
+    try:
+        with session(ctx, comm_device):
+            value = fn(*args, **kwargs)
+    except BaseException as exc:
+        if finish_all(hooks, ctx, exc):
+            return None
+        raise
+    finish_all(hooks, ctx, None)
+    return value
