@@ -12,8 +12,9 @@ What stays cheap (no recomputation):
 * indexing whose row part selects only exact rows: ``o[:b]`` with b <= exact_rows, ``o[i]``,
   ``o[mask]`` where ``mask[exact_rows:]`` is all False, ``o[idx]`` with 0 <= idx < exact_rows;
 * row-local operations (the value of output row i depends on input row i only): elementwise
-  functions, softmax / log_softmax / argmax over a non-row dimension, dtype and device moves,
-  ``detach``, arithmetic with a Python number. Their result is again `PrefixExact` (same exact
+  functions, softmax / log_softmax / argmax / squeeze / unsqueeze over a non-row dimension,
+  ``o[:, j]``-style indexing of the other dimensions, dtype and device moves, ``detach``,
+  arithmetic with a Python number. Their result is again `PrefixExact` (same exact
   rows) and materialises by replaying the same operation on the exact parent.
 Everything else (a reduction over rows, a loss on all rows, printing, ``torch.cat`` with other
 tensors, indexing into non-seed rows, ...) materialises first. Autograd is preserved: the
@@ -61,6 +62,7 @@ _ALONG_DIM = frozenset([   # row-local when the reduced/normalised dimension is 
     torch.softmax, torch.log_softmax, torch.argmax, torch.argmin,
     torch.nn.functional.softmax, torch.nn.functional.log_softmax,
     Tensor.softmax, Tensor.log_softmax, Tensor.argmax, Tensor.argmin,
+    torch.squeeze, Tensor.squeeze, torch.unsqueeze, Tensor.unsqueeze,
 ])
 _SCALAR_ARITHMETIC = frozenset([
     Tensor.__mul__, Tensor.__rmul__, Tensor.__truediv__, Tensor.__add__, Tensor.__radd__,
@@ -92,7 +94,8 @@ class PrefixExact(Tensor):
                 if func is Tensor.__getitem__ and _selects_exact_rows(owner, args[1]):
                     with DisableTorchFunctionSubclass():
                         return func(*args, **kwargs)
-                if _row_local(func, owner, args, kwargs):
+                if _row_local(func, owner, args, kwargs) or (
+                        func is Tensor.__getitem__ and _keeps_rows(args[1])):
                     with DisableTorchFunctionSubclass():
                         out = func(*args, **kwargs)
                     if isinstance(out, Tensor) and out.dim() >= 1 and \
@@ -147,7 +150,7 @@ def _exact(value: Any, why: Any) -> Any:
 
 def _op_name(func: Any) -> str:
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
-    return name.replace("_TensorBase.", "Tensor.")
+    return name.replace("_TensorBase.", "Tensor.").replace("TensorBase.", "Tensor.")
 
 
 def _row_key_ok(owner: PrefixExact, key: Any) -> bool:
@@ -180,6 +183,12 @@ def _selects_exact_rows(owner: PrefixExact, key: Any) -> bool:
         return _row_key_ok(owner, key[0]) and not any(
             isinstance(k, Tensor) for k in key[1:])  # advanced indexing mixes dims
     return _row_key_ok(owner, key)
+
+
+def _keeps_rows(key: Any) -> bool:
+    """Whether `o[key]` keeps every row and indexes the other dimensions only (``o[:, 0]``)."""
+    return (isinstance(key, tuple) and len(key) > 1 and key[0] == slice(None)
+            and not any(isinstance(k, Tensor) or k is None or k is Ellipsis for k in key[1:]))
 
 
 def _row_local(func: Any, owner: PrefixExact, args: tuple, kwargs: dict) -> bool:
