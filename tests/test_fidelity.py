@@ -308,3 +308,21 @@ def test_batch_fields_are_pygs_plus_hop_counts():
     pyg, _ = run(keys, data, sampler="pyg")
     assert set(ours) - set(pyg) <= {"num_sampled_nodes", "num_sampled_edges"}
     assert set(pyg) <= set(ours)
+
+
+# -- rewrites on inputs PyG accepts ------------------------------------------------------------
+def sparse_feature_gcn():
+    """PyG's test_gcn_conv_with_sparse_input_feature: GCNConv on a sparse COO feature matrix."""
+    from torch_geometric.nn import GCNConv
+
+    torch.manual_seed(0)
+    x = torch.sparse_coo_tensor(torch.tensor([[0, 0], [0, 1]]), torch.tensor([1.0, 1.0]),
+                                size=(4, 16))
+    edge_index = torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]])
+    return GCNConv(16, 32)(x, edge_index).detach()
+
+
+def test_sparse_input_features_are_left_to_pyg_by_rewrites():
+    expected = sparse_feature_gcn()
+    value, _ = run(sparse_feature_gcn)
+    torch.testing.assert_close(value, expected)
