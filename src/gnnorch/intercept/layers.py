@@ -133,6 +133,13 @@ SELF_TRIMMING = ("the model trims its own layers (PyG's trim_to_layer / BasicGNN
                  "num_sampled_nodes_per_hop): left to PyG's trimming")
 
 
+def _self_trimming(module: torch.nn.Module, args: tuple) -> bool:
+    """Whether this module call is PyG's `TrimToLayer` trimming with hop counts."""
+    from torch_geometric.utils._trim_to_layer import TrimToLayer
+
+    return isinstance(module, TrimToLayer) and len(args) > 1 and args[1] is not None
+
+
 def _parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
     """In-place version counters of the model's parameters (an optimizer step bumps them)."""
     return tuple(p._version for p in model.parameters())
@@ -235,6 +242,8 @@ class LayerSeam:
         if tracing() or threading.get_ident() != self._thread:
             return None
         self._depth += 1
+        if self._depth > 1 and self._trace is not None and _self_trimming(module, args):
+            self._self_trimming(self._trace)
         if self._depth != 1 or isinstance(module, self.cls):
             return None
         if self.rewrites is not None and module not in self._named:
@@ -259,6 +268,15 @@ class LayerSeam:
             mode = "trim" if state.trim else "plain"
         self._trace = _Trace(module, state, mode)
         return None
+
+    def _self_trimming(self, trace: _Trace) -> None:
+        """The traced model is about to trim itself with PyG's `TrimToLayer` (BasicGNN with
+        `num_sampled_nodes_per_hop`): the rest of the forward runs as PyG runs it, and the
+        model is never trimmed by gnnorch (its layers already compute only what they must)."""
+        trace.problem = SELF_TRIMMING
+        if trace.mode == "trim" and trace.calls == 0:
+            trace.mode, trace.problem = "plain", None
+            trace.state.trim, trace.state.reason = False, SELF_TRIMMING
 
     def _on_exit(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                  output: Any = None) -> Any:  # no output when the forward raised

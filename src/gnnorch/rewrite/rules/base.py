@@ -139,16 +139,6 @@ class Rule(ABC):
         return (edge_index_reason(call["edge_index"]) or _dense_reason(call.get("x"))
                 or self.call_reason(layer, call) or call)
 
-
-def _dense_reason(x: Any) -> str | None:
-    """Rewritten orders use dense (strided) kernels: sparse node features (PyG's GCNConv takes
-    a sparse COO x through its Linear) are left to PyG's own order."""
-    parts = x if isinstance(x, (tuple, list)) else (x,)
-    for part in parts:
-        if isinstance(part, torch.Tensor) and part.layout != torch.strided:
-            return f"x has layout {part.layout} (rewrites need dense features)"
-    return None
-
     def call_reason(self, layer: MessagePassing, call: Call) -> str | None:
         """Per-call reason to leave this call to PyG (beyond edge_index); None by default."""
         return None
@@ -182,3 +172,13 @@ def _dense_reason(x: Any) -> str | None:
         """The transform-first order with the input rows' transform taken on the host
         (``transform_rows``); must equal the layer's forward like :meth:`forward`."""
         raise NotImplementedError(self.host_reason(layer, call))
+
+
+def _dense_reason(x: Any) -> str | None:
+    """Rewritten orders use dense (strided) kernels: sparse node features (PyG's GCNConv takes
+    a sparse COO x through its Linear) are left to PyG's own order."""
+    parts = x if isinstance(x, (tuple, list)) else (x,)
+    for part in parts:
+        if isinstance(part, torch.Tensor) and part.layout != torch.strided:
+            return f"x has layout {part.layout} (rewrites need dense features)"
+    return None
