@@ -327,3 +327,29 @@ def test_sparse_input_features_are_left_to_pyg_by_rewrites():
     expected = sparse_feature_gcn()
     value, _ = run(sparse_feature_gcn)
     torch.testing.assert_close(value, expected)
+
+
+def full_batch_with_dropout(data, steps=3):
+    """PyG's examples/gcn.py style: no loader, dropout: nothing for the runtime to shard."""
+    model = GCN(data.num_features, 16, 2, 7, dropout=0.5)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        out = model(data.x, data.edge_index)
+        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return torch.tensor(losses)
+
+
+def test_unsharded_work_on_two_ranks_equals_one_process(no_leftover_children):
+    """Ranks start from the caller's RNG state: equal initial weights and dropout masks, so the
+    averaged gradient of identical full-batch steps is the single process's gradient."""
+    data = cora()
+    torch.manual_seed(3)
+    alone, _ = run(full_batch_with_dropout, data)
+    torch.manual_seed(3)
+    ranks, _ = run(full_batch_with_dropout, data, processes=2)
+    torch.testing.assert_close(ranks, alone, rtol=1e-5, atol=1e-6)

@@ -85,7 +85,8 @@ class RankProcesses(Backend):
         log_dir = request.logs()
         log_dir.mkdir(parents=True, exist_ok=True)
         job = RankJob(request.features, request.seed, tuple(hooks),
-                      decisions=_export_decisions(request, log_dir))
+                      decisions=_export_decisions(request, log_dir),
+                      rng_state=torch.get_rng_state())
         spec = LaunchSpec(plan=plan, cores=cores, log_dir=log_dir,
                           backend="nccl" if request.device == "cuda" else "gloo",
                           gpus=_gpus(plan, request.device),

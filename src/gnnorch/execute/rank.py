@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
+import torch
+
 from ..features import Features
 from ..intercept.session import session
 from ..launch.context import RankContext, RankProcess
@@ -26,6 +28,9 @@ class RankJob:
     seed: int
     hooks: tuple = ()
     decisions: str | None = None   # rewrite decisions the caller's process measured (a file)
+    # the caller's torch CPU generator state: every rank process starts from it, so work that
+    # is not sharded (a full-batch step, a link loader) draws what one process would draw
+    rng_state: Any = None
 
     def context(self, process: RankProcess) -> RankContext:
         return RankContext(rank=process.rank, world_size=process.world_size, plan=process.plan,
@@ -36,6 +41,8 @@ class RankJob:
                  kwargs: dict) -> tuple[Any, dict]:
         if self.decisions is not None:
             load_decisions(self.decisions)
+        if self.rng_state is not None:
+            torch.set_rng_state(self.rng_state)
         ctx = self.context(process)
         value = run_session(ctx, fn, args, kwargs, self.hooks, process.comm_device)
         return value, ctx.summary()

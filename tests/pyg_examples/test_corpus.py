@@ -1,0 +1,183 @@
+"""PyG's own examples under gnnorch: same metrics as vanilla within seed noise, or a clear refusal.
+
+Parametrised over cases (``ex_*.py``, see ``corpus.py``) x modes:
+
+* ``vanilla``: ``train(*args, **kwargs)`` called directly;
+* ``default``: ``gnnorch.Runtime(train)(*args, **kwargs)``, exactly as a new user writes it;
+* ``p2``: ``gnnorch.Runtime(train, processes=2)(*args, **kwargs)``.
+
+For every seed: ``torch.manual_seed(seed)`` before building the arguments and again before the
+call. A mode passes when no returned number is NaN/inf and, for every compared metric, the
+mean over seeds is within the case's tolerance of vanilla's mean (``corpus.py`` states the
+rule), and every ``exact`` metric equals vanilla's for every seed -- or when the runtime
+refused with a gnnorch error that says what to pass, in a mode where the case allows it.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus  # noqa: E402
+from corpus import MODES, Case, as_float, non_finite  # noqa: E402
+
+CASES = corpus.load_cases()
+
+_vanilla_cache: dict[str, object] = {}
+
+# A refusal names an option to pass, e.g. "pass trim=False" or "processes=1".
+_OPTION = re.compile(r"\b[a-z_]+\s*=\s*\S")
+
+
+def _run(case: Case, mode: str, seed: int):
+    torch.manual_seed(seed)
+    args, kwargs = case.make_args(seed)
+    torch.manual_seed(seed)
+    if mode == "vanilla":
+        return case.train(*args, **{**kwargs, **case.vanilla_kwargs})
+    import gnnorch
+
+    options = dict(case.options)
+    if mode == "p2":
+        options["processes"] = 2
+    return gnnorch.Runtime(case.train, **options)(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _deadline(case: Case, mode: str):
+    """Raise TimeoutError in this (main) thread after ``case.time_limit`` seconds.
+
+    gnnorch stops its rank processes when the call it is waiting in raises.
+    """
+
+    def expired(signum, frame):
+        raise TimeoutError(f"{case.name} [{mode}] did not finish within {case.time_limit:.0f} s "
+                           f"(hang?)")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, case.time_limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run_seeds(case: Case, mode: str) -> tuple[list[dict], float]:
+    with _deadline(case, mode):
+        return _run_seeds_unbounded(case, mode)
+
+
+def _run_seeds_unbounded(case: Case, mode: str) -> tuple[list[dict], float]:
+    start = time.perf_counter()
+    results = []
+    for seed in case.seeds:
+        result = _run(case, mode, seed)
+        assert isinstance(result, dict), f"{case.name}: train returned {type(result)}"
+        bad = non_finite(result)
+        assert not bad, f"{case.name} [{mode}] seed {seed}: NaN/inf in {bad}: {result}"
+        results.append(result)
+    return results, time.perf_counter() - start
+
+
+def _vanilla(case: Case) -> list[dict]:
+    """Vanilla results of a case, computed once per test session (re-raised if it failed)."""
+    if case.name not in _vanilla_cache:
+        try:
+            _vanilla_cache[case.name] = _run_seeds(case, "vanilla")[0]
+        except BaseException as exc:  # noqa: BLE001 - remembered and re-raised below
+            _vanilla_cache[case.name] = exc
+    cached = _vanilla_cache[case.name]
+    if isinstance(cached, BaseException):
+        raise cached
+    return cached  # type: ignore[return-value]
+
+
+def _is_refusal(exc: BaseException) -> bool:
+    from gnnorch.errors import (GnnorchError, RankDiedError, RankFailedError,
+                                RankStartError)
+
+    if not isinstance(exc, GnnorchError):
+        return False
+    if isinstance(exc, (RankDiedError, RankFailedError, RankStartError)):
+        return False  # a crash, not a refusal
+    return bool(_OPTION.search(str(exc)))
+
+
+def _log(**record) -> None:
+    """Append one JSON line to $GNNORCH_CORPUS_LOG, when set (for reports)."""
+    path = os.environ.get("GNNORCH_CORPUS_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+
+
+def _mean(results: list[dict], key: str) -> float:
+    return sum(as_float(r[key]) for r in results) / len(results)
+
+
+def _params():
+    for case in CASES:
+        marks = [pytest.mark.slow] if case.slow else []
+        for mode in MODES:
+            yield pytest.param(case, mode, id=f"{case.name}-{mode}", marks=marks)
+
+
+@pytest.mark.parametrize("case, mode", list(_params()))
+def test_example(case: Case, mode: str):
+    if mode == "vanilla":
+        start = time.perf_counter()
+        try:
+            results = _vanilla(case)
+        except Exception as exc:
+            _log(case=case.name, mode=mode, outcome="error", seconds=time.perf_counter() - start,
+                 error=f"{type(exc).__name__}: {exc}"[:500])
+            raise
+        means = {k: round(_mean(results, k), 4) for k in case.metrics}
+        _log(case=case.name, mode=mode, outcome="ok", seconds=time.perf_counter() - start,
+             means=means)
+        print(f"{case.name} [vanilla] {time.perf_counter() - start:.1f}s means {means}")
+        return
+
+    reference = _vanilla(case)
+    start = time.perf_counter()
+    try:
+        results, seconds = _run_seeds(case, mode)
+    except Exception as exc:
+        refused = mode in case.may_refuse and _is_refusal(exc)
+        _log(case=case.name, mode=mode, outcome="refused" if refused else "error",
+             seconds=time.perf_counter() - start, error=f"{type(exc).__name__}: {exc}"[:500])
+        if refused:
+            print(f"{case.name} [{mode}] refused: {type(exc).__name__}: {exc}")
+            return
+        raise
+
+    failures = []
+    summary = {}
+    for key, metric in case.metrics.items():
+        want, got = _mean(reference, key), _mean(results, key)
+        tol = metric.tolerance(len(case.seeds), want)
+        summary[key] = (round(want, 4), round(got, 4), round(tol, 4))
+        if abs(got - want) > tol:
+            failures.append(f"{key}: mean {got:.4f} vs vanilla {want:.4f} "
+                            f"(|diff| {abs(got - want):.4f} > tol {tol:.4f})")
+    for key in case.exact:
+        want = [as_float(r[key]) for r in reference]
+        got = [as_float(r[key]) for r in results]
+        summary[key] = (want, got)
+        if want != got:
+            failures.append(f"{key}: {got} vs vanilla {want} (must be equal)")
+    print(f"{case.name} [{mode}] {seconds:.1f}s (vanilla, got, tol): {summary}")
+    _log(case=case.name, mode=mode, outcome="fail" if failures else "ok", seconds=seconds,
+         summary=summary, failures=failures)
+    assert not failures, f"{case.name} [{mode}] differs from vanilla: " + "; ".join(failures)
