@@ -137,7 +137,11 @@ def train(data, epochs):
                 test_acc=test_acc)
 
 
+# slow (out of CI): with processes=2 its persistent-worker training loader hung intermittently
+# (rank 1 blocked at the start of epoch 2; seen twice on a loaded 2-core machine, not yet
+# reproduced alone). Kept in the corpus and run with -m slow until that is found.
 CASE = Case(
+    slow=True,
     name="reddit",
     source=f"examples/reddit.py @ {PYG_REV}",
     train=train,
