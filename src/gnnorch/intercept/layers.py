@@ -133,11 +133,17 @@ SELF_TRIMMING = ("the model trims its own layers (PyG's trim_to_layer / BasicGNN
                  "num_sampled_nodes_per_hop): left to PyG's trimming")
 
 
-def _self_trimming(module: torch.nn.Module, args: tuple) -> bool:
-    """Whether this module call is PyG's `TrimToLayer` trimming with hop counts."""
+@functools.lru_cache(maxsize=None)
+def _trim_to_layer_type() -> type:
     from torch_geometric.utils._trim_to_layer import TrimToLayer
 
-    return isinstance(module, TrimToLayer) and len(args) > 1 and args[1] is not None
+    return TrimToLayer
+
+
+def _self_trimming(module: torch.nn.Module, args: tuple) -> bool:
+    """Whether this module call is PyG's `TrimToLayer` trimming with hop counts (checked on
+    every nested module call of a traced forward: the class is looked up once)."""
+    return isinstance(module, _trim_to_layer_type()) and len(args) > 1 and args[1] is not None
 
 
 def _parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
