@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch_geometric.nn import GraphSAGE
 
-from gnnorch.intercept.layers import _parameter_snapshot, _parameter_versions
+from gnnorch.trim.materialize import parameter_snapshot as _parameter_snapshot, parameter_versions as _parameter_versions
 from gnnorch.trim.exact_output import prefix_exact
 
 

@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 import psutil
 import pytest
@@ -24,3 +25,5 @@ def pytest_collection_modifyitems(config, items):
 
 
 os.environ.setdefault("GNNORCH_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", ".data"))
+# measured rewrite decisions are kept on disk between runs: tests start from an empty cache
+os.environ.setdefault("GNNORCH_CACHE_DIR", tempfile.mkdtemp(prefix="gnnorch-test-cache-"))

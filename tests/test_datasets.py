@@ -48,7 +48,7 @@ def test_bundled_files_present() -> None:
     root = bundled_data_dir()
     assert (root / "LICENSE").is_file()
     for name in datasets.PLANETOID_NAMES:
-        for file_name in datasets._raw_file_names(name):
+        for file_name in datasets.planetoid._raw_file_names(name):
             assert (root / name / "raw" / file_name).is_file(), file_name
 
 
@@ -153,7 +153,7 @@ def test_copy_atomic_replaces_and_cleans(tmp_path: pathlib.Path) -> None:
     src.write_bytes(b"abc" * 1000)
     dst = tmp_path / "out" / "dst.bin"
     dst.parent.mkdir()
-    datasets._copy_atomic(src, dst)
+    datasets.planetoid._copy_atomic(src, dst)
     assert dst.read_bytes() == src.read_bytes()
     assert os.listdir(dst.parent) == ["dst.bin"]
 

@@ -1,5 +1,5 @@
 """Multi-process gradients equal single-process ones; parameters and buffers stay identical."""
-import pytest
+
 import torch
 import torch.distributed as dist
 

@@ -216,3 +216,25 @@ def test_the_checker_sees_what_it_must():
     assert names == ["y", "z"]
     assert floor("gnnorch.launch.topology") == 0 and floor("gnnorch.launch.worker") == 1
     assert floor("gnnorch") == 5 and floor("gnnorch.rewrite.rules.gcn") == 0
+
+
+MODULE_LINES = 400   # a longer module states why in a "# size: ..." line near its top
+CLASS_LINES = 250
+
+
+def test_modules_and_classes_stay_small():
+    """Small modules with one job: none over MODULE_LINES lines without a stated reason, no
+    class over CLASS_LINES lines (docs/architecture.md)."""
+    too_long = []
+    for name, path in _modules().items():
+        text = path.read_text()
+        lines = text.count("\n") + 1
+        head = "\n".join(text.splitlines()[:40])
+        if lines > MODULE_LINES and "# size:" not in head:
+            too_long.append(f"module {name}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                size = node.end_lineno - node.lineno + 1
+                if size > CLASS_LINES:
+                    too_long.append(f"class {name}.{node.name}: {size} lines")
+    assert not too_long, too_long

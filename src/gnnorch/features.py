@@ -4,8 +4,9 @@ A `Features` value is plain data (JSON round-trip with `to_dict` / `from_dict`),
 to rank processes inside their start-up spec. Each feature is a seam installed by
 `intercept.session` for the duration of one run:
 
-* `sampler`: which backend draws NeighborLoader batches. ``"auto"``: pyg-lib when installed
-  (it returns hop counts), else gnnorch's vectorised sampler (`gnnorch.sampling`);
+* `sampler`: which backend draws NeighborLoader batches. ``"auto"``: with pyg-lib installed,
+  whichever of it and gnnorch's vectorised sampler is measured faster on the loader's graph
+  (`gnnorch.sampling.choice`), else gnnorch's (`gnnorch.sampling`);
   ``"gnnorch"``: always ours; ``"pyg"``: PyG's own choice (pyg-lib or torch_sparse), untouched.
 * `trim`: hop-aware trimming of the user's MessagePassing layers (exact for seed rows).
 * `rewrite`: exact re-ordering of transform and aggregation per layer where a fitted cost model

@@ -13,9 +13,10 @@ One chain per layer call of a traced model on the batch's own edge_index:
 Each outer hook (`LayerHook`; today the historical-embedding cache, `gnnorch.cache`) gets a
 `HookedCall` whose `run()` proceeds down the chain and whose `unpatched` runs a layer past the
 seam; it returns the call's output (possibly with rows replaced) and hears every finished
-forward (`on_forward_end`). Trimming (`gnnorch.trim.call`) restricts rows and edges; the rewrite
-engine (`gnnorch.rewrite`), when on, computes the layer's own forward in the cheaper exact order.
-Calls on other edge_index tensors run rewrite -> unpatched only.
+forward (`on_forward_end`). Below them (`intercept.layer_calls`), trimming (`gnnorch.trim.call`)
+restricts rows and edges, and the rewrite engine (`gnnorch.rewrite`), when on, computes the
+layer's own forward in the cheaper exact order. Calls on other edge_index tensors run
+rewrite -> unpatched only. The chain's vocabulary is `intercept.chain`.
 
 Hop-aware trimming (the invariant is in `gnnorch.trim.hops`): the k-th layer call of a model
 on a batch whose edge_index is the batch's own is layer l = k of K, K learnt from the model's
@@ -25,14 +26,14 @@ edges into rows [0, c_D). Models whose code between layers is row-local and shap
 ("compact"): each layer returns only the rows the next one reads; the one-off check decides.
 The model's output is a `gnnorch.trim.exact_output.PrefixExact` tensor: its seed rows are the
 trimmed forward's own, and any read of another row recomputes the forward untrimmed (exact
-values, gradients through the untrimmed graph) and switches trimming off for that model with a
-`TrimmingWarning`. No value a user can observe is a placeholder.
+values, gradients through the untrimmed graph: `gnnorch.trim.materialize`) and switches
+trimming off for that model with a `TrimmingWarning`. No value a user can observe is a placeholder.
 
 A model is trimmed only if (1) it holds no module that mixes rows across the batch
 (`gnnorch.trim.mixing`), (2) it does not trim itself (PyG's `trim_to_layer`: a layer receives a
 column slice of the batch's edge_index), and (3) a one-off check on its first batch, in eval
 mode without gradients and with the RNG state preserved, finds trimmed and untrimmed seed
-outputs equal; this catches functional mixing (global pooling, attention over the batch). A
+outputs equal (`gnnorch.trim.verify`); this catches functional mixing (global pooling, attention over the batch). A
 trimmed forward that meets an unexpected layer count falls back to an untrimmed recomputation
 and disables trimming for that model. The one-off check's forwards bypass the outer hooks.
 The seam follows the thread that installed it only; other threads (e.g. the cache's background
@@ -41,96 +42,27 @@ refresh) pass through untouched.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import math
 import threading
 import time
-import warnings
 import weakref
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from torch.fx import _symbolic_trace as _fx_trace
 from torch.nn.modules.module import (register_module_forward_hook,
                                      register_module_forward_pre_hook)
 
-from ..errors import TrimmingError, TrimmingWarning
 from ..trim.batch import BatchGraph
-from ..trim.call import trimmable, trimmed_call
 from ..trim.exact_output import prefix_exact
-from ..trim.hops import LayerBounds
+from ..trim.materialize import materializer
 from ..trim.mixing import batch_mixing_modules
+from ..trim.state import SELF_TRIMMING, ModelState
+from ..trim.verify import pad_compact, verify_trimming
+from .chain import HookedCall, LayerCall, LayerHook, Trace, tracing
+from .layer_calls import LayerCalls
 
-VERIFY_RTOL = 1e-4
-VERIFY_ATOL = 1e-5
-
-
-_MODULE_CALL = torch.nn.Module.__call__
-
-
-def tracing() -> bool:
-    """Whether the current call is being traced (torch.compile / dynamo, torch.fx symbolic
-    tracing, TorchScript) rather than run: the seams then step aside entirely, so compiled and
-    traced programs see PyG's own modules (no graph breaks, fx records its call_module nodes).
-    fx tracers (torch's, and PyG's own in `to_hetero`, which does not set torch's flag) patch
-    `torch.nn.Module.__call__` while they trace: that is detected too."""
-    if torch.compiler.is_compiling():
-        return True
-    return (torch.nn.Module.__call__ is not _MODULE_CALL
-            or getattr(_fx_trace, "_is_fx_tracing_flag", False) or torch.jit.is_scripting())
-
-
-@dataclasses.dataclass
-class ModelState:
-    """What the seam knows about one outermost module ("model")."""
-
-    name: str
-    layers: int | None = None      # K: MessagePassing calls on the batch graph per forward
-    trim: bool = False
-    compact: bool = False          # layers return only the rows the next layer reads
-    reason: str | None = "not yet seen on a batch with hop counts"
-    trimmed_forwards: int = 0
-    untrimmed_forwards: int = 0
-    materialized: int = 0          # trimmed forwards recomputed untrimmed (non-seed rows read)
-
-    def to_dict(self) -> dict:
-        return {"model": self.name, "layers": self.layers, "trimmed": self.trim,
-                "compact": self.compact,
-                "reason": None if self.trim else self.reason,
-                "trimmed_forwards": self.trimmed_forwards,
-                "untrimmed_forwards": self.untrimmed_forwards,
-                "materialized": self.materialized}
-
-
-@dataclasses.dataclass
-class _Trace:
-    """One forward of a model on the current batch."""
-
-    model: torch.nn.Module
-    state: ModelState
-    mode: str                      # "calibrate" | "trim" | "plain"
-    calls: int = 0
-    problem: str | None = None     # why this forward could not be trimmed as planned
-
-
-LayerCall = Callable[..., Any]
-
-
-class LayerHook(Protocol):
-    """An outer link of the layer seam's chain (today: the historical-embedding cache)."""
-
-    def on_layer(self, call: "HookedCall") -> Any:
-        """The layer call's output; `call.run()` proceeds down the chain."""
-
-    def on_forward_end(self, model: torch.nn.Module, state: "ModelState", calls: int,
-                       batch: BatchGraph) -> None:
-        """A traced forward of `model` on `batch` finished after `calls` layer calls."""
-
-SELF_TRIMMING = ("the model trims its own layers (PyG's trim_to_layer / BasicGNN's "
-                 "num_sampled_nodes_per_hop): left to PyG's trimming")
+__all__ = ["LayerSeam", "BatchGraph", "HookedCall", "LayerHook", "ModelState", "tracing"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -144,36 +76,6 @@ def _self_trimming(module: torch.nn.Module, args: tuple) -> bool:
     """Whether this module call is PyG's `TrimToLayer` trimming with hop counts (checked on
     every nested module call of a traced forward: the class is looked up once)."""
     return isinstance(module, _trim_to_layer_type()) and len(args) > 1 and args[1] is not None
-
-
-def _parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
-    """In-place version counters of the model's parameters (an optimizer step bumps them)."""
-    return tuple(p._version for p in model.parameters())
-
-
-def _parameter_snapshot(model: torch.nn.Module) -> dict[str, Tensor]:
-    """A detached copy of the model's parameters (leaves with the same `requires_grad`)."""
-    return {name: p.detach().clone().requires_grad_(p.requires_grad)
-            for name, p in model.named_parameters()}
-
-
-@dataclasses.dataclass
-class HookedCall:
-    """A layer call of a traced model on the batch's edge_index, as the layer hook sees it;
-    `run()` computes it the way the seam would without a hook (trimmed when it can)."""
-
-    model: torch.nn.Module
-    state: ModelState
-    mode: str
-    index: int                     # l: the call's position in the forward (0: bottom layer)
-    layer: Any
-    x: Any
-    edge_index: Tensor
-    args: tuple
-    kwargs: dict
-    batch: BatchGraph
-    run: Callable[[], Any]
-    unpatched: LayerCall           # unpatched(layer, *args, **kwargs): past gnnorch's seam
 
 
 class LayerSeam:
@@ -191,11 +93,10 @@ class LayerSeam:
         self.states: list[ModelState] = []  # outlive their models, for the report
         self._named: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # roots named
         self._depth = 0
-        self._trace: _Trace | None = None
+        self._trace: Trace | None = None
         self._forced: str | None = None      # mode forced by the one-off check
         self._forced_problem: str | None = None
-        self.rows_computed = 0               # output rows computed by trimmed layer calls
-        self.rows_untrimmed = 0              # what the same calls compute untrimmed
+        self.calls = LayerCalls(rewrites)    # trim -> rewrite -> unpatched, row counts
         self.hooks: list[LayerHook] = []     # the chain's outer links (the module docstring)
         self._thread: int | None = None      # the thread the seam follows
         self.check_s = 0.0                   # seconds spent in one-off trimming checks
@@ -241,7 +142,8 @@ class LayerSeam:
     def stats(self) -> dict:
         return {"enabled": self.trim_enabled,
                 "models": [s.to_dict() for s in self.states if s.layers],
-                "rows_computed": self.rows_computed, "rows_untrimmed": self.rows_untrimmed}
+                "rows_computed": self.calls.rows_computed,
+                "rows_untrimmed": self.calls.rows_untrimmed}
 
     # -- model boundaries -----------------------------------------------------------------
     def _on_enter(self, module: torch.nn.Module, args: tuple) -> None:
@@ -272,17 +174,17 @@ class LayerSeam:
             mode = "calibrate"
         else:
             mode = "trim" if state.trim else "plain"
-        self._trace = _Trace(module, state, mode)
+        self._trace = Trace(module, state, mode)
         return None
 
-    def _self_trimming(self, trace: _Trace) -> None:
+    def _self_trimming(self, trace: Trace) -> None:
         """The traced model is about to trim itself with PyG's `TrimToLayer` (BasicGNN with
         `num_sampled_nodes_per_hop`): the rest of the forward runs as PyG runs it, and the
         model is never trimmed by gnnorch (its layers already compute only what they must)."""
         trace.problem = SELF_TRIMMING
         if trace.mode == "trim" and trace.calls == 0:
             trace.mode, trace.problem = "plain", None
-            trace.state.trim, trace.state.reason = False, SELF_TRIMMING
+            trace.state.disable(SELF_TRIMMING)
 
     def _on_exit(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                  output: Any = None) -> Any:  # no output when the forward raised
@@ -310,67 +212,21 @@ class LayerSeam:
             state.untrimmed_forwards += 1
             return None
         if trace.problem is not None or trace.calls != state.layers:
-            state.trim = False
-            state.reason = trace.problem or (
-                f"a forward made {trace.calls} layer calls instead of {state.layers}")
+            state.disable(trace.problem or (
+                f"a forward made {trace.calls} layer calls instead of {state.layers}"))
             return module(*args, **kwargs)  # recomputed untrimmed (trim now off for it)
         state.trimmed_forwards += 1
-        full = self._full_rows(output, state.compact)
+        full = pad_compact(output, self.batch, state.compact)
         if not isinstance(full, Tensor) or self.batch.num_nodes <= self.batch.batch_size:
             return full
-        return prefix_exact(full, self.batch.batch_size,
-                            self._materializer(module, state, args, kwargs))
-
-    def _full_rows(self, output: Any, compact: bool) -> Any:
-        """A compact model output (seed rows only) zero-padded to a row per batch vertex;
-        other outputs unchanged. Only the seed rows of the result are exact."""
         batch = self.batch
-        if (compact and isinstance(output, Tensor) and output.dim() >= 1
-                and output.size(0) == batch.batch_size and batch.num_nodes > batch.batch_size):
-            pad = [0, 0] * (output.dim() - 1) + [0, batch.num_nodes - batch.batch_size]
-            return F.pad(output, pad)
-        return output
-
-    def _materializer(self, model: torch.nn.Module, state: ModelState, args: tuple,
-                      kwargs: dict) -> Callable[[str], Tensor]:
-        """What recomputes this trimmed forward untrimmed when its output is read beyond the
-        seed rows (`gnnorch.trim.exact_output`): same batch, inputs, grad mode and train/eval
-        flag; trimming is switched off for the model from then on (with a `TrimmingWarning`).
-        A forward that may be followed by an optimizer step (gradients on, training mode)
-        keeps a copy of the parameters, so that rows read after the step are still the values
-        of *this* forward; without one, a changed model is refused (`TrimmingError`)."""
-        batch, grad, training = self.batch, torch.is_grad_enabled(), model.training
-        versions = _parameter_versions(model)
-        snapshot = _parameter_snapshot(model) if grad and training else None
-
-        def materialize(reason: str) -> Tensor:
-            stale = _parameter_versions(model) != versions
-            if stale and snapshot is None:
-                state.trim, state.reason = False, "output read beyond the seeds after a change"
-                raise TrimmingError(
-                    f"gnnorch: the output of {state.name} was read beyond its first "
-                    f"{batch.batch_size} rows (the seed rows) by {reason} after its parameters "
-                    f"changed in place. Hop-aware trimming computes only the seed rows exactly "
-                    f"and can no longer recompute the others with the old weights. Read those "
-                    f"rows before changing the model, or pass trim=False to gnnorch.Runtime.")
-            state.trim = False
-            state.reason = f"its output was read beyond the seed rows ({reason})"
-            state.materialized += 1
-            warnings.warn(TrimmingWarning(
-                f"gnnorch: the output of {state.name} was read beyond its first "
-                f"{batch.batch_size} rows (the seed rows of the batch) by {reason}; hop-aware "
-                f"trimming computes only the seed rows, so this forward was recomputed "
-                f"untrimmed (exact values) and trimming is now off for this model. To keep "
-                f"trimming, read only out[:batch.batch_size]; to silence this, pass trim=False "
-                f"to gnnorch.Runtime."), stacklevel=4)
-            return self._rerun_untrimmed(model, batch, grad, training, args, kwargs,
-                                         snapshot if stale else None)
-
-        return materialize
+        rerun = functools.partial(self._rerun_untrimmed, module, batch, args=args, kwargs=kwargs)
+        return prefix_exact(full, batch.batch_size,
+                            materializer(module, state, batch.batch_size, rerun))
 
     def _rerun_untrimmed(self, model: torch.nn.Module, batch: BatchGraph, grad: bool,
-                         training: bool, args: tuple, kwargs: dict,
-                         parameters: dict[str, Tensor] | None) -> Tensor:
+                         training: bool, parameters: dict[str, Tensor] | None, *,
+                         args: tuple, kwargs: dict) -> Tensor:
         """`model(*args, **kwargs)` on `batch` as the seam would run it untrimmed (with the
         given parameter values instead of the model's own, when given)."""
         saved = (self.batch, self._depth, self._trace)
@@ -390,7 +246,7 @@ class LayerSeam:
             self.batch, self._depth, self._trace = saved
 
     # -- the one-off check ----------------------------------------------------------------
-    def _calibrate(self, model: torch.nn.Module, state: ModelState, trace: _Trace,
+    def _calibrate(self, model: torch.nn.Module, state: ModelState, trace: Trace,
                    args: tuple, kwargs: dict) -> None:
         state.layers = trace.calls
         if trace.calls == 0:
@@ -409,45 +265,25 @@ class LayerSeam:
 
     def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,
                kwargs: dict) -> tuple[bool, bool, str | None]:
-        """(trim, compact, reason): trimmed vs untrimmed seed outputs of `model` on this batch,
-        in eval mode, without gradients, RNG untouched; train/eval flags are restored.
-
-        Compact trimming (no padding) is tried first; a model whose code between layers needs
-        every row (a residual on all rows, JumpingKnowledge concatenation) fails it, loudly
-        (an exception) or by a different output, and is checked padded instead.
-        """
+        """(trim, compact, reason): `gnnorch.trim.verify` on this batch, the forwards run in
+        eval mode, without gradients, RNG untouched; train/eval flags are restored."""
         flags = [(m, m.training) for m in model.modules()]
-        bs = self.batch.batch_size
-        reason = "the model's output is not one tensor with a row per vertex"
+
+        def trimmed(compact: bool) -> tuple[Any, str | None]:
+            state.compact = compact
+            self._forced, self._forced_problem = "trim", None
+            try:
+                out = pad_compact(model(*args, **kwargs), self.batch, compact)
+            finally:
+                self._depth, self._trace = 0, None
+            return out, self._forced_problem
+
         try:
             model.eval()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 self._forced = "plain"
                 plain = model(*args, **kwargs)
-                if not (isinstance(plain, Tensor) and plain.dim() >= 1 and plain.size(0) >= bs):
-                    return False, False, reason
-                for compact in (True, False):
-                    state.compact = compact
-                    self._forced, self._forced_problem = "trim", None
-                    try:
-                        out = self._full_rows(model(*args, **kwargs), compact)
-                    except Exception as exc:  # noqa: BLE001 - compact shapes may not fit
-                        reason = f"trimmed forward failed: {type(exc).__name__}: {exc}"
-                        continue
-                    finally:
-                        self._depth, self._trace = 0, None
-                    if self._forced_problem is not None:
-                        reason = self._forced_problem
-                        continue
-                    if not (isinstance(out, Tensor) and out.shape == plain.shape):
-                        continue
-                    a, b = plain[:bs], out[:bs]
-                    if torch.allclose(a, b, rtol=VERIFY_RTOL, atol=VERIFY_ATOL, equal_nan=True):
-                        return True, compact, None
-                    diff = float((a - b).abs().nan_to_num(math.inf).max())
-                    reason = (f"trimmed and untrimmed seed outputs differ (max abs diff "
-                              f"{diff:.3g}): the model mixes vertices across the batch")
-                return False, False, reason
+                return verify_trimming(plain, trimmed, self.batch.batch_size)
         finally:
             self._forced = None
             for m, training in flags:
@@ -462,17 +298,17 @@ class LayerSeam:
         if (trace is None or batch is None or self._depth < 1
                 or (trace.mode == "plain" and not self.hooks
                     and batch.extra_degree is None)):
-            return self._run(layer, original, args, kwargs)
+            return self.calls.run(layer, original, args, kwargs)
         edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
         if not batch.is_own(edge_index):
             if batch.is_narrowed(edge_index):
                 trace.problem = SELF_TRIMMING
-            return self._run(layer, original, args, kwargs)
+            return self.calls.run(layer, original, args, kwargs)
         index = trace.calls
         trace.calls += 1
         x = args[0] if args else kwargs.get("x")
-        run = functools.partial(self._layer_call, trace, index, layer, original, args, kwargs,
-                                x, edge_index)
+        run = functools.partial(self.calls.call, trace, batch, index, layer, original, args,
+                                kwargs, x, edge_index, count=self._forced is None)
         if not self.hooks or self._forced is not None:  # the one-off check bypasses hooks
             return run()
         for hook in reversed(self.hooks[1:]):  # chain: hooks[0] -> ... -> hooks[-1] -> run
@@ -482,62 +318,3 @@ class LayerSeam:
         return self.hooks[0].on_layer(HookedCall(trace.model, trace.state, trace.mode, index,
                                                  layer, x, edge_index, args, kwargs, batch,
                                                  run, original))
-
-    def _layer_call(self, trace: _Trace, index: int, layer: Any, original: LayerCall,
-                    args: tuple, kwargs: dict, x: Any, edge_index: Tensor) -> Any:
-        """Layer call `index` of the traced forward, trimmed when the model is."""
-        batch = self.batch
-        if trace.mode == "plain":
-            return self._untrimmed_call(layer, original, args, kwargs, x, edge_index)
-        compact_input = (trace.mode == "trim" and trace.state.compact and index > 0
-                         and isinstance(x, Tensor))
-        if not (isinstance(x, Tensor) and x.size(0) == batch.num_nodes) and not compact_input:
-            trace.problem = (f"{type(layer).__name__} received inputs that are not one row per "
-                             f"batch vertex")
-            return self._run(layer, original, args, kwargs)
-        if trace.mode == "calibrate":
-            return self._untrimmed_call(layer, original, args, kwargs, x, edge_index)
-        if index >= (trace.state.layers or 0):
-            trace.problem = f"a forward made more than {trace.state.layers} layer calls"
-            return self._run(layer, original, args, kwargs)
-        bounds = batch.layout.bounds(index, trace.state.layers)
-        if bounds is None or not trimmable(layer, kwargs):
-            return self._untrimmed_call(layer, original, args, kwargs, x, edge_index)
-        if x.size(0) < bounds.num_src:
-            trace.problem = f"{type(layer).__name__} received fewer rows than it reads"
-            return self._run(layer, original, args, kwargs)
-        return self._trimmed_call(layer, original, args, kwargs, x, edge_index, bounds,
-                                  trace.state.compact)
-
-    def _untrimmed_call(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict,
-                        x: Any, edge_index: Tensor) -> Any:
-        """An untrimmed call; a GCN layer on a batch with pruned vertices (`extra_degree`) is
-        normalised with their degrees all the same."""
-        from torch_geometric.nn import GCNConv
-
-        batch = self.batch
-        if (batch.extra_degree is not None and isinstance(layer, GCNConv) and layer.normalize
-                and trimmable(layer, kwargs) and isinstance(x, Tensor)
-                and x.size(0) == batch.num_nodes):
-            return self._trimmed_call(layer, original, args, kwargs, x, edge_index, None, False)
-        return self._run(layer, original, args, kwargs)
-
-    def _run(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
-        """Run one layer call: through the rewrite engine when rewrites are on (it returns what
-        the layer's own forward would), else the layer's own call."""
-        if self.rewrites is None:
-            return original(layer, *args, **kwargs)
-        return self.rewrites.forward(layer, lambda *a, **k: original(layer, *a, **k), args,
-                                     kwargs)
-
-    def _trimmed_call(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict,
-                      x: Tensor, edge_index: Tensor, bounds: LayerBounds | None,
-                      compact: bool) -> Tensor:
-        """The call on rows [0, bounds.num_dst) (`gnnorch.trim.call`), the rest of the chain
-        (rewrite, the unpatched call) below it; bounds None: all rows."""
-        out = trimmed_call(lambda *a, **k: self._run(layer, original, a, k), layer, args,
-                           kwargs, x, edge_index, self.batch, bounds, compact)
-        if self._forced is None and bounds is not None:  # the one-off check does not count
-            self.rows_computed += bounds.num_dst
-            self.rows_untrimmed += self.batch.num_nodes
-        return out

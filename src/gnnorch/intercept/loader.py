@@ -16,10 +16,13 @@ the user imported the name, and user subclasses are intercepted through `super()
   metrics mean what they meant. Loaders built with `shuffle=False` are never sharded.
 * When the user's own code manages distribution (it called `torch.distributed.
   init_process_group` inside the runtime's ranks, `intercept.procgroup`), sharding steps aside.
-* Sampling backend (`Features.sampler`): for homogeneous `Data`, "gnnorch" (and "auto" when
-  pyg-lib is absent) passes gnnorch's vectorised `FastNeighborSampler` as the loader's
-  `neighbor_sampler` (PyG's own argument), built from the loader's own sampling arguments; it
-  returns hop counts. "pyg" leaves PyG's choice. HeteroData and link loaders run as PyG runs them.
+* Sampling backend (`Features.sampler`): for homogeneous `Data`, "gnnorch" and "auto" pass
+  gnnorch's vectorised `FastNeighborSampler` as the loader's `neighbor_sampler` (PyG's own
+  argument), built from the loader's own sampling arguments; it returns hop counts. With
+  pyg-lib installed, "auto" times both backends on the loader's graph once
+  (`gnnorch.sampling.choice`) and keeps the faster (the cache's training loaders keep ours:
+  it prunes with it). "pyg" leaves PyG's choice. HeteroData and link loaders run as PyG runs
+  them.
 * Every batch of an intercepted loader is announced to the layer seam (`intercept.layers`) with
   its hop layout, so the user's layers can be trimmed while they work on it.
 * Workers: the user's loader configuration is theirs. A loader built with an explicit
@@ -37,52 +40,15 @@ import inspect
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import Sampler
 
 from ..launch import context
 from ..launch.context import EpochTimer, RankContext
 from ..trim.hops import HopLayout, hops_from_edges
 from .layers import BatchGraph, LayerSeam
 from .procgroup import UserDistribution
+from .shard import ShardSampler
 
 _WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
-
-
-class ShardSampler(Sampler[int]):
-    """Epoch-wise common permutation of range(n), padded by wrap-around to a multiple of p,
-    strided over ranks: rank r yields positions r, r+p, ...; every rank yields ceil(n / p).
-    With `sharded = False` (an evaluation epoch) every rank yields the whole unpadded
-    permutation instead."""
-
-    def __init__(self, rank: int, world_size: int, seed: int) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
-        self.rank, self.world_size, self.seed = rank, world_size, seed
-        self.num_items = 0
-        self.epoch = 0
-        self.sharded = True
-
-    def __len__(self) -> int:
-        if not self.sharded:
-            return self.num_items
-        return -(-self.num_items // self.world_size)
-
-    def permutation(self, epoch: int) -> torch.Tensor:
-        """The padded global permutation of `epoch` (identical on every rank)."""
-        gen = torch.Generator().manual_seed(self.seed + epoch)
-        perm = torch.randperm(self.num_items, generator=gen)
-        total = -(-self.num_items // self.world_size) * self.world_size
-        if total > self.num_items > 0:
-            repeats = -(-total // self.num_items)
-            perm = perm.repeat(repeats)[:total]
-        return perm
-
-    def __iter__(self) -> Iterator[int]:
-        perm = self.permutation(self.epoch)
-        self.epoch += 1
-        if not self.sharded:
-            return iter(perm[:self.num_items].tolist())
-        return iter(perm[self.rank::self.world_size].tolist())
 
 
 @dataclasses.dataclass
@@ -101,13 +67,15 @@ class LoaderState:
     directional: bool = True       # hop layout meaningful (trimming possible)
     num_hops: int | None = None
     cache: Any = None              # training loaders: their gnnorch.cache.manager.LoaderCache
+    sampler_choice: dict | None = None  # sampler="auto": the measured times and the choice
 
     def to_dict(self) -> dict:
         return {"role": self.role, "index": self.index, "backend": self.backend,
                 "reason": self.backend_reason, "directional": self.directional,
                 "num_hops": self.num_hops,
                 "num_workers": ("plan" if self.user_num_workers is None
-                                else f"user ({self.user_num_workers})")}
+                                else f"user ({self.user_num_workers})"),
+                "sampler_choice": self.sampler_choice}
 
 
 def _loader_seed(ctx: RankContext, index: int) -> int:
@@ -206,23 +174,44 @@ class NeighborLoaderInterceptor:
             state.backend_reason = "the loader was given its own neighbor_sampler"
         elif not isinstance(data, Data):
             state.backend_reason = f"{type(data).__name__} input is sampled by PyG"
-        elif choice == "auto" and pyg_typing.WITH_PYG_LIB and not (
-                state.role == "train" and ctx.cache is not None):  # the cache prunes with ours
-            state.backend, state.backend_reason = "pyg-lib", "pyg-lib is installed (sampler='auto')"
         else:
             from ..sampling.neighbor import FastNeighborSampler
 
             extra = bound.get("kwargs", {})
+            workers = int(extra.get("num_workers", 0) or 0)
             options = {name: bound[name] for name in _SAMPLER_ARGS if name in bound}
-            kwargs["neighbor_sampler"] = FastNeighborSampler(
-                data, num_neighbors=bound["num_neighbors"],
-                share_memory=int(extra.get("num_workers", 0) or 0) > 0, **options)
+            sampler = FastNeighborSampler(data, num_neighbors=bound["num_neighbors"],
+                                          share_memory=workers > 0, **options)
+            kwargs["neighbor_sampler"] = sampler
             state.backend = "gnnorch"
-            state.backend_reason = kwargs["neighbor_sampler"].fallback_reason
+            state.backend_reason = sampler.fallback_reason
+            measurable = (sampler.fallback_reason is None and pyg_typing.WITH_PYG_LIB
+                          and not (state.role == "train" and ctx.cache is not None))
+            if choice == "auto" and measurable:  # (the cache prunes with ours)
+                self._measure_samplers(sampler, state, bound, extra, workers)
         if state.backend == "pyg" and pyg_typing.WITH_PYG_LIB:
             state.backend = "pyg-lib"
         elif state.backend == "pyg" and pyg_typing.WITH_TORCH_SPARSE:
             state.backend = "torch_sparse"
+
+    @staticmethod
+    def _measure_samplers(sampler: Any, state: LoaderState, bound: dict, extra: dict,
+                          workers: int) -> None:
+        """`sampler="auto"` with pyg-lib installed: time both backends on this graph
+        (`gnnorch.sampling.choice`) and keep the faster one (`sampler.use_pyg`)."""
+        from ..sampling.choice import choose_sampler, seed_pool
+
+        num_nodes = sampler.colptr.numel() - 1
+        batch_size = int(extra.get("batch_size", 1) or 1)
+        key = (num_nodes, sampler.row.numel(), str(bound["num_neighbors"]), batch_size,
+               bool(sampler.replace), str(sampler.subgraph_type))
+        choice = choose_sampler(
+            {"gnnorch": sampler.sample_ours, "pyg-lib": sampler.sample_pyg},
+            seed_pool(bound.get("input_nodes"), num_nodes),
+            batch_size, key, threads=1 if workers > 0 else torch.get_num_threads())
+        sampler.use_pyg = choice.backend == "pyg-lib"
+        state.backend, state.backend_reason = choice.backend, choice.reason
+        state.sampler_choice = choice.to_dict()
 
     def _iter(self, loader: Any) -> Iterator[Any]:
         ctx = context.current()

@@ -9,16 +9,12 @@ import torch
 
 from ..launch import context
 from ..launch.context import RankContext
+from ..rewrite.decisions import (load_disk_decisions, save_disk_decisions, shared_cost_models,
+                                 shared_decisions)
 from .gradsync import GradientSynchronizer
 from .layers import LayerSeam
 from .loader import NeighborLoaderInterceptor
 from .procgroup import UserDistribution
-
-
-# The process-wide rewrite decision tables live on the ground floor (gnnorch.rewrite.decisions);
-# re-exported here for existing callers.
-from ..rewrite.decisions import (export_decisions, load_decisions,  # noqa: E402,F401
-                                 shared_cost_models, shared_decisions)
 
 
 @contextlib.contextmanager
@@ -46,16 +42,22 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
         if ctx.features.rewrite is not False:
             from ..rewrite.engine import RewriteEngine
 
+            threads = torch.get_num_threads()
+            adopted = load_disk_decisions(threads)
             orders, placements = shared_decisions()
             rewrites = RewriteEngine(ctx.features.rewrite, cost_models=shared_cost_models(),
-                                     planner=orders, placements=placements)
+                                     planner=orders, placements=placements,
+                                     model_decides=False)
+            if ctx.rank == 0:  # measured decisions outlive the process (one writer)
+                stack.callback(save_disk_decisions, threads)
         if ctx.features.trim or cache is not None or rewrites is not None:
             seam = LayerSeam(trim=ctx.features.trim, rewrites=rewrites)
             stack.enter_context(seam.installed())
             ctx.layer_seam = seam
             stack.callback(lambda: ctx.stats.__setitem__("trim", seam.stats()))
             if rewrites is not None:
-                stack.callback(lambda: ctx.stats.__setitem__("rewrite", rewrites.report()))
+                stack.callback(lambda: ctx.stats.__setitem__(
+                    "rewrite", {**rewrites.report(), "adopted_from_disk": adopted}))
         if cache is not None:  # the historical-embedding cache hooks into the layer seam
             from ..cache.manager import CacheManager
 

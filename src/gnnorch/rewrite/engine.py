@@ -29,17 +29,13 @@ PyG's order, ``False`` passes every call straight through.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 import weakref
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import Tensor
 from torch.nn import Module
 
 from .calibrate import calibrate
@@ -48,83 +44,14 @@ from .host import DEVICE, HOST, PlacementPlanner, deferred_input, materialised
 from .planner import ORIGINAL, REWRITTEN, BucketState, Planner
 from .rules import Rule, rule_for
 from .rules.base import Call
+from .entries import LayerEntry, decision_key, device_key, model_key, signature
+from .probing import buffers_restored, outputs_differ, time_alternating, time_orders
+from .report import engine_report
 from .shapes import LayerShape
-from .timing import time_call
 
 __all__ = ["RewriteEngine", "VALID_MODES"]
 
 VALID_MODES = (True, False, "report")
-
-
-@dataclass
-class _LayerEntry:
-    """Per-layer bookkeeping (the layer itself is only weakly referenced)."""
-
-    ref: weakref.ref
-    index: int
-    signature: str
-    name: str
-    type_name: str
-    rule: Rule | None
-    reason: str | None
-    params: tuple[torch.nn.Parameter, ...] = ()
-    static_ok: bool = False
-    broken: str | None = None
-    host_broken: str | None = None
-    host_reason: str | None = None
-    calls: int = 0
-    rewritten_calls: int = 0
-    probe_s: float = 0.0
-    reasons: Counter = field(default_factory=Counter)
-
-
-def _detach(value: Any, wrt: list[Tensor]) -> Any:
-    """A copy of an argument whose floating tensors that need a gradient are fresh leaves
-    (collected in ``wrt``); tuples and lists are copied one level deep."""
-    if isinstance(value, Tensor) and value.requires_grad:
-        leaf = value.detach().requires_grad_()
-        wrt.append(leaf)
-        return leaf
-    if isinstance(value, (tuple, list)):
-        return type(value)(_detach(v, wrt) for v in value)
-    return value
-
-
-@contextlib.contextmanager
-def _buffers_restored(layer: Module) -> Iterator[None]:
-    """Run a probe without changing the layer's buffers (e.g. BatchNorm statistics)."""
-    saved = [(buf, buf.detach().clone()) for buf in layer.buffers()]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buf, value in saved:
-                buf.copy_(value)
-
-
-def _same_random_stream(device: torch.device) -> contextlib.AbstractContextManager:
-    """Every run inside starts from the current random state, which is restored after it:
-    both orders draw the same dropout masks and the user's stream does not move."""
-    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
-
-
-def _mismatch(original: Tensor, rewritten: Tensor) -> str | None:
-    """Why two outputs of one call are not the same result, or None.
-
-    The bound is loose on purpose (1e-3 of the output's scale, or 30 machine epsilons for
-    half precision): reordering moves float32 results by ~1e-6 relative, a wrong rewrite
-    by O(1).
-    """
-    if original.shape != rewritten.shape:
-        return f"shape {tuple(rewritten.shape)} != {tuple(original.shape)}"
-    if original.numel() == 0:
-        return None
-    scale = float(original.abs().max()) + 1e-12
-    worst = float((original.double() - rewritten.double()).abs().max())
-    tolerance = max(1e-3, 30 * torch.finfo(original.dtype).eps) * scale
-    if not worst <= tolerance:  # also catches NaN
-        return f"max |difference| {worst:.3g} at output scale {scale:.3g}"
-    return None
 
 
 class RewriteEngine:
@@ -142,6 +69,10 @@ class RewriteEngine:
     ``placements``: decision tables shared between the engines of one process (the runtime
     passes them: a bucket measured in one run, e.g. the tuner's default run, is not probed
     again by the next); layers share a decision when their signatures match.
+    ``model_decides``: unmeasured buckets are decided by the cost model's prediction, the
+    model being calibrated on first use (``calibration_s``); False (the runtime): they keep
+    PyG's order until measured, and the model is fitted online from probes only, with no
+    start-up calibration (which costs seconds and decides nothing a probe does not).
     """
 
     def __init__(self, mode: bool | str = True, device: torch.device | str | None = None,
@@ -149,7 +80,7 @@ class RewriteEngine:
                  reprobe_every: int = 1000, margin: float = 0.03, repeats: int = 2,
                  cost_models: dict[str, CostModel] | None = None,
                  host_transform: bool = True, planner: Planner | None = None,
-                 placements: PlacementPlanner | None = None):
+                 placements: PlacementPlanner | None = None, model_decides: bool = True):
         if mode not in VALID_MODES or isinstance(mode, int) and not isinstance(mode, bool):
             raise ValueError(f"rewrite mode must be True, False or 'report', got {mode!r}")
         if repeats < 1 or probes_per_bucket < 0 or calibration_s < 0:
@@ -157,6 +88,7 @@ class RewriteEngine:
         self.mode = mode
         self.calibration_s = calibration_s
         self.repeats = repeats
+        self.model_decides = model_decides
         # decisions: shared with other engines of the process when given (see _signature)
         self.planner = planner if planner is not None else Planner(
             probes_per_bucket=probes_per_bucket, reprobe_every=reprobe_every, margin=margin)
@@ -168,8 +100,8 @@ class RewriteEngine:
         # seconds spent measuring rather than training (probes, calibration): a step's time
         # less this is what the step costs once decisions are made (the tuner's probes use it)
         self.overhead_s = 0.0
-        self._entries: list[_LayerEntry] = []
-        self._by_id: dict[int, _LayerEntry] = {}
+        self._entries: list[LayerEntry] = []
+        self._by_id: dict[int, LayerEntry] = {}
         self._names: dict[int, str] = {}
         if device is not None and mode is not False:
             self.cost_model(torch.device(device))
@@ -195,26 +127,26 @@ class RewriteEngine:
                 return rule.forward_host(layer, call)
             args, kwargs = materialised(args), materialised(kwargs)
             call = rule.bind(layer, args, kwargs)
-        state = self.planner.state(_decision_key(entry, device), shape)
+        state = self.planner.state(decision_key(entry, device), shape)
         if state.calls == 0 and state.probes == 0:
             state.dominated = dominated(rule.ops(layer, shape, True),
                                         rule.ops(layer, shape, False))
         predicted = None
-        if self.planner.needs_prediction(state):   # (the model is calibrated on first use)
+        if self.model_decides and self.planner.needs_prediction(state):  # (calibrated lazily)
             model = self.cost_model(device)
             predicted = tuple(model.predict(rule.ops(layer, shape, rewritten),
-                                            _model_key(entry, order))
+                                            model_key(entry, order))
                               for order, rewritten in ((ORIGINAL, False), (REWRITTEN, True)))
         if self.planner.plan(state, predicted):
             self._probe(entry, layer, original_forward, args, kwargs, shape, state,
-                        self.cost_model(device), device)
+                        self.cost_model(device, calibrated=self.model_decides), device)
         # (a probe may just have changed the choice, or found the rewrite broken)
         if self.mode is True and state.rewrite and entry.broken is None:
             entry.rewritten_calls += 1
             return rule.forward(layer, call)
         return original_forward(*args, **kwargs)
 
-    def _on_host(self, entry: _LayerEntry, layer: Module, original_forward: Callable[..., Any],
+    def _on_host(self, entry: LayerEntry, layer: Module, original_forward: Callable[..., Any],
                  args: tuple, kwargs: dict, call: Call, shape: LayerShape,
                  device: torch.device) -> bool:
         """Whether this call, whose input rows are deferred on the host, takes its transform
@@ -224,7 +156,7 @@ class RewriteEngine:
         if reason is not None:
             entry.host_reason = reason
             return False
-        state = self.placements.state((_decision_key(entry, device), shape.bucket()))
+        state = self.placements.state((decision_key(entry, device), shape.bucket()))
         state.calls += 1
         if self.placements.needs_probe(state):
             self._probe_placement(entry, layer, original_forward, args, kwargs, call, shape,
@@ -234,7 +166,7 @@ class RewriteEngine:
             return True
         return False
 
-    def _probe_placement(self, entry: _LayerEntry, layer: Module,
+    def _probe_placement(self, entry: LayerEntry, layer: Module,
                          original_forward: Callable[..., Any], args: tuple, kwargs: dict,
                          call: Call, shape: LayerShape, state: Any,
                          device: torch.device) -> None:
@@ -247,9 +179,9 @@ class RewriteEngine:
             DEVICE: lambda: original_forward(*materialised(args, fresh=True),
                                              **materialised(kwargs, fresh=True)),
         }
-        with _buffers_restored(layer):
-            times, outputs = _time_alternating(runs, wrt, shape.backward, device, self.repeats)
-        mismatch = _mismatch(outputs[DEVICE], outputs[HOST])
+        with buffers_restored(layer):
+            times, outputs = time_alternating(runs, wrt, shape.backward, device, self.repeats)
+        mismatch = outputs_differ(outputs[DEVICE], outputs[HOST])
         if mismatch is not None:
             entry.host_broken = f"host transform disabled: its output differs ({mismatch})"
             warnings.warn(f"gnnorch: {entry.name}: {entry.host_broken}", RuntimeWarning,
@@ -272,14 +204,14 @@ class RewriteEngine:
         if entry is None or entry.ref() is not layer:
             return None
         device = entry.params[0].device if entry.params else torch.device("cpu")
-        return self.planner.buckets.get((_decision_key(entry, device), shape.bucket()))
+        return self.planner.buckets.get((decision_key(entry, device), shape.bucket()))
 
     def predict(self, layer: Module, shape: LayerShape) -> dict[str, float]:
         """The cost model's fwd(+bwd) seconds of both orders of ``layer`` at ``shape``
         (with the layer's learnt ratios); the layer must have been seen by :meth:`forward`."""
         entry, model = self._seen(layer)
         return {order: model.predict(entry.rule.ops(layer, shape, order == REWRITTEN),
-                                     _model_key(entry, order)) for order in (ORIGINAL, REWRITTEN)}
+                                     model_key(entry, order)) for order in (ORIGINAL, REWRITTEN)}
 
     def observe(self, layer: Module, shape: LayerShape, seconds: dict[str, float]) -> None:
         """Feed measured fwd(+bwd) seconds per order of ``layer`` at ``shape`` to the cost
@@ -287,67 +219,32 @@ class RewriteEngine:
         entry, model = self._seen(layer)
         for order, measured in seconds.items():
             model.observe(entry.rule.ops(layer, shape, order == REWRITTEN), measured,
-                          key=_model_key(entry, order))
+                          key=model_key(entry, order))
 
-    def cost_model(self, device: torch.device) -> CostModel:
-        """The cost model of ``device`` at the current thread count (calibrated on first use)."""
-        key = _device_key(device)
-        if key not in self._models:
-            model = CostModel(device=key)
-            if self.calibration_s > 0:
-                start = time.perf_counter()
-                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                    calibrate(model, device, budget_s=self.calibration_s)
-                self.overhead_s += time.perf_counter() - start
-            self._models[key] = model
-        return self._models[key]
+    def cost_model(self, device: torch.device, calibrated: bool = True) -> CostModel:
+        """The cost model of ``device`` at the current thread count (calibrated on first use,
+        unless ``calibrated`` is False: then fitted from layer measurements only)."""
+        key = device_key(device)
+        model = self._models.setdefault(key, CostModel(device=key))
+        if calibrated and self.calibration_s > 0 and not model.calibrated:
+            start = time.perf_counter()
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                calibrate(model, device, budget_s=self.calibration_s)
+            self.overhead_s += time.perf_counter() - start
+        return model
 
     def report(self) -> dict[str, Any]:
-        """JSON-serialisable report: per layer its rule or the reasons it was left alone,
-        per bucket predicted vs measured times and the choice; per device the cost model.
-
-        ``mape_prequential``: every probe's time against the prediction made just before it
-        (held-out by construction); ``mape_prequential_warm``: the same without each bucket's
-        first probe, i.e. once the model has seen the layer at that size."""
-        layers = []
-        for entry in self._entries:
-            buckets = [state.as_dict() for (layer_key, _), state in self.planner.buckets.items()
-                       if _of_entry(layer_key, entry)]
-            layers.append({
-                "name": entry.name,
-                "type": entry.type_name,
-                "original_order": entry.rule.original_order if entry.rule else None,
-                "rewritten_order": entry.rule.rewritten_order if entry.rule else None,
-                "calls": entry.calls,
-                "rewritten_calls": entry.rewritten_calls,
-                "probe_s": entry.probe_s,
-                "left_alone": dict(entry.reasons),
-                "buckets": buckets,
-                "host_transform": {
-                    "reason_not": entry.host_broken or entry.host_reason,
-                    "buckets": [st.as_dict() for (layer_key, _), st
-                                in self.placements.buckets.items()
-                                if _of_entry(layer_key, entry)],
-                },
-            })
-        states = self.planner.buckets.values()
-        pairs = [pair for state in states for pair in state.errors]
-        warm = [pair for state in states for pair in state.errors[2:]]  # after a first probe
-        return {
-            "mode": self.mode,
-            "mape_prequential": CostModel.mape_of(pairs),
-            "mape_prequential_warm": CostModel.mape_of(warm),
-            "cost_models": {key: model.summary() for key, model in self._models.items()},
-            "layers": layers,
-        }
+        """JSON-serialisable report (:func:`gnnorch.rewrite.report.engine_report`)."""
+        return engine_report(self.mode, self._entries, self.planner, self.placements,
+                             self._models)
 
     # ------------------------------------------------------------------ internals
-    def _entry(self, layer: Module) -> _LayerEntry:
+    def _entry(self, layer: Module) -> LayerEntry:
         entry = self._by_id.get(id(layer))
         if entry is None or entry.ref() is not layer:
             found = rule_for(layer)
             index = len(self._entries)
-            entry = _LayerEntry(ref=weakref.ref(layer), index=index, signature=_signature(layer),
+            entry = LayerEntry(ref=weakref.ref(layer), index=index, signature=signature(layer),
                                 name=self._names.get(id(layer), f"{type(layer).__name__}#{index}"),
                                 type_name=type(layer).__name__,
                                 rule=found if isinstance(found, Rule) else None,
@@ -356,7 +253,7 @@ class RewriteEngine:
             self._entries.append(entry)
         return entry
 
-    def _seen(self, layer: Module) -> tuple[_LayerEntry, CostModel]:
+    def _seen(self, layer: Module) -> tuple[LayerEntry, CostModel]:
         """The entry and cost model of a layer :meth:`forward` has admitted at least once."""
         entry = self._by_id.get(id(layer))
         if entry is None or entry.ref() is not layer or not entry.static_ok:
@@ -365,7 +262,7 @@ class RewriteEngine:
         device = entry.params[0].device if entry.params else torch.device("cpu")
         return entry, self.cost_model(device)
 
-    def _admit(self, entry: _LayerEntry, layer: Module, args: tuple,
+    def _admit(self, entry: LayerEntry, layer: Module, args: tuple,
                kwargs: dict) -> Call | str:
         """The bound call when the rule may run it; else the reason it goes to PyG.
 
@@ -385,81 +282,23 @@ class RewriteEngine:
             entry.params = tuple(layer.parameters())
         return rule.dynamic_reason(layer) or rule.bind(layer, args, kwargs)
 
-    def _probe(self, entry: _LayerEntry, layer: Module, original_forward: Callable[..., Any],
+    def _probe(self, entry: LayerEntry, layer: Module, original_forward: Callable[..., Any],
                args: tuple, kwargs: dict, shape: LayerShape, state: BucketState,
                model: CostModel, device: torch.device) -> None:
         """Time both orders fwd+bwd on detached inputs; feed model and planner."""
         rule = entry.rule
         start = time.perf_counter()
-        with _buffers_restored(layer):
-            inputs: list[Tensor] = []
-            d_args = _detach(tuple(args), inputs)
-            d_kwargs = {k: _detach(v, inputs) for k, v in kwargs.items()}
-            call = rule.bind(layer, d_args, d_kwargs)
-            wrt = [p for p in entry.params if p.requires_grad] + inputs
-            runs: dict[str, Callable[[], Any]] = {
-                ORIGINAL: lambda: original_forward(*d_args, **d_kwargs),
-                REWRITTEN: lambda: rule.forward(layer, call),
-            }
-            times, outputs = _time_alternating(runs, wrt, shape.backward, device, self.repeats)
-        mismatch = _mismatch(outputs[ORIGINAL], outputs[REWRITTEN])
+        times, outputs = time_orders(rule, layer, original_forward, args, kwargs, entry.params,
+                                     shape.backward, device, self.repeats)
+        mismatch = outputs_differ(outputs[ORIGINAL], outputs[REWRITTEN])
         if mismatch is not None:
             entry.broken = f"rewrite disabled: its output differs from PyG's ({mismatch})"
             warnings.warn(f"gnnorch: {entry.name}: {entry.broken}", RuntimeWarning, stacklevel=3)
         for order, rewritten in ((ORIGINAL, False), (REWRITTEN, True)):
             measured = min(times[order])
             predicted = model.observe(rule.ops(layer, shape, rewritten), measured,
-                                      key=_model_key(entry, order))
+                                      key=model_key(entry, order))
             self.planner.record(state, order, predicted, measured)
         self.planner.finish_probe(state)
         entry.probe_s += time.perf_counter() - start
         self.overhead_s += time.perf_counter() - start
-
-
-def _time_alternating(runs: dict[str, Callable[[], Any]], wrt: list[Tensor], backward: bool,
-                      device: torch.device, repeats: int
-                      ) -> tuple[dict[str, list[float]], dict[str, Tensor]]:
-    """Fwd(+bwd) seconds of every run, ``repeats`` times, alternating which goes first; each
-    from the same random state (same dropout masks; the user's stream does not move). Returns
-    the times per run and each run's last output."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    outputs: dict[str, Tensor] = {}
-    names = list(runs)
-    for repeat in range(repeats):
-        for name in (names if repeat % 2 == 0 else names[::-1]):
-            with _same_random_stream(device):
-                seconds, outputs[name] = time_call(runs[name], wrt, backward, device)
-            times[name].append(seconds)
-    return times, outputs
-
-
-def _signature(layer: Module) -> str:
-    """What a layer's cost depends on besides the call's shape: its class, its printed form
-    (widths, aggregation, sub-modules) and its plain configuration attributes. Layers with
-    equal signatures share measured decisions (also across runs of one process)."""
-    config = sorted((k, v) for k, v in vars(layer).items()
-                    if not k.startswith("_") and k != "training"
-                    and isinstance(v, (bool, int, float, str)))
-    return f"{type(layer).__qualname__}|{layer!r}|{config}"
-
-
-def _decision_key(entry: _LayerEntry, device: torch.device) -> str:
-    """The planners' key of one layer on one device type. Thread counts are left out: which
-    order (or placement) is faster barely depends on them, and leaving them out lets a
-    decision measured with t threads serve a probe or rank with other t."""
-    return f"{entry.signature}|{device.type}"
-
-
-def _of_entry(layer_key: str, entry: _LayerEntry) -> bool:
-    return layer_key.startswith(entry.signature + "|")
-
-
-def _model_key(entry: _LayerEntry, order: str) -> str:
-    """The cost model's key for one layer's order (its learnt correction ratio)."""
-    return f"{entry.type_name}#{entry.index}:{order}"
-
-
-def _device_key(device: torch.device) -> str:
-    if device.type == "cpu":
-        return f"cpu:{torch.get_num_threads()}t"
-    return str(device)

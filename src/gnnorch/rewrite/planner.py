@@ -14,16 +14,25 @@ took 50 s with rewrites on, 6 s off). Every ``reprobe_every`` calls a bucket is 
 which keeps the cost model refined and lets the choice follow a machine whose speed drifts.
 The model alone never decides a bucket it could measure: its held-out error (20-80 % per
 layer type at batch sizes far above its calibration) is too large to act on unmeasured.
+
+Paying for itself (``probe_after``, :func:`probe_after_for`): probe k of a bucket (k = 0, 1, ...)
+waits until the bucket has run ``probe_after * (k + 1)`` calls. A probe costs about
+``2 * repeats`` calls of the bucket, so with ``probe_after = ceil(2 * repeats / f)`` the probes
+cost at most a fraction f of the time already spent in that bucket; a bucket seen only a few
+times (a one-off check's untrimmed forward, a short run) is never probed, and keeps PyG's
+order (``decided_by = "unmeasured"``) unless a prediction is given. The runtime uses f = 5 %;
+the default ``probe_after = 1`` probes the first calls (direct use, benchmarks).
 """
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
 from .shapes import Bucket, LayerShape
 
-__all__ = ["ORIGINAL", "REWRITTEN", "BucketState", "Planner"]
+__all__ = ["ORIGINAL", "REWRITTEN", "BucketState", "Planner", "probe_after_for"]
 
 ORIGINAL = "original"
 REWRITTEN = "rewritten"
@@ -41,7 +50,7 @@ class BucketState:
         default_factory=lambda: {ORIGINAL: deque(maxlen=8), REWRITTEN: deque(maxlen=8)})
     errors: list[tuple[float, float]] = field(default_factory=list)
     rewrite: bool = False
-    decided_by: str = "model"
+    decided_by: str = "unmeasured"
     dominated: bool = False   # the rewrite does at least as much work of every kind
 
     def median(self, order: str) -> float | None:
@@ -77,6 +86,7 @@ class Planner:
     probes_per_bucket: int = 2
     reprobe_every: int = 1000
     margin: float = 0.03
+    probe_after: int = 1
     buckets: dict[tuple[str, Bucket], BucketState] = field(default_factory=dict)
 
     def state(self, layer_key: str, shape: LayerShape) -> BucketState:
@@ -99,7 +109,8 @@ class Planner:
             return False
         if predicted is not None:
             state.predicted = {ORIGINAL: predicted[0], REWRITTEN: predicted[1]}
-        probe = (state.probes < self.probes_per_bucket
+        probe = ((state.probes < self.probes_per_bucket
+                  and state.calls >= self.probe_after * (state.probes + 1))
                  or (self.reprobe_every > 0 and state.calls % self.reprobe_every == 0))
         self._decide(state)
         return probe
@@ -153,3 +164,13 @@ class Planner:
             state.rewrite = (state.predicted[REWRITTEN]
                              < (1.0 - self.margin) * state.predicted[ORIGINAL])
             state.decided_by = "model"
+        else:
+            state.rewrite, state.decided_by = False, "unmeasured"
+
+
+def probe_after_for(repeats: int, max_overhead: float) -> int:
+    """Calls a bucket runs before each of its probes so that probing costs at most
+    `max_overhead` of the time spent in the bucket (a probe: both orders, `repeats` times)."""
+    if not 0 < max_overhead <= 1:
+        raise ValueError(f"max_overhead must be in (0, 1], got {max_overhead!r}")
+    return max(1, math.ceil(2 * repeats / max_overhead))

@@ -5,7 +5,9 @@
 ``sample_from_edges``, bidirectional conversion); it only replaces ``_sample`` for
 homogeneous, non-temporal, unweighted, non-disjoint sampling, and returns per-hop node and
 edge counts there (so ``trim_to_layer`` works without pyg-lib). Everything else goes to
-PyG's own ``_sample``; :attr:`FastNeighborSampler.fallback_reason` says why.
+PyG's own ``_sample``; :attr:`FastNeighborSampler.fallback_reason` says why. With
+``use_pyg = True`` (``sampler="auto"`` measured pyg-lib faster on this graph:
+:mod:`gnnorch.sampling.choice`) every call goes to PyG's ``_sample`` too, on the same CSC.
 """
 from __future__ import annotations
 
@@ -66,6 +68,19 @@ class FastNeighborSampler(NeighborSampler):
         self._exclude: Tensor | None = None
         self._exclude_hops: frozenset[int] = frozenset()
         self._workspaces: list[Tensor] = []
+        self.use_pyg = False               # every call to PyG's own _sample (pyg-lib)
+
+    def sample_ours(self, seed: Tensor) -> Any:
+        """One call of gnnorch's vectorised sampler on `seed` (whatever `use_pyg` says)."""
+        use_pyg, self.use_pyg = self.use_pyg, False
+        try:
+            return self._sample(seed)
+        finally:
+            self.use_pyg = use_pyg
+
+    def sample_pyg(self, seed: Tensor) -> Any:
+        """One call of PyG's own sampling backend (pyg-lib when installed) on `seed`."""
+        return super()._sample(seed)
 
     @property
     def fallback_reason(self) -> str | None:
@@ -101,7 +116,7 @@ class FastNeighborSampler(NeighborSampler):
 
     def _sample(self, seed: Any, seed_time: Any = None, **kwargs: Any) -> Any:
         """PyG's hook: one sampling call for a seed tensor (or dict, for PyG's path)."""
-        if (not isinstance(seed, Tensor) or seed_time is not None
+        if (self.use_pyg or not isinstance(seed, Tensor) or seed_time is not None
                 or self.fallback_reason is not None):
             return super()._sample(seed, seed_time, **kwargs)
         induced = self.subgraph_type == SubgraphType.induced

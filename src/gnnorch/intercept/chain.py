@@ -1,0 +1,77 @@
+"""The vocabulary of the layer seam's hook chain, and the tracing test every seam starts with.
+
+One layer call of a traced model on the batch's own edge_index runs down
+    hooks[0] -> ... -> hooks[-1] -> trim -> rewrite -> the unpatched call
+Each outer hook (`LayerHook`; today the historical-embedding cache) gets a `HookedCall` whose
+`run()` proceeds down the chain and whose `unpatched` runs a layer past the seam.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Protocol
+
+import torch
+from torch import Tensor
+from torch.fx import _symbolic_trace as _fx_trace
+
+from ..trim.batch import BatchGraph
+from ..trim.state import ModelState
+
+__all__ = ["tracing", "LayerCall", "LayerHook", "HookedCall", "Trace"]
+
+_MODULE_CALL = torch.nn.Module.__call__
+
+LayerCall = Callable[..., Any]
+
+
+def tracing() -> bool:
+    """Whether the current call is being traced (torch.compile / dynamo, torch.fx symbolic
+    tracing, TorchScript) rather than run: the seams then step aside entirely, so compiled and
+    traced programs see PyG's own modules (no graph breaks, fx records its call_module nodes).
+    fx tracers (torch's, and PyG's own in `to_hetero`, which does not set torch's flag) patch
+    `torch.nn.Module.__call__` while they trace: that is detected too."""
+    if torch.compiler.is_compiling():
+        return True
+    return (torch.nn.Module.__call__ is not _MODULE_CALL
+            or getattr(_fx_trace, "_is_fx_tracing_flag", False) or torch.jit.is_scripting())
+
+
+@dataclasses.dataclass
+class Trace:
+    """One forward of a model on the current batch."""
+
+    model: torch.nn.Module
+    state: ModelState
+    mode: str                      # "calibrate" | "trim" | "plain"
+    calls: int = 0
+    problem: str | None = None     # why this forward could not be trimmed as planned
+
+
+@dataclasses.dataclass
+class HookedCall:
+    """A layer call of a traced model on the batch's edge_index, as a layer hook sees it;
+    `run()` computes it the way the seam would without the hook (trimmed when it can)."""
+
+    model: torch.nn.Module
+    state: ModelState
+    mode: str
+    index: int                     # l: the call's position in the forward (0: bottom layer)
+    layer: Any
+    x: Any
+    edge_index: Tensor
+    args: tuple
+    kwargs: dict
+    batch: BatchGraph
+    run: Callable[[], Any]
+    unpatched: LayerCall           # unpatched(layer, *args, **kwargs): past gnnorch's seam
+
+
+class LayerHook(Protocol):
+    """An outer link of the layer seam's chain (today: the historical-embedding cache)."""
+
+    def on_layer(self, call: HookedCall) -> Any:
+        """The layer call's output; `call.run()` proceeds down the chain."""
+
+    def on_forward_end(self, model: torch.nn.Module, state: ModelState, calls: int,
+                       batch: BatchGraph) -> None:
+        """A traced forward of `model` on `batch` finished after `calls` layer calls."""

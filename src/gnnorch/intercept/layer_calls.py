@@ -1,0 +1,90 @@
+"""One layer call below the seam's outer hooks: trim -> rewrite -> the unpatched call.
+
+`LayerCalls.call` runs layer call l of a traced forward on the batch graph: untrimmed while the
+model is calibrated or not trimmed, else on input rows [0, c_{D+1}) and the edges into rows
+[0, c_D) (`gnnorch.trim.call`; bounds from `gnnorch.trim.hops`). A call whose inputs do not
+match the plan (not one row per batch vertex, fewer rows than it reads, more layer calls than
+K) runs untrimmed and records the problem on the trace, so the seam recomputes that forward
+untrimmed and stops trimming the model. Below trimming, the rewrite engine (when on) computes
+the layer's own forward in the cheaper exact order.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from ..trim.batch import BatchGraph
+from ..trim.call import trimmable, trimmed_call
+from ..trim.hops import LayerBounds
+from .chain import LayerCall, Trace
+
+__all__ = ["LayerCalls"]
+
+
+class LayerCalls:
+    """Runs layer calls for the layer seam, counting the output rows trimming computes."""
+
+    def __init__(self, rewrites: Any = None) -> None:
+        self.rewrites = rewrites             # a gnnorch.rewrite.RewriteEngine or None
+        self.rows_computed = 0               # output rows computed by trimmed layer calls
+        self.rows_untrimmed = 0              # what the same calls compute untrimmed
+
+    def call(self, trace: Trace, batch: BatchGraph, index: int, layer: Any,
+             original: LayerCall, args: tuple, kwargs: dict, x: Any, edge_index: Tensor, *,
+             count: bool = True) -> Any:
+        """Layer call `index` of the traced forward on `batch`, trimmed when the model is
+        (`count`: add its rows to the statistics; the one-off check does not)."""
+        if trace.mode == "plain":
+            return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
+        compact_input = (trace.mode == "trim" and trace.state.compact and index > 0
+                         and isinstance(x, Tensor))
+        if not (isinstance(x, Tensor) and x.size(0) == batch.num_nodes) and not compact_input:
+            trace.problem = (f"{type(layer).__name__} received inputs that are not one row per "
+                             f"batch vertex")
+            return self.run(layer, original, args, kwargs)
+        if trace.mode == "calibrate":
+            return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
+        if index >= (trace.state.layers or 0):
+            trace.problem = f"a forward made more than {trace.state.layers} layer calls"
+            return self.run(layer, original, args, kwargs)
+        bounds = batch.layout.bounds(index, trace.state.layers)
+        if bounds is None or not trimmable(layer, kwargs):
+            return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
+        if x.size(0) < bounds.num_src:
+            trace.problem = f"{type(layer).__name__} received fewer rows than it reads"
+            return self.run(layer, original, args, kwargs)
+        return self.trimmed(batch, layer, original, args, kwargs, x, edge_index, bounds,
+                            trace.state.compact, count)
+
+    def untrimmed(self, batch: BatchGraph, layer: Any, original: LayerCall, args: tuple,
+                  kwargs: dict, x: Any, edge_index: Tensor) -> Any:
+        """An untrimmed call; a GCN layer on a batch with pruned vertices (`extra_degree`) is
+        normalised with their degrees all the same."""
+        from torch_geometric.nn import GCNConv
+
+        if (batch.extra_degree is not None and isinstance(layer, GCNConv) and layer.normalize
+                and trimmable(layer, kwargs) and isinstance(x, Tensor)
+                and x.size(0) == batch.num_nodes):
+            return self.trimmed(batch, layer, original, args, kwargs, x, edge_index, None, False)
+        return self.run(layer, original, args, kwargs)
+
+    def run(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
+        """Run one layer call: through the rewrite engine when rewrites are on (it returns what
+        the layer's own forward would), else the layer's own call."""
+        if self.rewrites is None:
+            return original(layer, *args, **kwargs)
+        return self.rewrites.forward(layer, lambda *a, **k: original(layer, *a, **k), args,
+                                     kwargs)
+
+    def trimmed(self, batch: BatchGraph, layer: Any, original: LayerCall, args: tuple,
+                kwargs: dict, x: Tensor, edge_index: Tensor, bounds: LayerBounds | None,
+                compact: bool, count: bool = True) -> Tensor:
+        """The call on rows [0, bounds.num_dst) (`gnnorch.trim.call`), the rest of the chain
+        (rewrite, the unpatched call) below it; bounds None: all rows."""
+        out = trimmed_call(lambda *a, **k: self.run(layer, original, a, k), layer, args,
+                           kwargs, x, edge_index, batch, bounds, compact)
+        if count and bounds is not None:
+            self.rows_computed += bounds.num_dst
+            self.rows_untrimmed += batch.num_nodes
+        return out

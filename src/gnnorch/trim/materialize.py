@@ -1,0 +1,70 @@
+"""Recomputing a trimmed forward untrimmed when its output is read beyond the seed rows.
+
+A trimmed forward's output (`gnnorch.trim.exact_output.PrefixExact`) holds exact values in its
+seed rows only. When anything reads another row, the forward is recomputed untrimmed, once:
+same batch, inputs, grad mode and train/eval flag, and — when the model's parameters changed
+in place since (an optimizer step) — the parameter values of *that* forward. A training forward
+(gradients on, training mode) keeps a copy of its parameters for this; any other forward whose
+model changed is refused with `TrimmingError`, since its old weights are gone. Trimming is then
+switched off for the model, with a `TrimmingWarning`.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..errors import TrimmingError, TrimmingWarning
+from .state import ModelState
+
+__all__ = ["parameter_versions", "parameter_snapshot", "materializer"]
+
+Rerun = Callable[[bool, bool, "dict[str, Tensor] | None"], Tensor]
+
+
+def parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
+    """In-place version counters of the model's parameters (an optimizer step bumps them)."""
+    return tuple(p._version for p in model.parameters())
+
+
+def parameter_snapshot(model: torch.nn.Module) -> dict[str, Tensor]:
+    """A detached copy of the model's parameters (leaves with the same `requires_grad`)."""
+    return {name: p.detach().clone().requires_grad_(p.requires_grad)
+            for name, p in model.named_parameters()}
+
+
+def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,
+                 rerun: Rerun) -> Callable[[str], Tensor]:
+    """What recomputes the forward just run when its output is read beyond the seed rows.
+
+    `rerun(grad, training, parameters)` runs the same call untrimmed with that grad mode and
+    train/eval flag (and those parameter values instead of the model's, when given); the
+    returned function takes the name of the reading operation (for the warning).
+    """
+    grad, training = torch.is_grad_enabled(), model.training
+    versions = parameter_versions(model)
+    snapshot = parameter_snapshot(model) if grad and training else None
+
+    def materialize(reason: str) -> Tensor:
+        stale = parameter_versions(model) != versions
+        if stale and snapshot is None:
+            state.disable("output read beyond the seeds after a change")
+            raise TrimmingError(
+                f"gnnorch: the output of {state.name} was read beyond its first {batch_size} "
+                f"rows (the seed rows) by {reason} after its parameters changed in place. "
+                f"Hop-aware trimming computes only the seed rows exactly and can no longer "
+                f"recompute the others with the old weights. Read those rows before changing "
+                f"the model, or pass trim=False to gnnorch.Runtime.")
+        state.disable(f"its output was read beyond the seed rows ({reason})")
+        state.materialized += 1
+        warnings.warn(TrimmingWarning(
+            f"gnnorch: the output of {state.name} was read beyond its first {batch_size} rows "
+            f"(the seed rows of the batch) by {reason}; hop-aware trimming computes only the "
+            f"seed rows, so this forward was recomputed untrimmed (exact values) and trimming "
+            f"is now off for this model. To keep trimming, read only out[:batch.batch_size]; "
+            f"to silence this, pass trim=False to gnnorch.Runtime."), stacklevel=4)
+        return rerun(grad, training, snapshot if stale else None)
+
+    return materialize

@@ -1,0 +1,121 @@
+"""sampler="auto": the backend is chosen by measurement on the loader's own graph."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch_geometric.typing as pyg_typing
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.sampler import NeighborSampler
+
+import gnnorch
+from gnnorch.sampling import FastNeighborSampler
+from gnnorch.sampling.choice import choose_sampler, forget_choices, seed_pool
+
+from helpers import cora
+
+
+@pytest.fixture(autouse=True)
+def fresh_decisions():
+    forget_choices()
+    yield
+    forget_choices()
+
+
+def _slow(seconds: float):
+    def sample(seeds):
+        time.sleep(seconds)
+        return seeds
+    return sample
+
+
+def test_faster_backend_wins_and_decision_is_reused():
+    pool = torch.arange(100)
+    key = ("graph", 100)
+    first = choose_sampler({"a": _slow(0.02), "b": _slow(0.001)}, pool, 10, key, threads=1)
+    assert first.backend == "b" and not first.reused
+    assert first.ms_per_batch["a"] > first.ms_per_batch["b"]
+    assert first.measure_s >= 0.06  # three batches of the slow one at least
+    again = choose_sampler({"a": _slow(0.02), "b": _slow(0.001)}, pool, 10, key, threads=1)
+    assert again.reused and again.measure_s == 0.0 and again.backend == "b"
+    assert "reused" in again.reason and "b faster" in again.reason
+    other = choose_sampler({"a": _slow(0.001), "b": _slow(0.02)}, pool, 10, key, threads=2)
+    assert other.backend == "a"  # another thread count is another decision
+
+
+def test_measuring_leaves_user_rng_and_threads_alone():
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    threads = torch.get_num_threads()
+    seen = []
+    choose_sampler({"a": lambda s: seen.append(s.clone()), "b": lambda s: None},
+                   torch.arange(50), 8, ("k",), threads=1)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.get_num_threads() == threads
+    assert all(s.numel() == 8 and s.unique().numel() == 8 for s in seen)
+
+
+def test_seed_pool_follows_input_nodes():
+    mask = torch.tensor([True, False, True, False])
+    assert seed_pool(mask, 4).tolist() == [0, 2]
+    assert seed_pool(torch.tensor([3, 1]), 4).tolist() == [3, 1]
+    assert seed_pool(None, 3).tolist() == [0, 1, 2]
+
+
+def test_use_pyg_routes_every_call_to_pygs_backend(monkeypatch):
+    data = cora()
+    sampler = FastNeighborSampler(data, num_neighbors=[5, 5])
+    calls = []
+
+    def pyg_sample(self, seed, seed_time=None, **kwargs):
+        calls.append(seed)
+        return "pyg"
+
+    monkeypatch.setattr(NeighborSampler, "_sample", pyg_sample)
+    seeds = torch.arange(8)
+    assert sampler._sample(seeds) != "pyg"          # ours by default
+    sampler.use_pyg = True
+    assert sampler._sample(seeds) == "pyg"
+    assert sampler.sample_ours(seeds) != "pyg"      # measuring ours ignores the flag
+    assert sampler.use_pyg
+    assert sampler.sample_pyg(seeds) == "pyg" and len(calls) == 2
+
+
+def _loader_stats(**options):
+    def train(data):
+        loader = NeighborLoader(data, num_neighbors=[5, 5], batch_size=64,
+                                input_nodes=data.train_mask, shuffle=True)
+        return sum(batch.batch_size for batch in loader)
+
+    runtime = gnnorch.Runtime(train, processes=1, rewrite=False, **options)
+    seeds = runtime(cora())
+    return seeds, runtime.last_run.stats[0]["sampler"]["loaders"][0]
+
+
+def test_auto_measures_both_and_reports_the_choice(monkeypatch):
+    # pretend pyg-lib is installed and slower than ours on this graph
+    monkeypatch.setattr(pyg_typing, "WITH_PYG_LIB", True)
+    monkeypatch.setattr(FastNeighborSampler, "sample_pyg",
+                        lambda self, seed: (time.sleep(0.03), self.sample_ours(seed))[1])
+    seeds, loader = _loader_stats(sampler="auto")
+    assert seeds == int(cora().train_mask.sum())
+    assert loader["backend"] == "gnnorch"
+    choice = loader["sampler_choice"]
+    assert choice["backend"] == "gnnorch"
+    assert choice["ms_per_batch"]["pyg-lib"] > choice["ms_per_batch"]["gnnorch"]
+    assert "measured" in loader["reason"]
+
+
+def test_auto_without_pyg_lib_measures_nothing(monkeypatch):
+    monkeypatch.setattr(pyg_typing, "WITH_PYG_LIB", False)
+    _, loader = _loader_stats(sampler="auto")
+    assert loader["backend"] == "gnnorch" and loader["sampler_choice"] is None
+
+
+@pytest.mark.skipif(not pyg_typing.WITH_PYG_LIB, reason="pyg-lib not installed")
+def test_auto_with_real_pyg_lib_gives_complete_batches():
+    seeds, loader = _loader_stats(sampler="auto")
+    assert seeds == int(cora().train_mask.sum())
+    assert loader["backend"] in ("gnnorch", "pyg-lib")
+    assert set(loader["sampler_choice"]["ms_per_batch"]) == {"gnnorch", "pyg-lib"}
