@@ -21,10 +21,20 @@ Part 2, accuracy. `examples/train_vanilla.py`'s GraphSAGE on Cora and CiteSeer, 
 seeds 0..2: test accuracy of vanilla vs the fast path.
 
     .venv/bin/python scripts/bench_fastpath.py --nodes 200000 --out bench-results/fastpath.json
+
+Strong baselines (`--baselines`, issue 14; `scripts/baselines.py` says what each row is):
+vanilla PyG on torch_sparse, vanilla PyG on pyg-lib, the "PyG expert" set-up (pyg-lib + its
+hierarchical trimming + pinned workers, the best `num_workers`), and gnnorch with its defaults,
+side by side in one run at each size, with the first and the steady epoch and the peak memory
+(PSS of the process tree). Runs in the baseline environment (`bash scripts/setup_baselines.sh`):
+
+    .venv-baseline/bin/python scripts/bench_fastpath.py --baselines \
+        --nodes 100000 400000 1600000 --out benchmarks/results/fastpath_baselines.json
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import platform
@@ -42,6 +52,7 @@ import gnnorch
 from gnnorch.datasets import load_citeseer, load_cora, products_like
 from gnnorch.launch.topology import current_topology
 
+import baselines  # the strong-baseline configurations and the memory-sampling harness
 from bench_runtime import train  # the same ordinary PyG training function (scripts/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +132,64 @@ def accuracy_study(seeds: int) -> list[dict]:
     return rows
 
 
+def baseline_study(args: argparse.Namespace) -> None:
+    """`--baselines`: every configuration of `scripts/baselines.py` at every size, one run."""
+    import torch_geometric.typing as pyg_typing
+
+    if not pyg_typing.WITH_PYG_LIB:
+        sys.exit("--baselines needs pyg-lib: bash scripts/setup_baselines.sh, then run this "
+                 "script with .venv-baseline/bin/python")
+    train_seeds = args.train_seeds or 10 * 1024
+    epochs = max(2, args.epochs)
+    workers = [int(w) for w in args.workers.split(",")]
+    configs = (["vanilla-torch_sparse", "vanilla-pyg_lib"]
+               + [f"expert-w{w}" for w in workers] + ["gnnorch"])
+    topo = current_topology()
+    print(f"machine: {topo}; torch {torch.__version__}, torch_geometric "
+          f"{torch_geometric.__version__}, pyg-lib {importlib.metadata.version('pyg_lib')}, "
+          f"python {platform.python_version()}; {train_seeds} training seeds, {epochs} epochs")
+    sizes = []
+    for nodes in args.nodes:
+        path = baselines.ensure_graph(nodes, args.seed, train_seeds)
+        print(f"\nproducts-like graph, {nodes} nodes; each configuration in a fresh process:")
+        rows = []
+        for config in configs:
+            row = baselines.run_fresh(__file__, config, path, epochs, sys.executable)
+            print(f"  {config:<22} first {row['first_epoch_seconds']:7.2f} s  steady "
+                  f"{row['steady_epoch_seconds']:7.2f} s  peak PSS {row['peak_pss_mb']:7.0f} MB"
+                  f"  loss {row['final_loss']:.3f}", flush=True)
+            rows.append(row)
+        by = {row["config"]: row for row in rows}
+        expert = min((by[f"expert-w{w}"] for w in workers),
+                     key=lambda row: row["steady_epoch_seconds"])
+        vanilla = by["vanilla-pyg_lib"]
+        for row in rows:
+            row["speedup_vs_expert"] = expert["steady_epoch_seconds"] / row["steady_epoch_seconds"]
+            row["memory_vs_vanilla_pyg_lib"] = row["peak_pss_mb"] / vanilla["peak_pss_mb"]
+        sizes.append({"nodes": nodes, "train_seeds": train_seeds, "expert": expert["config"],
+                      "rows": rows})
+        print(f"\n| {nodes} nodes | first epoch s | steady epoch s | vs PyG expert | "
+              f"peak PSS MB | memory vs vanilla (pyg-lib) |")
+        print("|---|---|---|---|---|---|")
+        for row in rows:
+            label = row["config"] + (" (PyG expert)" if row is expert else "")
+            print(f"| {label} | {row['first_epoch_seconds']:.2f} | "
+                  f"{row['steady_epoch_seconds']:.2f} | {row['speedup_vs_expert']:.2f}x | "
+                  f"{row['peak_pss_mb']:.0f} | {row['memory_vs_vanilla_pyg_lib']:.2f}x |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "bench_fastpath --baselines", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"topology": topo.to_dict(), "platform": platform.platform(),
+                    "python": platform.python_version(), "torch": torch.__version__,
+                    "torch_geometric": torch_geometric.__version__,
+                    "pyg_lib": importlib.metadata.version("pyg_lib"), "argv": sys.argv},
+        "workload": {"model": "GraphSAGE 3 layers", "hidden": 256, "fanout": [15, 10, 5],
+                     "batch_size": 1024, "epochs": epochs, "train_seeds": train_seeds},
+        "sizes": sizes,
+    }, indent=1))
+    print(f"wrote {args.out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[200_000])
@@ -133,7 +202,18 @@ def main() -> None:
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench-results/fastpath.json"))
     ap.add_argument("--measure", help=argparse.SUPPRESS)
+    ap.add_argument("--graph", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--baselines", action="store_true",
+                    help="vanilla (torch_sparse, pyg-lib), PyG expert and gnnorch side by side")
+    ap.add_argument("--workers", default="0,1,2",
+                    help="--baselines: num_workers values tried for the PyG expert")
     args = ap.parse_args()
+    if args.measure and args.graph:
+        print(json.dumps(baselines.measure_here(args.measure, args.graph, args.epochs)))
+        return
+    if args.baselines:
+        baseline_study(args)
+        return
     if args.measure:
         print(json.dumps(measure_one(args.measure, args.nodes[0], args.epochs, args.seed,
                                      args.train_ratio)))

@@ -140,7 +140,7 @@ class LayerSeam:
         self._trace = None
 
     def stats(self) -> dict:
-        return {"enabled": self.trim_enabled,
+        return {"enabled": self.trim_enabled, "check_s": self.check_s,
                 "models": [s.to_dict() for s in self.states if s.layers],
                 "rows_computed": self.calls.rows_computed,
                 "rows_untrimmed": self.calls.rows_untrimmed}

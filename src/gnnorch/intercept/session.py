@@ -57,7 +57,8 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
             stack.callback(lambda: ctx.stats.__setitem__("trim", seam.stats()))
             if rewrites is not None:
                 stack.callback(lambda: ctx.stats.__setitem__(
-                    "rewrite", {**rewrites.report(), "adopted_from_disk": adopted}))
+                    "rewrite", {**rewrites.report(), "adopted_from_disk": adopted,
+                                "overhead_s": rewrites.overhead_s}))
         if cache is not None:  # the historical-embedding cache hooks into the layer seam
             from ..cache.manager import CacheManager
 

@@ -1,0 +1,187 @@
+"""The strong PyG baselines and the measuring harness of `bench_fastpath.py --baselines`.
+
+Configurations (the same training loop, `bench_runtime.train`'s workload: 3-layer GraphSAGE
+100->256->256->47, fanout [15, 10, 5], batch 1024, Adam):
+
+* ``vanilla-torch_sparse``: PyG's NeighborLoader on torch_sparse (pyg-lib hidden from PyG).
+* ``vanilla-pyg_lib``: PyG's NeighborLoader on pyg-lib 0.9.0, everything else default.
+* ``expert-w<N>``: what a PyG expert switches on by hand: pyg-lib, BasicGNN's hierarchical
+  trimming (``num_sampled_nodes_per_hop`` / ``num_sampled_edges_per_hop``), ``num_workers=N``
+  with ``enable_cpu_affinity`` when N > 0. The table's "PyG expert" is the best N measured.
+* ``gnnorch``: the vanilla (pyg-lib environment) training function under
+  ``gnnorch.Runtime(train)`` with its defaults (auto-tuned plan, sampler="auto", trimming,
+  rewrites, tuned allocator).
+
+Each configuration runs in a fresh interpreter (allocator state drifts within a process) of the
+baseline environment (`scripts/setup_baselines.sh`: pyg-lib and torch_sparse both installed),
+on a graph generated once per size and loaded from disk. Memory: the parent samples the
+proportional set size (PSS: shared pages divided among the processes sharing them, so forked
+loader workers and rank processes are not double counted) of the child's whole process tree
+every 0.1 s; the peak is reported, with the child's own peak RSS (``ru_maxrss``) beside it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import torch
+import torch.nn.functional as F
+
+GRAPH_DIR = Path("bench-results/graphs")
+NO_PYG_LIB = "GNNORCH_BENCH_NO_PYG_LIB"
+
+
+def graph_path(nodes: int, seed: int, train_seeds: int) -> Path:
+    return GRAPH_DIR / f"products_like_{nodes}_{seed}_{train_seeds}.pt"
+
+
+def ensure_graph(nodes: int, seed: int, train_seeds: int) -> Path:
+    """Generate the products-like graph once per (size, seed, training seeds) and keep it."""
+    path = graph_path(nodes, seed, train_seeds)
+    if not path.exists():
+        from gnnorch.datasets import products_like
+
+        GRAPH_DIR.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        data = products_like(num_nodes=nodes, seed=seed, train_ratio=train_seeds / nodes)
+        tmp = path.with_suffix(".tmp")
+        torch.save(data, tmp)
+        os.replace(tmp, path)
+        print(f"  generated {path} in {time.perf_counter() - start:.0f} s", flush=True)
+    return path
+
+
+def train_expert(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0,
+                 num_workers=0):
+    """`bench_runtime.train` as a PyG expert writes it: hierarchical trimming with pyg-lib's
+    hop counts, and loader workers pinned with `enable_cpu_affinity`."""
+    import contextlib
+
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.nn import GraphSAGE
+
+    torch.manual_seed(seed)
+    loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
+                            batch_size=batch_size, shuffle=True, num_workers=num_workers,
+                            persistent_workers=num_workers > 0)
+    model = GraphSAGE(data.num_features, hidden, num_layers=len(fanout),
+                      out_channels=int(data.y.max()) + 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+    epoch_seconds, loss = [], None
+    affinity = (loader.enable_cpu_affinity(list(range(num_workers))) if num_workers > 0
+                else contextlib.nullcontext())
+    with affinity:
+        for _ in range(epochs):
+            model.train()
+            start = time.perf_counter()
+            for batch in loader:
+                optimizer.zero_grad()
+                out = model(batch.x, batch.edge_index,
+                            num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                            num_sampled_edges_per_hop=batch.num_sampled_edges)
+                loss = F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size])
+                loss.backward()
+                optimizer.step()
+            epoch_seconds.append(time.perf_counter() - start)
+    return {"epoch_seconds": epoch_seconds, "loss": loss.item()}
+
+
+def measure_here(config: str, path: Path, epochs: int) -> dict:
+    """Run one configuration in this process; its JSON row."""
+    import torch_geometric.typing as pyg_typing
+
+    from bench_runtime import train
+
+    if os.environ.get(NO_PYG_LIB):
+        pyg_typing.WITH_PYG_LIB = False
+    data = torch.load(path, weights_only=False)
+    start = time.perf_counter()
+    stats = None
+    if config.startswith("vanilla"):
+        out = train(data, epochs=epochs)
+    elif config.startswith("expert-w"):
+        out = train_expert(data, epochs=epochs, num_workers=int(config[len("expert-w"):]))
+    elif config == "gnnorch":
+        import gnnorch
+
+        runtime = gnnorch.Runtime(train)
+        out = runtime(data, epochs=epochs)
+        stats = runtime.last_run.stats[0]
+    else:
+        raise ValueError(f"unknown configuration {config!r}")
+    row = {"config": config, "epoch_seconds": out["epoch_seconds"],
+           "first_epoch_seconds": out["epoch_seconds"][0],
+           "steady_epoch_seconds": min(out["epoch_seconds"][1:] or out["epoch_seconds"]),
+           "call_wall_seconds": time.perf_counter() - start, "final_loss": out["loss"],
+           "pyg_lib": bool(pyg_typing.WITH_PYG_LIB)}
+    if stats is not None:
+        row["gnnorch"] = {
+            "plan": runtime.last_run.plan.to_dict() if hasattr(runtime.last_run, "plan") else None,
+            "sampler": (stats.get("sampler") or {}).get("loaders"),
+            "rewrite_buckets_probed": sum(
+                b["probes"] > 0 for layer in (stats.get("rewrite") or {}).get("layers", [])
+                for b in layer["buckets"]),
+            "trim": {k: (stats.get("trim") or {}).get(k)
+                     for k in ("rows_computed", "rows_untrimmed")},
+        }
+    return row
+
+
+def _tree_pss(root: psutil.Process) -> int:
+    total = 0
+    for proc in [root] + root.children(recursive=True):
+        try:
+            total += proc.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
+
+
+def run_fresh(script: str, config: str, path: Path, epochs: int, python: str) -> dict:
+    """Run one configuration in a fresh interpreter of `python`; sample its tree's PSS."""
+    env = dict(os.environ)
+    env.pop(NO_PYG_LIB, None)
+    if config == "vanilla-torch_sparse":
+        env[NO_PYG_LIB] = "1"
+    cmd = [python, script, "--measure", config, "--graph", str(path), "--epochs", str(epochs)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                peak[0] = max(peak[0], _tree_pss(root))
+            except psutil.NoSuchProcess:
+                return
+            done.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{config} failed:\n{stderr[-3000:]}")
+    row = json.loads(stdout.strip().splitlines()[-1])
+    row["peak_pss_mb"] = peak[0] / 2 ** 20
+    return row
+
+
+def child_max_rss_mb() -> float:
+    """ru_maxrss of this process in MB (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+if __name__ == "__main__":  # pragma: no cover - used through bench_fastpath.py
+    sys.exit("run scripts/bench_fastpath.py --baselines")
