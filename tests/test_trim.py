@@ -113,7 +113,8 @@ def test_trimmed_equals_untrimmed_forward_and_backward(kind, layers, fanout):
     out, grads = forward_backward(model, x, edge_index, seeds, graph)
     state = forward_backward.state
     assert state.trim, state.reason
-    assert state.trimmed_forwards == 1
+    # the first forward ran trimmed too when the model has a layer per sampled hop
+    assert state.trimmed_forwards == (2 if layers == len(fanout) else 1)
     # compact (unpadded) unless the code between layers needs every row
     assert state.compact == (kind not in ("sage_jk", "custom"))
     torch.testing.assert_close(out, ref_out, rtol=1e-9, atol=1e-10)
@@ -139,8 +140,49 @@ def test_trimming_computes_fewer_rows():
             seam.set_batch(graph)
             model(x, edge_index)
     stats = seam.stats()
-    assert stats["rows_untrimmed"] == 2 * x.size(0)  # one trimmed forward, two layers
-    assert stats["rows_computed"] == layout.rows_within(1) + layout.rows_within(0)
+    assert stats["rows_untrimmed"] == 4 * x.size(0)  # two trimmed forwards, two layers
+    assert stats["rows_computed"] == 2 * (layout.rows_within(1) + layout.rows_within(0))
+
+
+@pytest.mark.parametrize("kind, layers, fanout", [("sage", 2, [5, 5]), ("sage_jk", 2, [5, 5]),
+                                                  ("gcn", 3, [4, 3, 3])])
+def test_first_forward_runs_trimmed_and_exact(kind, layers, fanout):
+    """No untrimmed training step is paid for: the first forward on a batch is trimmed
+    (padded) before the one-off check, and its values and gradients are PyG's."""
+    x, edge_index, layout, seeds = sampled_batch(fanout)
+    model = make(kind, layers).eval()
+    ref_out, ref_grads = forward_backward(model, x, edge_index, seeds)
+    seam = LayerSeam(trim=True)
+    model.zero_grad()
+    with seam.installed():
+        seam.set_batch(BatchGraph(edge_index, x.size(0), seeds, layout))
+        out = model(x, edge_index)
+    out[:seeds].pow(2).sum().backward()
+    state = next(iter(seam.models.values()))
+    assert state.speculated and state.trim and state.trimmed_forwards == 1
+    assert state.untrimmed_forwards == 0
+    torch.testing.assert_close(out[:seeds].detach(), ref_out, rtol=1e-9, atol=1e-10)
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(model.get_parameter(name).grad, g, rtol=1e-9, atol=1e-10)
+
+
+def test_wrong_layer_guess_recomputes_untrimmed_from_the_same_random_state():
+    """A 2-layer model on a 3-hop batch: the guess K = 3 is wrong, the forward is recomputed
+    untrimmed (exact, same dropout masks as without the seam), and K = 2 is learnt."""
+    x, edge_index, layout, seeds = sampled_batch([3, 3, 3])
+    model = GraphSAGE(1433, 16, 2, 7, dropout=0.5).double().train()
+    torch.manual_seed(5)
+    ref = model(x, edge_index)
+    after_ref = torch.rand(2)
+    seam = LayerSeam(trim=True)
+    torch.manual_seed(5)
+    with seam.installed():
+        seam.set_batch(BatchGraph(edge_index, x.size(0), seeds, layout))
+        out = model(x, edge_index)
+    state = next(iter(seam.models.values()))
+    assert state.layers == 2 and state.untrimmed_forwards == 1
+    torch.testing.assert_close(out[:seeds], ref[:seeds])
+    assert torch.equal(torch.rand(2), after_ref)
 
 
 @pytest.mark.parametrize("kind, reason", [("batchnorm", "BatchNorm"), ("global", "differ")])

@@ -7,8 +7,10 @@ Each outer hook (`LayerHook`; today the historical-embedding cache) gets a `Hook
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, Protocol
+import functools
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from torch import Tensor
@@ -17,7 +19,8 @@ from torch.fx import _symbolic_trace as _fx_trace
 from ..trim.batch import BatchGraph
 from ..trim.state import ModelState
 
-__all__ = ["tracing", "LayerCall", "LayerHook", "HookedCall", "Trace"]
+__all__ = ["tracing", "LayerCall", "LayerHook", "HookedCall", "Trace", "run_chain",
+           "patched_call"]
 
 _MODULE_CALL = torch.nn.Module.__call__
 
@@ -45,6 +48,7 @@ class Trace:
     mode: str                      # "calibrate" | "trim" | "plain"
     calls: int = 0
     problem: str | None = None     # why this forward could not be trimmed as planned
+    rng: Any = None                # "speculate": the CPU random state the forward began with
 
 
 @dataclasses.dataclass
@@ -75,3 +79,37 @@ class LayerHook(Protocol):
     def on_forward_end(self, model: torch.nn.Module, state: ModelState, calls: int,
                        batch: BatchGraph) -> None:
         """A traced forward of `model` on `batch` finished after `calls` layer calls."""
+
+
+def run_chain(hooks: list, make_call: Callable[..., HookedCall], run: Callable[[], Any],
+              unpatched: LayerCall) -> Any:
+    """One layer call down hooks[0] -> ... -> hooks[-1] -> `run`; `make_call(run, unpatched)`
+    builds the `HookedCall` each hook receives (its `run` is the rest of the chain)."""
+    for hook in reversed(hooks[1:]):
+        run = functools.partial(hook.on_layer, make_call(run, unpatched))
+    return hooks[0].on_layer(make_call(run, unpatched))
+
+
+@contextlib.contextmanager
+def patched_call(cls: type, on_layer: Callable[[Any, LayerCall, tuple, dict], Any]
+                 ) -> Iterator[None]:
+    """`cls.__call__` replaced by `on_layer(layer, original_call, args, kwargs)` while inside;
+    traced calls (`tracing()`) go to the original call untouched. Restored on exit, also
+    when `cls` had no `__call__` of its own."""
+    had_call = "__call__" in cls.__dict__
+    original = cls.__call__
+
+    def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:
+        if tracing():  # dynamo / fx see PyG's own call (fx patches Module.__call__ itself)
+            call = original if had_call else torch.nn.Module.__call__
+            return call(layer, *args, **kwargs)
+        return on_layer(layer, original, args, kwargs)
+
+    cls.__call__ = __call__
+    try:
+        yield
+    finally:
+        if had_call:
+            cls.__call__ = original
+        else:
+            del cls.__call__

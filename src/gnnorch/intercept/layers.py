@@ -55,11 +55,11 @@ from torch.nn.modules.module import (register_module_forward_hook,
 
 from ..trim.batch import BatchGraph
 from ..trim.exact_output import prefix_exact
-from ..trim.materialize import materializer
+from ..trim.materialize import materializer, run_as
 from ..trim.mixing import batch_mixing_modules
 from ..trim.state import SELF_TRIMMING, ModelState
 from ..trim.verify import pad_compact, verify_trimming
-from .chain import HookedCall, LayerCall, LayerHook, Trace, tracing
+from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .layer_calls import LayerCalls
 
 __all__ = ["LayerSeam", "BatchGraph", "HookedCall", "LayerHook", "ModelState", "tracing"]
@@ -109,29 +109,15 @@ class LayerSeam:
     # -- installation ---------------------------------------------------------------------
     @contextlib.contextmanager
     def installed(self) -> Iterator["LayerSeam"]:
-        seam = self
-        had_call = "__call__" in self.cls.__dict__
-        original = self.cls.__call__
-
-        def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:
-            if tracing():  # dynamo / fx see PyG's own call (fx patches Module.__call__ itself)
-                call = original if had_call else torch.nn.Module.__call__
-                return call(layer, *args, **kwargs)
-            return seam._on_layer(layer, original, args, kwargs)
-
-        self.cls.__call__ = __call__
         self._thread = threading.get_ident()
-        h1 = register_module_forward_pre_hook(self._on_enter)
-        h2 = register_module_forward_hook(self._on_exit, with_kwargs=True, always_call=True)
-        try:
-            yield self
-        finally:
-            h1.remove()
-            h2.remove()
-            if had_call:
-                self.cls.__call__ = original
-            else:
-                del self.cls.__call__
+        with patched_call(self.cls, self._on_layer):
+            h1 = register_module_forward_pre_hook(self._on_enter)
+            h2 = register_module_forward_hook(self._on_exit, with_kwargs=True, always_call=True)
+            try:
+                yield self
+            finally:
+                h1.remove()
+                h2.remove()
 
     def set_batch(self, batch: BatchGraph | None) -> None:
         """Announce the batch the user's next forwards work on (None: no sampled batch)."""
@@ -171,18 +157,27 @@ class LayerSeam:
             if self.batch.layout is None and state.layers is None:
                 state.reason = self.batch.reason
         elif state.layers is None:
-            mode = "calibrate"
+            mode = "speculate" if self._may_speculate(module, state) else "calibrate"
         else:
             mode = "trim" if state.trim else "plain"
         self._trace = Trace(module, state, mode)
+        if mode == "speculate":  # K guessed: one layer per sampled hop, padded (see _speculated)
+            state.layers, state.compact, state.speculated = self.batch.layout.num_hops, False, True
+            self._trace.rng = torch.get_rng_state()
         return None
+
+    def _may_speculate(self, module: torch.nn.Module, state: ModelState) -> bool:
+        """Whether the model's first forward on a batch may run trimmed before the one-off
+        check (no outer hooks, not tried before, no module that mixes rows by construction)."""
+        return (not self.hooks and not state.speculated and self.batch.layout.num_hops > 0
+                and not batch_mixing_modules(module, any_mode=True))
 
     def _self_trimming(self, trace: Trace) -> None:
         """The traced model is about to trim itself with PyG's `TrimToLayer` (BasicGNN with
         `num_sampled_nodes_per_hop`): the rest of the forward runs as PyG runs it, and the
         model is never trimmed by gnnorch (its layers already compute only what they must)."""
         trace.problem = SELF_TRIMMING
-        if trace.mode == "trim" and trace.calls == 0:
+        if trace.mode in ("trim", "speculate") and trace.calls == 0:
             trace.mode, trace.problem = "plain", None
             trace.state.disable(SELF_TRIMMING)
 
@@ -204,6 +199,8 @@ class LayerSeam:
         for hook in self.hooks:
             hook.on_forward_end(module, trace.state, trace.calls, self.batch)
         state = trace.state
+        if trace.mode == "speculate":
+            return self._speculated(module, state, trace, args, kwargs, output)
         if trace.mode == "calibrate":
             state.untrimmed_forwards += 1
             self._calibrate(module, state, trace, args, kwargs)
@@ -215,6 +212,11 @@ class LayerSeam:
             state.disable(trace.problem or (
                 f"a forward made {trace.calls} layer calls instead of {state.layers}"))
             return module(*args, **kwargs)  # recomputed untrimmed (trim now off for it)
+        return self._trimmed_output(module, state, args, kwargs, output)
+
+    def _trimmed_output(self, module: torch.nn.Module, state: ModelState, args: tuple,
+                        kwargs: dict, output: Any) -> Any:
+        """A trimmed forward's output: padded to a row per vertex, prefix-exact."""
         state.trimmed_forwards += 1
         full = pad_compact(output, self.batch, state.compact)
         if not isinstance(full, Tensor) or self.batch.num_nodes <= self.batch.batch_size:
@@ -231,21 +233,30 @@ class LayerSeam:
         given parameter values instead of the model's own, when given)."""
         saved = (self.batch, self._depth, self._trace)
         self.batch, self._depth, self._trace = batch, 0, None
-        flip = model.training != training
         try:
-            if flip:
-                model.train(training)
-            with torch.set_grad_enabled(grad):
-                if parameters is not None:
-                    return torch.func.functional_call(model, parameters, args, kwargs,
-                                                      strict=False)
-                return model(*args, **kwargs)
+            return run_as(model, grad, training, parameters, args, kwargs)
         finally:
-            if flip:
-                model.train(not training)
             self.batch, self._depth, self._trace = saved
 
     # -- the one-off check ----------------------------------------------------------------
+    def _speculated(self, module: torch.nn.Module, state: ModelState, trace: Trace,
+                    args: tuple, kwargs: dict, output: Any) -> Any:
+        """The model's first forward ran trimmed (padded) with K = the batch's hop count, so
+        that no untrimmed training step is paid for (its time, and its activations: they set
+        the run's peak memory). The one-off check then decides as in `_calibrate`; when it
+        fails, or the forward was not the K-layer forward guessed, the forward is recomputed
+        untrimmed from the random state it started with, and that output is returned."""
+        if trace.problem is None and trace.calls == state.layers:
+            start = time.perf_counter()
+            state.trim, state.compact, state.reason = self._check(module, state, args, kwargs)
+            self.check_s += time.perf_counter() - start
+            if state.trim:
+                return self._trimmed_output(module, state, args, kwargs, output)
+        else:
+            state.layers = None  # learnt again by the untrimmed forward below ("calibrate")
+        torch.set_rng_state(trace.rng)
+        return module(*args, **kwargs)
+
     def _calibrate(self, model: torch.nn.Module, state: ModelState, trace: Trace,
                    args: tuple, kwargs: dict) -> None:
         state.layers = trace.calls
@@ -311,10 +322,6 @@ class LayerSeam:
                                 kwargs, x, edge_index, count=self._forced is None)
         if not self.hooks or self._forced is not None:  # the one-off check bypasses hooks
             return run()
-        for hook in reversed(self.hooks[1:]):  # chain: hooks[0] -> ... -> hooks[-1] -> run
-            run = functools.partial(hook.on_layer, HookedCall(
-                trace.model, trace.state, trace.mode, index, layer, x, edge_index, args,
-                kwargs, batch, run, original))
-        return self.hooks[0].on_layer(HookedCall(trace.model, trace.state, trace.mode, index,
-                                                 layer, x, edge_index, args, kwargs, batch,
-                                                 run, original))
+        return run_chain(self.hooks, functools.partial(
+            HookedCall, trace.model, trace.state, trace.mode, index, layer, x, edge_index, args,
+            kwargs, batch), run, original)

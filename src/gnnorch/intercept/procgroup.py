@@ -15,8 +15,10 @@ group twice". Under this seam instead:
   training loaders built afterwards and no longer averages gradients (`UserDistribution.active`),
   exactly as the script would run under `torchrun --nproc-per-node p`. Loaders and models
   built before the call keep the runtime's data parallelism.
-The seam is installed only in ranks the runtime started; with p = 1 the user's call creates
-their group as it would without gnnorch.
+The seam is installed in every rank of a run with p > 1: ranks the runtime started, and ranks
+of an existing world (torchrun, or a group the user initialised before calling the runtime,
+`gnnorch.execute.world`), whose default group is then the one the user's call joins. With p = 1
+the user's call creates their group as it would without gnnorch.
 """
 from __future__ import annotations
 
@@ -77,5 +79,7 @@ class UserDistribution:
                     f"{dist.get_world_size()} ranks joins the runtime's process group "
                     f"(world size {dist.get_world_size()}, rank {dist.get_rank()}); your code "
                     f"manages distribution from here (no seed sharding or gradient averaging by "
-                    f"gnnorch). Pass processes=1 to run the script's own process group.",
+                    f"gnnorch). To run the script's own process group instead, call it outside "
+                    f"gnnorch.Runtime (before the call, or with processes=1 when gnnorch started "
+                    f"the ranks).",
                     stacklevel=3)

@@ -19,7 +19,7 @@ from torch import Tensor
 from ..errors import TrimmingError, TrimmingWarning
 from .state import ModelState
 
-__all__ = ["parameter_versions", "parameter_snapshot", "materializer"]
+__all__ = ["parameter_versions", "parameter_snapshot", "materializer", "run_as"]
 
 Rerun = Callable[[bool, bool, "dict[str, Tensor] | None"], Tensor]
 
@@ -33,6 +33,23 @@ def parameter_snapshot(model: torch.nn.Module) -> dict[str, Tensor]:
     """A detached copy of the model's parameters (leaves with the same `requires_grad`)."""
     return {name: p.detach().clone().requires_grad_(p.requires_grad)
             for name, p in model.named_parameters()}
+
+
+def run_as(model: torch.nn.Module, grad: bool, training: bool,
+           parameters: "dict[str, Tensor] | None", args: tuple, kwargs: dict) -> Tensor:
+    """`model(*args, **kwargs)` with that grad mode and train/eval flag (restored after), and
+    with `parameters` instead of the model's own when given."""
+    flip = model.training != training
+    try:
+        if flip:
+            model.train(training)
+        with torch.set_grad_enabled(grad):
+            if parameters is not None:
+                return torch.func.functional_call(model, parameters, args, kwargs, strict=False)
+            return model(*args, **kwargs)
+    finally:
+        if flip:
+            model.train(not training)
 
 
 def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,

@@ -27,6 +27,7 @@ class ModelState:
     trimmed_forwards: int = 0
     untrimmed_forwards: int = 0
     materialized: int = 0          # trimmed forwards recomputed untrimmed (non-seed rows read)
+    speculated: bool = False       # the first forward was run trimmed before the check
 
     def disable(self, reason: str) -> None:
         """Trimming off for this model from now on, for `reason`."""
