@@ -1,6 +1,7 @@
-"""gnnorch.execute: one way to run the user's function. Both built backends run the same rank
-session with the caller's hooks (prepare / finish, a hook's own normal end, muting), return
-(value, RunInfo) without touching any Runtime, and the torchrun seam says it is issue 16."""
+"""gnnorch.execute: one way to run the user's function. The backends run the same rank session
+with the caller's hooks (prepare / finish, a hook's own normal end, muting) and return
+(value, RunInfo) without touching any Runtime; inside a torch.distributed world (torchrun's
+environment) the backend is always `ExistingWorld` (its runs: tests/test_torchrun.py)."""
 import os
 
 import pytest
@@ -13,8 +14,10 @@ from torch_geometric.nn import GraphSAGE
 import gnnorch
 from gnnorch import execute
 from gnnorch.execute import (ExistingWorld, Hook, InProcess, Mute, RankProcesses, Request,
-                             RunInfo, backend_for)
+                             RunInfo, backend_for, world)
+from gnnorch.execute.world_run import local_cores
 from gnnorch.launch.plan import CorePlan
+from gnnorch.launch.topology import Topology
 
 from helpers import cora
 
@@ -81,14 +84,51 @@ def test_one_place_chooses_the_backend():
     assert not backend_for(CorePlan(2, 0, 1), request).in_caller
 
 
-def test_existing_world_is_the_seam_of_issue_16():
-    env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": "29500"}
+TORCHRUN_ENV = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+def test_a_torchrun_world_is_detected_from_its_environment_without_communicating():
+    env = dict(TORCHRUN_ENV)
     assert ExistingWorld.detected(env) and not ExistingWorld.detected({})
+    assert not ExistingWorld.detected({k: v for k, v in env.items() if k != "WORLD_SIZE"})
     process = ExistingWorld.process(CorePlan(4, 0, 1), env)
-    assert (process.rank, process.world_size) == (1, 4)
-    with pytest.raises(NotImplementedError, match="issue 16"):
-        ExistingWorld().run(CorePlan(4, 0, 1), Request(shout))
+    assert (process.rank, process.world_size, process.cores) == (1, 4, None)
+    found = world.detect(env)
+    assert (found.rank, found.size, found.local_rank, found.local_size) == (1, 4, 1, 2)
+    assert not found.initialised and not dist.is_initialized()
+    del env["LOCAL_WORLD_SIZE"]                 # found through the group's store, later
+    assert world.detect(env).local_size is None
+    with pytest.raises(ValueError, match="RANK=4 must be below WORLD_SIZE=4"):
+        world.detect(dict(env, RANK="4"))
+    assert world.detect({}) is None
+
+
+def test_inside_a_world_the_backend_is_always_existing_world(monkeypatch):
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    request = Request(shout)
+    for processes in (1, 4):
+        backend = backend_for(CorePlan(processes, 0, 1), request)
+        assert isinstance(backend, ExistingWorld) and backend.in_caller
+    with pytest.raises(ValueError, match="processes=3 but this process is rank 1 of 4 in a torchrun world"):
+        ExistingWorld().run(CorePlan(3, 0, 1), request)   # before joining anything
+    assert not dist.is_initialized()
+
+
+def test_local_ranks_of_a_node_get_disjoint_shares_of_its_cores():
+    cpus = tuple(range(8))
+    topology = Topology(cpus, None, tuple((c,) for c in cpus), (cpus,))
+    request = Request(shout, topology=topology)
+    plan = CorePlan(6, 1, 2)                    # 6 ranks in the world, 2 on this node
+    shares = [local_cores(plan, rank, local, 2, request)
+              for rank, local in ((4, 0), (5, 1))]
+    assert [c.rank for c in shares] == [4, 5]
+    assert all(len(c.trainer_cpus) == 2 and len(c.sampler_cpus) == 1 for c in shares)
+    assert not set(shares[0].cpus) & set(shares[1].cpus)
+    assert local_cores(plan, 4, 0, 2, Request(shout, topology=topology, bind=False)) is None
+    with pytest.raises(ValueError, match="plan needs 9 cores"):
+        local_cores(plan, 4, 0, 3, request)
 
 
 def rank_and_world(x):

@@ -27,6 +27,7 @@ FLOORS = {
     "errors": 0, "options": 0, "datasets": 0,
     "features": 0,          # plain validated data about a run; launch/context.py carries it
     "sampling": 0, "trim": 0, "rewrite": 0, "cache": 0,
+    "place": 0,             # DGTP placement planner: numpy, stdlib, options, errors
     "launch.topology": 0, "launch.plan": 0,
     "launch": 1,
     "intercept": 2,

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from . import execute
-from .execute import Request, RunInfo
+from .execute import Request, RunInfo, world
 from .features import FEATURE_OPTIONS, Features
 from .launch.plan import CorePlan, default_plan
 from .launch.topology import Topology, current_topology
@@ -63,10 +63,12 @@ class Runtime:
 
     Args:
         train: the user's training function, called as ``train(*args, **kwargs)``.
-        processes: data-parallel ranks p (default: 1 on CPU, one per visible GPU on CUDA).
+        processes: data-parallel ranks p (default: 1 on CPU, one per visible GPU on CUDA;
+            inside a torchrun world its size, and nothing else is allowed).
         sampler_cores: cores per rank for NeighborLoader workers s (default 0: sample in the
             trainer process).
-        threads: torch intra-op threads per rank t (default: the rank's share of usable cores).
+        threads: torch intra-op threads per rank t (default: the rank's share of usable cores;
+            under torchrun, of this node's cores shared by its LOCAL_WORLD_SIZE ranks).
         device: "auto" (CUDA when visible), "cpu" or "cuda" (one rank per GPU, nccl).
         bind: pin ranks and loader workers to disjoint cores (default True).
         seed: seed of the common per-epoch shuffling of training seeds (default:
@@ -107,6 +109,7 @@ class Runtime:
             others; True with all three given is an error. Tuning runs only when it pays: the
             default plan runs first as the real run, and goes on untuned when the projected
             tuning time exceeds `tune['max_overhead']` of the projected run (small jobs).
+            Inside a torchrun world: off (True is an error).
         tune: tuner settings, a dict or `gnnorch.tune.TuneConfig` (budget, n_initial_points,
             estimator, acq_func, seed, min_gain, probe_batches, warmup_batches, max_overhead,
             epochs, ...; see `TuneConfig`).
@@ -126,6 +129,8 @@ class Runtime:
         self.options = _Options(**options)
         self.topology: Topology = current_topology()
         self.device = self._resolve_device()
+        # this process's rank of a torch.distributed world (torchrun), or None
+        self.world: world.World | None = self._resolve_world()
         self.plan = self._resolve_plan()
         self.features = Features(**{name: getattr(self.options, name) for name in FEATURE_OPTIONS})
         self.last_run: RunInfo | None = None
@@ -143,7 +148,37 @@ class Runtime:
             raise ValueError("device='cuda' but no CUDA device is visible; use device='cpu'")
         return device
 
+    def _resolve_world(self) -> world.World | None:
+        """Inside a world: `processes` is its size and `autotune` is off (checked before any
+        communication); this node's ranks are known (LOCAL_RANK / LOCAL_WORLD_SIZE, else
+        found through the group's store, which initialises the group first)."""
+        found = world.detect()
+        if found is None:
+            return None
+        o = self.options
+        where = f"this process is rank {found.rank} of {found.size} in {found.source}"
+        if o.processes is not None:
+            check_int("processes", o.processes, 1)
+            if o.processes != found.size:
+                raise ValueError(f"processes={o.processes} but {where} (torchrun "
+                                 f"--nnodes x --nproc-per-node): leave processes out or pass "
+                                 f"processes={found.size}")
+        check_choice("autotune", o.autotune, (False, None),
+                     allowed=f"False or None inside a torch.distributed world such as "
+                             f"torchrun's ({where}): the launcher fixes the ranks, so there is "
+                             f"nothing to tune; leave autotune out")
+        for name in ("start_timeout", "collective_timeout"):
+            check_number(f"{name} (seconds)", getattr(o, name), low=0, low_open=True)
+        found = world.with_layout(found, self.device, o.collective_timeout)
+        if self.device == "cuda" and found.local_size > torch.cuda.device_count():
+            raise ValueError(f"device='cuda' with {found.local_size} ranks on this node but "
+                             f"{torch.cuda.device_count()} visible GPUs: one GPU per local "
+                             f"rank (cuda:LOCAL_RANK)")
+        return found
+
     def _resolve_plan(self) -> CorePlan:
+        if self.world is not None:
+            return self._world_plan(self.world)
         o = self.options
         usable = self.topology.num_usable
         max_ranks = torch.cuda.device_count() if self.device == "cuda" else usable
@@ -165,10 +200,31 @@ class Runtime:
         plan.check(self.topology)
         return plan
 
+    def _world_plan(self, found: world.World) -> CorePlan:
+        """The world's size in ranks; sampler cores and threads per rank from this node's
+        usable cores, shared by its `local_size` ranks."""
+        o = self.options
+        local = found.local_size or 1
+        s = 0 if o.sampler_cores is None else o.sampler_cores
+        check_int("sampler_cores", s, 0)
+        t = o.threads if o.threads is not None else max(1, self.topology.num_usable // local - s)
+        check_int("threads", t, 1)
+        check_bool("bind", o.bind)
+        check_int("seed", o.seed, 0, allow_none=True)
+        check_path("log_dir", o.log_dir)
+        try:
+            CorePlan(local, s, t).check(self.topology)
+        except ValueError as exc:
+            raise ValueError(f"sampler_cores={s} + threads={t} per rank do not fit the "
+                             f"{local} ranks of this node (LOCAL_WORLD_SIZE): {exc}") from None
+        return CorePlan(processes=found.size, sampler_cores=s, threads=t)
+
     def _resolve_autotune(self) -> bool:
         o = self.options
         check_bool("verbose", o.verbose)
         check_path("report_dir", o.report_dir)
+        if self.world is not None:  # checked in _resolve_world: None or False
+            return False
         given = [n for n in PLAN_DIMS if getattr(o, n) is not None]
         check_choice("autotune", o.autotune, (True, False, None),
                      allowed="True, False or None (automatic)")
@@ -185,6 +241,11 @@ class Runtime:
 
     # -- running --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if world.present() != (self.world is not None):
+            # built before the user's init_process_group (or after the world went away)
+            self.world = self._resolve_world()
+            self.plan = self._resolve_plan()
+            self.autotune = self._resolve_autotune()
         request = self._request(args, kwargs)
         if self.autotune:
             from .tune.driver import Autotune

@@ -9,8 +9,10 @@ Three backends, one interface (``backend.run(plan, request, hooks)``), chosen in
 * `RankProcesses`: p fresh rank processes we start and watch (`gnnorch.launch.supervisor`);
   each rank runs a copy of the `RankJob` (hooks included) from `gnnorch.launch.worker`.
 * `ExistingWorld`: this process is one rank of a torch.distributed world someone else started
-  (torchrun): rank and world size come from the environment, there is no supervisor and
-  nothing to send; every process of the world calls `run` itself. Issue 16 fills it in.
+  (torchrun, or the user's own ``init_process_group``): rank and world size come from the
+  group or the environment (`world`), there is no supervisor and nothing to send; every
+  process of the world calls `run` itself and gets its own rank's value (`world_run`).
+  Inside a world it is always this one: `processes` must equal the world's size.
 """
 from __future__ import annotations
 
@@ -24,14 +26,13 @@ import torch
 from ..launch.context import RankProcess, bind_current_process
 from ..launch.plan import CorePlan
 from ..launch.supervisor import LaunchSpec, RankGroup
+from . import world
 from .hooks import muted
 from .info import RunInfo
 from .output import OutputCapture
 from .rank import RankJob
 from .request import Request
-
-# what torchrun (and torch.distributed's env:// rendezvous) sets in every process it starts
-WORLD_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+from .world_run import run_in_world
 
 
 class Backend:
@@ -102,37 +103,47 @@ class RankProcesses(Backend):
 class ExistingWorld(Backend):
     """This process is one rank of a torch.distributed world started by someone else.
 
-    The seam issue 16 fills in: the world's size and this process's rank come from the
-    environment (`WORLD_ENV`, as torchrun sets them), the process group is initialised here
-    unless it already is, the rank binds itself to its share of the node's cores (by
-    LOCAL_RANK), and then runs ``RankJob(...)(RankProcess(...), fn, args, kwargs)`` exactly as
-    our own rank processes do. There is no supervisor and no payload: every process of the
-    world runs the user's script and calls `run` itself; the value returned is this rank's.
+    The world's size and this process's rank come from its initialised default group or from
+    torchrun's environment (`world.detect`); the group is initialised here unless it already is
+    (`world.join`); this rank binds itself to its local rank's share of the node's cores
+    (LOCAL_RANK of LOCAL_WORLD_SIZE) and then runs ``RankJob(...)(RankProcess(...), fn, args,
+    kwargs)`` exactly as our own rank processes do, from rank 0's shuffle seed and RNG state.
+    There is no supervisor and no payload: every process of the world runs the user's script
+    and calls `run` itself; the value returned is this rank's, the `RunInfo` (every rank's
+    cores, epochs and statistics) the same in all ranks. Affinity and torch threads are
+    restored afterwards, as `InProcess` does. A rank that fails fails the world: the others
+    raise naming it (`watchdog`), none waits past the collective timeout.
     """
+
+    in_caller = True
 
     @staticmethod
     def detected(environ: dict | None = None) -> bool:
-        """Whether this process looks like a rank of a torchrun world."""
-        env = os.environ if environ is None else environ
-        return all(name in env for name in WORLD_ENV)
+        """Whether this process is a rank of a world (an initialised default group, or
+        torchrun's environment)."""
+        return world.present(environ)
 
     @staticmethod
     def process(plan: CorePlan, environ: dict | None = None) -> RankProcess:
-        """This process's rank in the world, from the environment (no binding yet)."""
-        env = os.environ if environ is None else environ
-        return RankProcess(rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),
-                           plan=plan, cores=None)
+        """This process's rank in the world (no binding, no group yet)."""
+        found = world.detect(environ)
+        if found is None:
+            raise RuntimeError("this process is not a rank of a torch.distributed world "
+                               "(no default process group, no RANK/WORLD_SIZE/MASTER_ADDR/"
+                               "MASTER_PORT in the environment)")
+        return RankProcess(rank=found.rank, world_size=found.size, plan=plan, cores=None)
 
     def run(self, plan: CorePlan, request: Request,
             hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
-        raise NotImplementedError(
-            "running inside an existing torch.distributed world (torchrun) is not built yet: "
-            "gnnorch issue 16 adds it; run the script without torchrun and pass processes=p")
+        return run_in_world(plan, request, hooks)
 
 
 def backend_for(plan: CorePlan, request: Request) -> Backend:
-    """The backend that runs `plan`: the caller's process for one rank, else rank processes.
-    (Issue 16 adds: inside a torchrun world, `ExistingWorld`.)"""
+    """The backend that runs `plan`: inside a torch.distributed world (torchrun's environment,
+    or an initialised default group) this process's rank of it; else the caller's process for
+    one rank, rank processes for several."""
+    if world.present():
+        return ExistingWorld()
     if plan.processes == 1:
         return InProcess()
     return RankProcesses()
@@ -140,7 +151,8 @@ def backend_for(plan: CorePlan, request: Request) -> Backend:
 
 def run(plan: CorePlan, request: Request,
         hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
-    """Run `request` under `plan` with `hooks`; returns (rank 0's value, what the run did)."""
+    """Run `request` under `plan` with `hooks`; returns (rank 0's value -- this rank's own in an
+    existing world --, what the run did)."""
     return backend_for(plan, request).run(plan, request, hooks)
 
 
