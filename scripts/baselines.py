@@ -17,7 +17,7 @@ baseline environment (`scripts/setup_baselines.sh`: pyg-lib and torch_sparse bot
 on a graph generated once per size and loaded from disk. Memory: the parent samples the
 proportional set size (PSS: shared pages divided among the processes sharing them, so forked
 loader workers and rank processes are not double counted) of the child's whole process tree
-every 0.1 s; the peak is reported, with the child's own peak RSS (``ru_maxrss``) beside it.
+every 0.2 s (from /proc/PID/smaps_rollup); the peak is reported.
 """
 from __future__ import annotations
 
@@ -133,12 +133,22 @@ def measure_here(config: str, path: Path, epochs: int) -> dict:
     return row
 
 
+def _pss_bytes(pid: int) -> int:
+    """Proportional set size of one process from /proc/PID/smaps_rollup (the kernel's own
+    sum: cheap to read, unlike walking smaps)."""
+    with open(f"/proc/{pid}/smaps_rollup") as handle:
+        for line in handle:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _tree_pss(root: psutil.Process) -> int:
     total = 0
     for proc in [root] + root.children(recursive=True):
         try:
-            total += proc.memory_full_info().pss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            total += _pss_bytes(proc.pid)
+        except (OSError, psutil.NoSuchProcess):
             pass
     return total
 
@@ -162,7 +172,7 @@ def run_fresh(script: str, config: str, path: Path, epochs: int, python: str) ->
                 peak[0] = max(peak[0], _tree_pss(root))
             except psutil.NoSuchProcess:
                 return
-            done.wait(0.1)
+            done.wait(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -174,13 +184,6 @@ def run_fresh(script: str, config: str, path: Path, epochs: int, python: str) ->
     row = json.loads(stdout.strip().splitlines()[-1])
     row["peak_pss_mb"] = peak[0] / 2 ** 20
     return row
-
-
-def child_max_rss_mb() -> float:
-    """ru_maxrss of this process in MB (Linux reports KiB)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 if __name__ == "__main__":  # pragma: no cover - used through bench_fastpath.py

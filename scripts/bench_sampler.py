@@ -1,4 +1,4 @@
-"""Neighbour-sampler throughput: gnnorch's vectorised sampler vs torch_sparse's neighbor_sample.
+"""Neighbour-sampler throughput: gnnorch's vectorised sampler vs torch_sparse's and pyg-lib's.
 
 Workload: products-like synthetic power-law graph(s) (``--nodes``, default 200K; mean degree
 25), PyG's own CSC conversion (``to_csc``, as ``NeighborSampler`` builds it), fanout
@@ -12,7 +12,12 @@ draw from the same law, so these should agree to within noise).
 Node features do not influence the sampled structure, and ``products_like``'s edges do not
 depend on the feature width, so the graph is built with one feature to save memory.
 
+pyg-lib's ``neighbor_sample`` (PyG's fastest backend) is measured too when it is installed:
+run the script with the baseline environment's python (`scripts/setup_baselines.sh`).
+
     .venv/bin/python scripts/bench_sampler.py --nodes 200000 1000000
+    .venv-baseline/bin/python scripts/bench_sampler.py --nodes 100000 400000 1600000 \
+        --out benchmarks/results/sampler.json
 """
 from __future__ import annotations
 
@@ -82,6 +87,22 @@ def torch_sparse_sampler(colptr, row, fanout) -> SampleFn | None:
     return sample
 
 
+def pyg_lib_sampler(colptr, row, fanout) -> SampleFn | None:
+    try:
+        import pyg_lib.sampler
+    except ImportError:
+        return None
+
+    def sample(seeds: torch.Tensor) -> tuple[int, int]:
+        # PyG's own call (NeighborSampler._sample): CSC, without replacement, directed
+        out = pyg_lib.sampler.neighbor_sample(colptr, row, seeds.to(colptr.dtype), fanout,
+                                              csc=True, replace=False, directed=True,
+                                              return_edge_id=True)
+        return out[2].numel(), out[3].numel()
+
+    return sample
+
+
 def measure(sample: SampleFn, batches: list, warmup: int) -> dict:
     """Mean wall / CPU milliseconds per timed batch and mean sampled sizes."""
     for seeds in batches[:warmup]:
@@ -114,27 +135,31 @@ def bench_graph(num_nodes: int, args: argparse.Namespace) -> dict:
     result = {"num_nodes": num_nodes, "num_edges": int(row.numel()),
               "graph_build_s": build_s, "samplers": {}}
     samplers = {"gnnorch": gnnorch_sampler(colptr, row, args.fanout),
-                "torch_sparse": torch_sparse_sampler(colptr, row, args.fanout)}
+                "torch_sparse": torch_sparse_sampler(colptr, row, args.fanout),
+                "pyg_lib": pyg_lib_sampler(colptr, row, args.fanout)}
     for name, sample in samplers.items():
         if sample is not None:
             result["samplers"][name] = measure(sample, batches, args.warmup)
-    if len(result["samplers"]) == 2:
-        ours, ref = result["samplers"]["gnnorch"], result["samplers"]["torch_sparse"]
-        result["speedup_wall"] = ref["wall_ms_per_batch"] / ours["wall_ms_per_batch"]
-        result["speedup_cpu"] = ref["cpu_ms_per_batch"] / ours["cpu_ms_per_batch"]
+    ours = result["samplers"]["gnnorch"]
+    for name in ("torch_sparse", "pyg_lib"):
+        ref = result["samplers"].get(name)
+        if ref is not None:
+            result[f"speedup_wall_vs_{name}"] = ref["wall_ms_per_batch"] / ours["wall_ms_per_batch"]
+            result[f"speedup_cpu_vs_{name}"] = ref["cpu_ms_per_batch"] / ours["cpu_ms_per_batch"]
     return result
 
 
 def markdown(results: list[dict]) -> str:
     lines = ["| graph (nodes / edges) | sampler | wall ms/batch | CPU ms/batch | batches/s "
-             "| nodes/batch | edges/batch | speed-up (wall / CPU) |",
+             "| nodes/batch | edges/batch | gnnorch's speed-up over it (wall / CPU) |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for res in results:
         graph = f"{res['num_nodes']:,} / {res['num_edges']:,}"
         for name, m in res["samplers"].items():
             speedup = ""
-            if name == "gnnorch" and "speedup_wall" in res:
-                speedup = f"{res['speedup_wall']:.1f}x / {res['speedup_cpu']:.1f}x"
+            if f"speedup_wall_vs_{name}" in res:
+                speedup = (f"{res[f'speedup_wall_vs_{name}']:.2f}x / "
+                           f"{res[f'speedup_cpu_vs_{name}']:.2f}x")
             lines.append(f"| {graph} | {name} | {m['wall_ms_per_batch']:.1f} "
                          f"| {m['cpu_ms_per_batch']:.1f} | {m['batches_per_s']:.1f} "
                          f"| {m['mean_nodes']:,.0f} | {m['mean_edges']:,.0f} | {speedup} |")

@@ -25,13 +25,13 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
     Everything is undone on exit, also when the user's function raises; each seam's statistics
     land in `ctx.stats`.
     """
-    if ctx.features.allocator == "tuned":
-        from ..launch.allocator import tune_allocator
+    from ..launch.allocator import heap_usage, tune_allocator
 
-        ctx.stats["allocator"] = {"tuned": tune_allocator()}
+    ctx.stats["allocator"] = {"tuned": ctx.features.allocator == "tuned" and tune_allocator()}
     with contextlib.ExitStack() as stack:
         stack.enter_context(context.activate(ctx))
         stack.enter_context(_compiled_module_hook_warning_silenced())
+        stack.callback(lambda: ctx.stats["allocator"].update(heap_usage() or {}))
         distribution = UserDistribution()
         if ctx.distributed:  # the user's own init_process_group joins the runtime's group
             stack.enter_context(distribution.installed())

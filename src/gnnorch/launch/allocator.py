@@ -13,6 +13,10 @@ by itself only after such a chunk is freed, and never above 32 MiB.
 memory is kept for reuse instead of being returned to the system: resident memory stays near
 its peak. The settings are process-wide; in a run with
 one process (the caller's) they stay in force after the run.
+
+Its memory cost is reported with every run (`heap_usage`, in ``stats["allocator"]``): the heap's
+size and how much of it is free but retained at the end of the run. Measured with
+`scripts/bench_fastpath.py --baselines` (peak PSS against vanilla PyG): see BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import platform
 
 from ..features import ALLOCATORS  # noqa: F401 - the option's values live with the features
 
-__all__ = ["tune_allocator", "ALLOCATORS"]
+__all__ = ["tune_allocator", "heap_usage", "ALLOCATORS"]
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -45,3 +49,26 @@ def tune_allocator() -> bool:
         return False
     _applied = ok
     return ok
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def heap_usage() -> dict | None:
+    """glibc's view of this process's malloc heap (`mallinfo2`, glibc >= 2.33), in MiB:
+    ``heap_mb`` (main-arena heap plus mmapped chunks), ``in_use_mb`` and ``free_retained_mb``
+    (freed memory kept for reuse: the tuned allocator's price). None where unavailable."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    mib = 1 << 20
+    return {"heap_mb": round((info.arena + info.hblkhd) / mib, 1),
+            "in_use_mb": round((info.uordblks + info.hblkhd) / mib, 1),
+            "free_retained_mb": round(info.fordblks / mib, 1)}
