@@ -3,9 +3,12 @@
 Modules: ``rules`` (one exact alternative order per PyG layer type, with the conditions
 under which it is exact), ``shapes`` (the sizes of a layer call and their log2 buckets),
 ``costmodel`` (least-squares model of forward + backward time per operation and device),
-``calibrate`` (bounded start-up micro-benchmarks), ``timing`` (side-effect-free fwd+bwd
-timing), ``planner`` (per layer and bucket: measure, then decide), ``engine``
-(:class:`RewriteEngine`, what the layer dispatcher calls).
+``calibrate`` (bounded micro-benchmarks, on request), ``timing`` (side-effect-free fwd+bwd
+timing), ``probing`` (both orders on the same inputs, compared), ``planner`` (per layer and
+bucket: measure once it pays, then decide), ``entries`` (per-layer bookkeeping, decision
+keys), ``engine`` (:class:`RewriteEngine`, what the layer seam's
+``intercept.layer_calls`` calls below trimming), ``report``, ``host`` (the host transform)
+and ``decisions`` (the process-wide and on-disk decision tables).
 """
 from .costmodel import CostModel, Op
 from .engine import VALID_MODES, RewriteEngine

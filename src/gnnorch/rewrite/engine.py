@@ -1,4 +1,4 @@
-"""The rewrite engine: the one object the layer dispatcher calls for every layer call.
+"""The rewrite engine: the one object the layer seam calls for every layer call.
 
 ``engine.forward(layer, original_forward, args, kwargs)`` returns what
 ``original_forward(*args, **kwargs)`` returns (same values up to rounding, same gradients
@@ -7,9 +7,11 @@ for inputs and parameters), running either PyG's order or the exact rewritten on
 1. ``rule_for(layer)`` / ``rule.applicable`` / ``rule.bind`` -- or the call goes to PyG,
    with the reason counted for the report;
 2. the call's :class:`~gnnorch.rewrite.shapes.LayerShape` picks a bucket; the
-   :class:`~gnnorch.rewrite.planner.Planner` chooses an order from the cost model's
-   prediction, then from measurements;
-3. the first calls of a bucket (and every ``reprobe_every``-th) are *probed*: both orders
+   :class:`~gnnorch.rewrite.planner.Planner` chooses an order from measurements, and
+   before a bucket is measured from the cost model's prediction (``model_decides``) or
+   PyG's order (the runtime);
+3. calls of a bucket (once it has run the planner's ``probe_after`` calls, and every
+   ``reprobe_every``-th) are *probed*: both orders
    run forward + backward on detached copies of the inputs, via ``torch.autograd.grad``
    (no ``.grad`` is touched), each run inside ``torch.random.fork_rng`` (both orders draw
    the same dropout masks; the user's random stream is untouched) and with the layer's
