@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..launch.context import RankProcess, bind_current_process
+from ..launch.context import RankProcess, bound_for_call
 from ..launch.plan import CorePlan
 from ..launch.supervisor import LaunchSpec, RankGroup
 from . import world
@@ -60,19 +60,11 @@ class InProcess(Backend):
         process = RankProcess(rank=0, world_size=1, plan=plan,
                               cores=cores[0] if cores else None)
         job = RankJob(request.features, request.seed, tuple(hooks))
-        saved_affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        saved_threads = torch.get_num_threads()
         start = time.perf_counter()
-        try:
-            bind_current_process(process.cores, plan.threads)
+        with bound_for_call(process.cores, plan.threads):
             with OutputCapture() if muted(hooks) else contextlib.nullcontext():
                 value, summary = job(process, request.fn, request.args, request.kwargs)
             wall = time.perf_counter() - start
-        finally:
-            if saved_affinity is not None and process.cores is not None:
-                os.sched_setaffinity(0, saved_affinity)
-            if torch.get_num_threads() != saved_threads:
-                torch.set_num_threads(saved_threads)
         return value, RunInfo.from_summaries(plan, cores, request.device, None, wall,
                                              request.features, {0: summary})
 

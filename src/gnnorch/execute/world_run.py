@@ -15,7 +15,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import secrets
 import time
@@ -25,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import RankDiedError, RankFailedError
-from ..launch.context import RankProcess, bind_current_process
+from ..launch.context import RankProcess, bound_for_call
 from ..launch.plan import CorePlan, RankCores, assign_cores
 from ..launch.topology import current_topology
 from . import world
@@ -49,18 +48,10 @@ def run_in_world(plan: CorePlan, request: Request,
         seed, rng_state, token = world.agree(
             [request.seed, torch.get_rng_state(), secrets.token_hex(8)], process.comm_device)
     job = RankJob(request.features, seed, tuple(hooks), rng_state=rng_state)
-    saved_affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    saved_threads = torch.get_num_threads()
     start = time.perf_counter()
-    try:
-        bind_current_process(process.cores, plan.threads)
+    with bound_for_call(process.cores, plan.threads):
         value, ranks = _watched(job, process, request, hooks, token)
         wall = time.perf_counter() - start
-    finally:
-        if saved_affinity is not None and process.cores is not None:
-            os.sched_setaffinity(0, saved_affinity)
-        if torch.get_num_threads() != saved_threads:
-            torch.set_num_threads(saved_threads)
     cores = (None if any(c is None for _, c in ranks)
              else [RankCores(**c) for _, c in ranks])
     return value, RunInfo.from_summaries(plan, cores, request.device, None, wall,

@@ -128,6 +128,22 @@ def bind_current_process(cores: RankCores | None, threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def bound_for_call(cores: RankCores | None, threads: int) -> Iterator[None]:
+    """`bind_current_process` for the block only: the caller's affinity and torch thread
+    count are restored afterwards (a rank run in the caller's own process)."""
+    saved_affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    saved_threads = torch.get_num_threads()
+    try:
+        bind_current_process(cores, threads)
+        yield
+    finally:
+        if saved_affinity is not None and cores is not None:
+            os.sched_setaffinity(0, saved_affinity)
+        if torch.get_num_threads() != saved_threads:
+            torch.set_num_threads(saved_threads)
+
+
 _ACTIVE: RankContext | None = None
 
 
