@@ -1,0 +1,95 @@
+"""Where a loader's graph structure and node features live when training on a GPU.
+
+Sizes (bytes): the structure is PyG's CSC as the sampler holds it (``colptr``: (N + 1) int64,
+``row`` and ``perm``: E int64 each); the features are every node-level tensor the batches
+gather (``x``, ``y``, masks). Budget: ``budget_bytes`` (given) or ``budget_fraction`` of the
+device's free memory at decision time (what the model, its optimizer state and the activations
+of the steps also need stays outside it).
+
+Rule, in order: the structure goes to the GPU when it fits the budget (GPU sampling needs it
+there; it is also the smaller of the two for feature-rich graphs); the features go to the GPU
+when they fit what is left; otherwise features stay on the host, pinned when ``pin`` (copies
+then run asynchronously on a side stream) and pageable otherwise. A structure that does not fit
+keeps sampling on the host. Every choice carries its reason and the numbers behind it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["DataPlacement", "plan_data_placement", "structure_bytes", "feature_bytes"]
+
+GPU, PINNED, HOST = "gpu", "pinned", "host"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPlacement:
+    """The decision for one loader's data (see the module docstring)."""
+
+    structure: str                 # "gpu" | "host": where the CSC lives and sampling runs
+    features: str                  # "gpu" | "pinned" | "host"
+    structure_bytes: int
+    feature_bytes: int
+    budget_bytes: int
+    reasons: tuple[str, ...]
+
+    @property
+    def samples_on_gpu(self) -> bool:
+        return self.structure == GPU
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["reasons"] = list(self.reasons)
+        return out
+
+
+def structure_bytes(num_nodes: int, num_edges: int) -> int:
+    """Bytes of PyG's CSC of a graph: colptr (N + 1), row and perm (E each), int64."""
+    return 8 * (num_nodes + 1) + 16 * num_edges
+
+
+def feature_bytes(tensors: dict[str, Any]) -> int:
+    """Bytes of the node-level tensors a loader gathers (name -> tensor)."""
+    return sum(int(t.numel()) * t.element_size() for t in tensors.values())
+
+
+def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, Any], *,
+                        free_bytes: int | None = None, budget_bytes: int | None = None,
+                        budget_fraction: float = 0.5, pin: bool = True) -> DataPlacement:
+    """Decide where the structure and the features live (the module docstring's rule).
+
+    ``free_bytes``: the device's free memory (e.g. ``torch.cuda.mem_get_info()[0]``), used
+    with ``budget_fraction`` when ``budget_bytes`` is not given.
+    """
+    if budget_bytes is None:
+        if free_bytes is None:
+            raise ValueError("give budget_bytes or the device's free_bytes")
+        if not 0 < budget_fraction <= 1:
+            raise ValueError(f"budget_fraction must be in (0, 1], got {budget_fraction!r}")
+        budget_bytes = int(free_bytes * budget_fraction)
+    if budget_bytes < 0:
+        raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
+    s_bytes = structure_bytes(num_nodes, num_edges)
+    f_bytes = feature_bytes(node_tensors)
+    mib = 1 << 20
+    left = budget_bytes
+    reasons = []
+    if s_bytes <= left:
+        structure = GPU
+        left -= s_bytes
+        reasons.append(f"structure ({s_bytes / mib:.0f} MiB) fits the GPU budget "
+                       f"({budget_bytes / mib:.0f} MiB): sampled on the GPU")
+    else:
+        structure = HOST
+        reasons.append(f"structure ({s_bytes / mib:.0f} MiB) exceeds the GPU budget "
+                       f"({budget_bytes / mib:.0f} MiB): sampled on the host")
+    if f_bytes <= left:
+        features = GPU
+        reasons.append(f"features ({f_bytes / mib:.0f} MiB) fit the rest of the budget "
+                       f"({left / mib:.0f} MiB): gathered on the GPU")
+    else:
+        features = PINNED if pin else HOST
+        reasons.append(f"features ({f_bytes / mib:.0f} MiB) exceed the rest of the budget "
+                       f"({left / mib:.0f} MiB): gathered on the host "
+                       f"({'pinned, copied asynchronously' if pin else 'pageable'})")
+    return DataPlacement(structure, features, s_bytes, f_bytes, budget_bytes, tuple(reasons))

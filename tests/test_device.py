@@ -1,0 +1,179 @@
+"""gnnorch.device: data placement decisions and the prefetching pipeline (CPU-testable parts of
+the GPU data path; CUDA runs are marked `gpu`)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from gnnorch.device import Prefetcher, plan_data_placement
+from gnnorch.device.placement import feature_bytes, structure_bytes
+
+MIB = 1 << 20
+
+
+def _node_tensors(n=1000, f=100):
+    return {"x": torch.zeros(n, f), "y": torch.zeros(n, dtype=torch.long)}
+
+
+# --------------------------------------------------------------------------- placement
+def test_sizes():
+    assert structure_bytes(10, 100) == 8 * 11 + 16 * 100
+    assert feature_bytes(_node_tensors(1000, 100)) == 1000 * 100 * 4 + 1000 * 8
+
+
+def test_everything_on_the_gpu_when_it_fits():
+    tensors = _node_tensors()
+    plan = plan_data_placement(1000, 20_000, tensors, budget_bytes=64 * MIB)
+    assert plan.structure == "gpu" and plan.features == "gpu" and plan.samples_on_gpu
+    assert len(plan.reasons) == 2 and "fits" in plan.reasons[0]
+
+
+def test_features_spill_to_pinned_host_memory_first():
+    tensors = _node_tensors()
+    s = structure_bytes(1000, 20_000)
+    plan = plan_data_placement(1000, 20_000, tensors, budget_bytes=s + 1000)
+    assert plan.structure == "gpu" and plan.features == "pinned"
+    assert "exceed" in plan.reasons[1]
+    assert plan_data_placement(1000, 20_000, tensors, budget_bytes=s + 1000,
+                               pin=False).features == "host"
+
+
+def test_a_graph_too_large_samples_on_the_host():
+    plan = plan_data_placement(1000, 20_000, _node_tensors(), budget_bytes=1000)
+    assert plan.structure == "host" and plan.features == "pinned"
+    assert plan.to_dict()["reasons"] == list(plan.reasons)
+
+
+def test_budget_from_free_memory_and_errors():
+    tensors = _node_tensors()
+    need = structure_bytes(1000, 20_000) + feature_bytes(tensors)
+    assert plan_data_placement(1000, 20_000, tensors, free_bytes=2 * need + 2,
+                               budget_fraction=0.5).features == "gpu"
+    assert plan_data_placement(1000, 20_000, tensors, free_bytes=2 * need - 100,
+                               budget_fraction=0.5).features == "pinned"
+    with pytest.raises(ValueError, match="free_bytes"):
+        plan_data_placement(1, 1, {})
+    with pytest.raises(ValueError, match="budget_fraction"):
+        plan_data_placement(1, 1, {}, free_bytes=10, budget_fraction=0)
+
+
+# --------------------------------------------------------------------------- pipeline
+def test_order_kept_and_each_batch_once():
+    out = list(Prefetcher(range(50), transfer=lambda b: b * 2, depth=3))
+    assert out == [2 * i for i in range(50)]
+
+
+def test_producer_stays_at_most_depth_ahead():
+    drawn = []
+
+    def source():
+        for i in range(100):
+            drawn.append(i)
+            yield i
+
+    pre = Prefetcher(source(), depth=2)
+    assert next(pre) == 0
+    time.sleep(0.3)
+    # one consumed, `depth` queued, one more drawn and waiting to be queued
+    assert len(drawn) <= 1 + 2 + 1
+    pre.close()
+
+
+def test_break_stops_the_producer_and_joins_it():
+    drawn = []
+
+    def source():
+        for i in range(10_000):
+            drawn.append(i)
+            yield i
+
+    before = threading.active_count()
+    pre = Prefetcher(source(), depth=2)
+    for batch in pre:
+        if batch == 5:
+            break
+    pre.close()
+    assert threading.active_count() == before
+    count = len(drawn)
+    time.sleep(0.1)
+    assert len(drawn) == count <= 5 + 1 + 2 + 1   # nothing drawn after close
+
+
+def test_errors_arrive_in_place():
+    def source():
+        yield 1
+        yield 2
+        raise KeyError("broken batch")
+
+    pre = Prefetcher(source(), depth=4)
+    assert next(pre) == 1 and next(pre) == 2
+    with pytest.raises(KeyError, match="broken batch"):
+        next(pre)
+    with pytest.raises(StopIteration):
+        next(pre)
+
+    def bad_transfer(batch):
+        if batch == 3:
+            raise RuntimeError("copy failed")
+        return batch
+
+    got = []
+    with pytest.raises(RuntimeError, match="copy failed"):
+        for batch in Prefetcher(range(10), transfer=bad_transfer):
+            got.append(batch)
+    assert got == [0, 1, 2]
+
+
+def test_ready_runs_in_the_consumer_thread():
+    threads = set()
+    out = list(Prefetcher(range(5), ready=lambda b: (threads.add(threading.get_ident()), b)[1]))
+    assert out == list(range(5)) and threads == {threading.get_ident()}
+
+
+def test_producer_work_overlaps_the_consumer():
+    def slow_source():
+        for i in range(10):
+            time.sleep(0.05)   # sampling / gathering
+            yield i
+
+    start = time.perf_counter()
+    for _ in Prefetcher(slow_source(), depth=2):
+        time.sleep(0.05)       # training step
+    overlapped = time.perf_counter() - start
+    assert overlapped < 0.9    # serial: 1.0 s; overlapped: ~0.55 s
+
+
+def test_depth_must_be_positive():
+    with pytest.raises(ValueError, match="depth"):
+        Prefetcher([], depth=0)
+
+
+# --------------------------------------------------------------------------- transfer
+def test_transfer_is_the_identity_on_cpu():
+    from torch_geometric.data import Data
+
+    from gnnorch.device.transfer import DeviceTransfer
+
+    move = DeviceTransfer("cpu")
+    batch = Data(x=torch.ones(3, 2), edge_index=torch.zeros(2, 1, dtype=torch.long))
+    out = list(Prefetcher([batch], transfer=move.transfer, ready=move.ready))
+    assert out[0] is batch
+
+
+@pytest.mark.gpu
+def test_transfer_to_cuda_keeps_values_and_order():
+    from torch_geometric.data import Data
+
+    from gnnorch.device.transfer import DeviceTransfer
+
+    move = DeviceTransfer("cuda")
+    batches = [Data(x=torch.randn(100, 8), y=torch.arange(100), batch_size=10)
+               for _ in range(6)]
+    out = list(Prefetcher(batches, transfer=move.transfer, ready=move.ready, depth=2))
+    assert len(out) == 6
+    for got, want in zip(out, batches):
+        assert got.x.is_cuda and torch.equal(got.x.cpu(), want.x)
+        assert torch.equal(got.y.cpu(), want.y) and got.batch_size == 10
