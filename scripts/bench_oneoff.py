@@ -12,6 +12,9 @@ fresh interpreter:
   (``--warm-epochs`` epochs, default 20, run first and not reported): what a user's second
   run on this machine gets.
 
+With ``--repeats R`` the three rows run R times in rotating order (each time in a fresh
+interpreter; the warm row's cache is made once, by its long run) and
+the medians are reported, so a difference between rows is not the noise of one run.
 Reported per row: first epoch, steady epoch (median of epochs 2..n), total of all epochs, and
 the measured one-off costs: the trimming check's forwards, the rewrite engine's probes and
 calibration, the sampler choice (at loader construction, before the first epoch). Goals:
@@ -80,6 +83,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--warm-epochs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/oneoff.json"))
     ap.add_argument("--measure", help=argparse.SUPPRESS)
     ap.add_argument("--graph", type=Path, help=argparse.SUPPRESS)
@@ -88,18 +92,33 @@ def main() -> None:
         print(json.dumps(measure_here(args.measure, args.graph, args.epochs)))
         return
     graph = baselines.ensure_graph(args.nodes, args.seed, args.train_seeds)
+    runs: dict[str, list[dict]] = {label: [] for label in ROWS}
+    labels = list(ROWS)
+    with tempfile.TemporaryDirectory() as warm, tempfile.TemporaryDirectory() as colds:
+        for repeat in range(args.repeats):
+            order = labels[repeat % 3:] + labels[:repeat % 3]
+            for label in order:
+                if "warm" in label:
+                    cache = warm
+                    if not runs[label]:  # the long run that leaves its decisions on disk
+                        run_fresh("rewrite=True (cold)", graph, args.warm_epochs, warm)
+                else:
+                    cache = tempfile.mkdtemp(dir=colds)  # empty: a first run
+                row = run_fresh(label, graph, args.epochs, cache)
+                runs[label].append(row)
+                print(f"  {label:<22} first {row['first_epoch_seconds']:6.2f} s  steady "
+                      f"{row['steady_epoch_seconds']:6.2f} s  total {row['total_seconds']:6.2f} s"
+                      f"  one-off {row['one_off']}", flush=True)
     rows = []
-    with tempfile.TemporaryDirectory() as cold, tempfile.TemporaryDirectory() as warm:
-        for label in ROWS:
-            cache = cold if "warm" not in label else warm
-            if "warm" in label:
-                run_fresh("rewrite=True (cold)", graph, args.warm_epochs, warm)
-            row = run_fresh(label, graph, args.epochs, cache)
-            rows.append(row)
-            print(f"  {label:<22} first {row['first_epoch_seconds']:6.2f} s  steady "
-                  f"{row['steady_epoch_seconds']:6.2f} s  total {row['total_seconds']:6.2f} s  "
-                  f"one-off {row['one_off']}", flush=True)
+    for label in labels:
+        row = dict(runs[label][-1])
+        for key in ("first_epoch_seconds", "steady_epoch_seconds", "total_seconds"):
+            row[key] = statistics.median(r[key] for r in runs[label])
+        row["repeats"] = [{k: r[k] for k in ("first_epoch_seconds", "steady_epoch_seconds",
+                                             "total_seconds")} for r in runs[label]]
+        rows.append(row)
     base = rows[0]["total_seconds"]
+    print(f"\nmedians of {args.repeats} run(s) each")
     print(f"\n| {args.nodes} nodes, {args.epochs} epochs | first epoch s | steady epoch s | "
           f"first / steady | total s | total vs rewrite=False | trim check s | "
           f"rewrite probes s | sampler choice s |")
@@ -118,6 +137,7 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "cores": os.cpu_count(),
                     "torch": torch.__version__, "argv": sys.argv},
         "nodes": args.nodes, "train_seeds": args.train_seeds, "epochs": args.epochs,
+        "repeats": args.repeats,
         "rows": rows}, indent=1))
     print(f"wrote {args.out}")
 

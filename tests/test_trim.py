@@ -261,3 +261,50 @@ def test_layer_bounds():
     with pytest.raises(ValueError):
         HopLayout.from_counts([1, 2], [3, 4])
     assert math.isclose(layout.num_nodes, 44)
+
+
+def test_pyg_basic_gnns_are_trusted_and_skip_the_reference_forward():
+    """GraphSAGE / GCN / GIN / GAT from PyG are exact by construction: no one-off check runs
+    (no untrimmed reference forward), and the first forward is still PyG's seed rows."""
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    for kind, compact in (("sage", True), ("gcn", True), ("gin", True), ("sage_jk", False)):
+        model = make(kind, 2).eval()
+        ref_out, ref_grads = forward_backward(model, x, edge_index, seeds)
+        seam = LayerSeam(trim=True)
+        model.zero_grad()
+        with seam.installed():
+            seam.set_batch(BatchGraph(edge_index, x.size(0), seeds, layout))
+            out = model(x, edge_index)
+        out[:seeds].pow(2).sum().backward()
+        state = next(iter(seam.models.values()))
+        assert seam.check_s == 0.0 and state.trim and state.compact == compact, kind
+        assert "exact by construction" in state.verified_by
+        torch.testing.assert_close(out[:seeds].detach(), ref_out, rtol=1e-9, atol=1e-10)
+        for name, g in ref_grads.items():
+            torch.testing.assert_close(model.get_parameter(name).grad, g, rtol=1e-9,
+                                       atol=1e-10)
+
+
+def test_untrusted_models_still_get_the_check():
+    from gnnorch.trim.trusted import trusted_trimming
+
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    assert not trusted_trimming(make("custom", 2), (x, edge_index), {})[0]
+    assert not trusted_trimming(make("global", 2), (x, edge_index), {})[0]
+    sage = make("sage", 2)
+    assert not trusted_trimming(sage, (x, edge_index), {"batch_size": 4})[0]
+    mixing = GraphSAGE(8, 8, 2, 3, act=lambda t: t - t.mean(0))  # a callable activation
+    assert not trusted_trimming(mixing, (x, edge_index), {})[0]
+
+    class Sub(GraphSAGE):                        # an overridden forward
+        def forward(self, x, edge_index):
+            return super().forward(x, edge_index)
+
+    assert not trusted_trimming(Sub(8, 8, 2, 3), (x, edge_index), {})[0]
+    model = make("custom", 2).eval()
+    seam = LayerSeam(trim=True)
+    with seam.installed(), torch.no_grad():
+        seam.set_batch(BatchGraph(edge_index, x.size(0), seeds, layout))
+        model(x, edge_index)
+    state = next(iter(seam.models.values()))
+    assert seam.check_s > 0 and state.verified_by == "the one-off check"

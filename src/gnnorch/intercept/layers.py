@@ -58,6 +58,7 @@ from ..trim.exact_output import prefix_exact
 from ..trim.materialize import materializer, run_as
 from ..trim.mixing import batch_mixing_modules
 from ..trim.state import SELF_TRIMMING, ModelState
+from ..trim.trusted import trusted_trimming
 from ..trim.verify import pad_compact, verify_trimming
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .layer_calls import LayerCalls
@@ -76,6 +77,16 @@ def _self_trimming(module: torch.nn.Module, args: tuple) -> bool:
     """Whether this module call is PyG's `TrimToLayer` trimming with hop counts (checked on
     every nested module call of a traced forward: the class is looked up once)."""
     return isinstance(module, _trim_to_layer_type()) and len(args) > 1 and args[1] is not None
+
+
+def _left_to_pyg(trace: Trace) -> None:
+    """The traced model is about to trim itself with PyG's `TrimToLayer` (BasicGNN with
+    `num_sampled_nodes_per_hop`): the rest of the forward runs as PyG runs it, and the
+    model is never trimmed by gnnorch (its layers already compute only what they must)."""
+    trace.problem = SELF_TRIMMING
+    if trace.mode in ("trim", "speculate") and trace.calls == 0:
+        trace.mode, trace.problem = "plain", None
+        trace.state.disable(SELF_TRIMMING)
 
 
 class LayerSeam:
@@ -137,7 +148,7 @@ class LayerSeam:
             return None
         self._depth += 1
         if self._depth > 1 and self._trace is not None and _self_trimming(module, args):
-            self._self_trimming(self._trace)
+            _left_to_pyg(self._trace)
         if self._depth != 1 or isinstance(module, self.cls):
             return None
         if self.rewrites is not None and module not in self._named:
@@ -171,15 +182,6 @@ class LayerSeam:
         check (no outer hooks, not tried before, no module that mixes rows by construction)."""
         return (not self.hooks and not state.speculated and self.batch.layout.num_hops > 0
                 and not batch_mixing_modules(module, any_mode=True))
-
-    def _self_trimming(self, trace: Trace) -> None:
-        """The traced model is about to trim itself with PyG's `TrimToLayer` (BasicGNN with
-        `num_sampled_nodes_per_hop`): the rest of the forward runs as PyG runs it, and the
-        model is never trimmed by gnnorch (its layers already compute only what they must)."""
-        trace.problem = SELF_TRIMMING
-        if trace.mode in ("trim", "speculate") and trace.calls == 0:
-            trace.mode, trace.problem = "plain", None
-            trace.state.disable(SELF_TRIMMING)
 
     def _on_exit(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                  output: Any = None) -> Any:  # no output when the forward raised
@@ -247,9 +249,12 @@ class LayerSeam:
         fails, or the forward was not the K-layer forward guessed, the forward is recomputed
         untrimmed from the random state it started with, and that output is returned."""
         if trace.problem is None and trace.calls == state.layers:
-            start = time.perf_counter()
-            state.trim, state.compact, state.reason = self._check(module, state, args, kwargs)
-            self.check_s += time.perf_counter() - start
+            trusted, why = trusted_trimming(module, args, kwargs)
+            if trusted:  # exact by construction (`trim.trusted`): no reference forward
+                state.trim, state.compact, state.reason = True, not hasattr(module, "jk"), None
+                state.verified_by = why
+            else:
+                self._verify(module, state, args, kwargs)
             if state.trim:
                 return self._trimmed_output(module, state, args, kwargs, output)
         else:
@@ -270,8 +275,14 @@ class LayerSeam:
         if mixing:
             state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
             return
+        self._verify(model, state, args, kwargs)
+
+    def _verify(self, model: torch.nn.Module, state: ModelState, args: tuple,
+                kwargs: dict) -> None:
+        """The one-off check (`_check`), timed; its verdict goes to `state`."""
         start = time.perf_counter()
         state.trim, state.compact, state.reason = self._check(model, state, args, kwargs)
+        state.verified_by = "the one-off check" if state.trim else None
         self.check_s += time.perf_counter() - start
 
     def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,

@@ -11,6 +11,7 @@ PyG's own ``_sample``; :attr:`FastNeighborSampler.fallback_reason` says why. Wit
 """
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -55,6 +56,7 @@ class FastNeighborSampler(NeighborSampler):
         directed: bool = True,
         sample_direction: Literal["forward", "backward"] = "forward",
     ):
+        start = time.perf_counter()
         fast = (DataType.from_data(data) == DataType.homogeneous and time_attr is None
                 and weight_attr is None and not disjoint)
         with warnings.catch_warnings():
@@ -69,6 +71,7 @@ class FastNeighborSampler(NeighborSampler):
         self._exclude_hops: frozenset[int] = frozenset()
         self._workspaces: list[Tensor] = []
         self.use_pyg = False               # every call to PyG's own _sample (pyg-lib)
+        self.setup_s = time.perf_counter() - start  # PyG's CSC conversion, mostly
 
     def sample_ours(self, seed: Tensor) -> Any:
         """One call of gnnorch's vectorised sampler on `seed` (whatever `use_pyg` says)."""

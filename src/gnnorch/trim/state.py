@@ -28,6 +28,7 @@ class ModelState:
     untrimmed_forwards: int = 0
     materialized: int = 0          # trimmed forwards recomputed untrimmed (non-seed rows read)
     speculated: bool = False       # the first forward was run trimmed before the check
+    verified_by: str | None = None  # what established that trimming is exact for it
 
     def disable(self, reason: str) -> None:
         """Trimming off for this model from now on, for `reason`."""
@@ -39,4 +40,5 @@ class ModelState:
                 "reason": None if self.trim else self.reason,
                 "trimmed_forwards": self.trimmed_forwards,
                 "untrimmed_forwards": self.untrimmed_forwards,
-                "materialized": self.materialized}
+                "materialized": self.materialized,
+                "verified_by": self.verified_by if self.trim else None}
