@@ -123,6 +123,7 @@ def measure_here(config: str, path: Path, epochs: int) -> dict:
     if stats is not None:
         row["gnnorch"] = {
             "plan": runtime.last_run.plan.to_dict() if hasattr(runtime.last_run, "plan") else None,
+            "tuning": (runtime.report.data["decision"] if runtime.report is not None else None),
             "sampler": (stats.get("sampler") or {}).get("loaders"),
             "rewrite_buckets_probed": sum(
                 b["probes"] > 0 for layer in (stats.get("rewrite") or {}).get("layers", [])
