@@ -23,8 +23,6 @@ from torch import Tensor
 
 __all__ = ["SamplerChoice", "choose_sampler", "seed_pool", "forget_choices"]
 
-GNNORCH, PYG_LIB = "gnnorch", "pyg-lib"
-
 
 @dataclasses.dataclass(frozen=True)
 class SamplerChoice:
