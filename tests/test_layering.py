@@ -28,6 +28,7 @@ FLOORS = {
     "features": 0,          # plain validated data about a run; launch/context.py carries it
     "sampling": 0, "trim": 0, "rewrite": 0, "cache": 0,
     "place": 0,             # DGTP placement planner: numpy, stdlib, options, errors
+    "partition": 0,         # partitioner, hot rows, feature store (plain torch), its option
     "device": 0,            # data placement decisions and the prefetching pipeline (issue 15)
     "launch.topology": 0, "launch.plan": 0,
     "launch": 1,

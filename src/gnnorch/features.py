@@ -19,6 +19,10 @@ to rank processes inside their start-up spec. Each feature is a seam installed b
   (`gnnorch.cache`; off by default, it changes numerics). `cache` is False, True, a
   `gnnorch.cache.CacheConfig` or a dict of its fields; `staleness` / `hot_ratio` override the
   config's. `cache_config` gives the merged configuration (None when off).
+* `partition_features`: the partitioned feature store for worlds of > 1 rank
+  (`gnnorch.partition`; off by default). False, True, a `gnnorch.partition.PartitionConfig` or
+  a dict of its fields (e.g. ``{"hot_budget_mb": 64}``); `partition_config` gives the
+  configuration (None when off). With one rank it is a no-op, said so in the run's stats.
 
 Ground floor: plain validated data (validation by `gnnorch.options`); it names the allowed
 values of every feature itself, so nothing here reaches up into the launcher or the seams.
@@ -30,6 +34,7 @@ from typing import Any
 
 from .cache.config import CacheConfig, resolve_cache
 from .options import check_bool, check_choice
+from .partition.config import PartitionConfig, resolve_partition
 
 SAMPLERS = ("auto", "gnnorch", "pyg")
 REWRITE_MODES = (True, False, "report")
@@ -47,6 +52,7 @@ class Features:
     staleness: int | None = None
     hot_ratio: float | str | None = None
     allocator: str = "tuned"
+    partition_features: Any = False   # False | True | PartitionConfig (a dict is converted)
 
     def __post_init__(self) -> None:
         check_choice("allocator", self.allocator, ALLOCATORS)
@@ -56,11 +62,21 @@ class Features:
         if isinstance(self.cache, dict):  # from to_dict / JSON
             object.__setattr__(self, "cache", CacheConfig.from_dict(self.cache))
         resolve_cache(self.cache, self.staleness, self.hot_ratio)  # validates
+        # True / False stay as given; a dict (from to_dict / JSON, or the user's) becomes a
+        # validated PartitionConfig (unknown keys: TypeError; bad values: ValueError)
+        partition = resolve_partition(self.partition_features)
+        if partition is not None and not isinstance(self.partition_features, bool):
+            object.__setattr__(self, "partition_features", partition)
 
     @property
     def cache_config(self) -> CacheConfig | None:
         """The run's cache configuration (None: the cache is off)."""
         return resolve_cache(self.cache, self.staleness, self.hot_ratio)
+
+    @property
+    def partition_config(self) -> PartitionConfig | None:
+        """The run's partitioned-feature configuration (None: off)."""
+        return resolve_partition(self.partition_features)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

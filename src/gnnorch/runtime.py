@@ -49,6 +49,7 @@ class _Options:
     staleness: int | None = None
     hot_ratio: float | str | None = None
     allocator: str = "tuned"
+    partition_features: Any = False
     autotune: bool | None = None
     tune: Any = None
     report_dir: str | os.PathLike | None = None
@@ -102,6 +103,14 @@ class Runtime:
             resident memory stays near its peak, and with one process the setting stays in
             force in your process after the run. "default": malloc untouched
             (`gnnorch.launch.allocator`).
+        partition_features: the partitioned feature store (`gnnorch.partition`), for worlds
+            of more than one rank (torchrun, or processes=p > 1): each rank keeps only its
+            partition's rows of ``data.x`` (plus replicated hot rows within
+            ``hot_budget_mb``), NeighborLoader batches get ``batch.x`` gathered from their
+            owners with all-to-all collectives; exact (same batches, same rows). False
+            (default), True, a dict of `gnnorch.partition.PartitionConfig` fields (e.g.
+            ``{"hot_budget_mb": 64}``) or a `PartitionConfig`. With one rank: a no-op, said
+            so in ``last_run.stats[0]["partition"]``.
         autotune: search processes x sampler_cores x threads by Bayesian optimisation over
             short probes of `train` itself, then run `train` once with the best plan
             (`gnnorch.tune.driver.Autotune`). Default (None): on when device is CPU and none

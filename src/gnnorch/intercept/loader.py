@@ -31,6 +31,9 @@ the user imported the name, and user subclasses are intercepted through `super()
   `num_workers` out does the rank's sampler plan apply: s workers, each pinned to one of the
   rank's sampler CPUs through PyG's `AffinityMixin.enable_cpu_affinity` (s = 0 samples in the
   trainer), re-read at each epoch so that it can change between epochs.
+* Partitioned features (`Features.partition_features`, `intercept.features_fetch`): a loader
+  that qualifies is built on the data without ``x``; each batch's ``x`` is gathered from the
+  rank's store (remote rows from their owners) in the main process before the user sees it.
 """
 from __future__ import annotations
 
@@ -68,6 +71,7 @@ class LoaderState:
     num_hops: int | None = None
     cache: Any = None              # training loaders: their gnnorch.cache.manager.LoaderCache
     sampler_choice: dict | None = None  # sampler="auto": the measured times and the choice
+    partition: Any = None          # its features_fetch.Feed when its features are partitioned
 
     def to_dict(self) -> dict:
         return {"role": self.role, "index": self.index, "backend": self.backend,
@@ -95,10 +99,12 @@ def _seeds_in(batch: Any) -> int:
 class NeighborLoaderInterceptor:
     """Installs and removes the NeighborLoader patches; idempotent per install."""
 
-    def __init__(self, distribution: UserDistribution | None = None) -> None:
+    def __init__(self, distribution: UserDistribution | None = None,
+                 partition: Any = None) -> None:
         from torch_geometric.loader import NeighborLoader
 
         self.distribution = distribution or UserDistribution()
+        self.partition = partition     # features_fetch.PartitionManager or None
         self.cls = NeighborLoader
         self._orig_init = NeighborLoader.__init__
         self._had_iter = "__iter__" in NeighborLoader.__dict__
@@ -143,6 +149,9 @@ class NeighborLoaderInterceptor:
             if ctx.plan.sampler_cores == 0:
                 for key in _WORKER_ONLY_KWARGS:
                     kwargs.pop(key, None)
+        if self.partition is not None:   # built on the data without x (features_fetch)
+            args, kwargs, state.partition = self.partition.adopt(
+                self._orig_init, args, kwargs, state.role, state.index)
         self._choose_sampler(ctx, state, args, kwargs)
         shard = (train and ctx.distributed and not self.distribution.active
                  and kwargs.get("sampler") is None and kwargs.get("batch_sampler") is None)
@@ -238,6 +247,8 @@ class NeighborLoaderInterceptor:
                 iterator = self._orig_iter(loader)
         else:
             iterator = self._orig_iter(loader)
+        if state.partition is not None:  # batch.x from the partitioned store
+            iterator = self.partition.feed(iterator, loader, state.partition, training)
         seam = ctx.layer_seam
         if seam is not None:
             iterator = _announced(iterator, seam, state, training)

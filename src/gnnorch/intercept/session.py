@@ -19,8 +19,9 @@ from .procgroup import UserDistribution
 
 @contextlib.contextmanager
 def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterator[RankContext]:
-    """Activate `ctx`, intercept NeighborLoader and the MessagePassing layers (when a layer
-    feature is on) and, with > 1 rank, synchronise gradients.
+    """Activate `ctx`, intercept NeighborLoader (with the partitioned feature store when
+    `partition_features` is on) and the MessagePassing layers (when a layer feature is on)
+    and, with > 1 rank, synchronise gradients.
 
     Everything is undone on exit, also when the user's function raises; each seam's statistics
     land in `ctx.stats`.
@@ -36,7 +37,14 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
         if ctx.distributed:  # the user's own init_process_group joins the runtime's group
             stack.enter_context(distribution.installed())
             stack.callback(lambda: ctx.stats.__setitem__("distributed", distribution.stats()))
-        stack.enter_context(NeighborLoaderInterceptor(distribution).installed())
+        partition = None
+        if ctx.features.partition_config is not None:   # the partitioned feature store
+            from .features_fetch import PartitionManager
+
+            partition = PartitionManager(ctx, ctx.features.partition_config, distribution)
+            stack.callback(lambda: ctx.stats.__setitem__("partition", partition.stats()))
+            stack.callback(partition.close)              # (callbacks run last-in first)
+        stack.enter_context(NeighborLoaderInterceptor(distribution, partition).installed())
         cache = ctx.features.cache_config
         rewrites = None
         if ctx.features.rewrite is not False:
