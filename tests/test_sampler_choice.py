@@ -111,6 +111,7 @@ def test_auto_without_pyg_lib_measures_nothing(monkeypatch):
     monkeypatch.setattr(pyg_typing, "WITH_PYG_LIB", False)
     _, loader = _loader_stats(sampler="auto")
     assert loader["backend"] == "gnnorch" and loader["sampler_choice"] is None
+    assert loader["setup_s"] > 0.0   # the sampler's set-up (CSC conversion) is measured
 
 
 @pytest.mark.skipif(not pyg_typing.WITH_PYG_LIB, reason="pyg-lib not installed")

@@ -71,6 +71,7 @@ class LoaderState:
     num_hops: int | None = None
     cache: Any = None              # training loaders: their gnnorch.cache.manager.LoaderCache
     sampler_choice: dict | None = None  # sampler="auto": the measured times and the choice
+    setup_s: float | None = None   # gnnorch's sampler: its set-up (PyG's CSC conversion)
     partition: Any = None          # its features_fetch.Feed when its features are partitioned
 
     def to_dict(self) -> dict:
@@ -79,7 +80,7 @@ class LoaderState:
                 "num_hops": self.num_hops,
                 "num_workers": ("plan" if self.user_num_workers is None
                                 else f"user ({self.user_num_workers})"),
-                "sampler_choice": self.sampler_choice}
+                "sampler_choice": self.sampler_choice, "setup_s": self.setup_s}
 
 
 def _loader_seed(ctx: RankContext, index: int) -> int:
@@ -193,7 +194,7 @@ class NeighborLoaderInterceptor:
                                           share_memory=workers > 0, **options)
             kwargs["neighbor_sampler"] = sampler
             state.backend = "gnnorch"
-            state.backend_reason = sampler.fallback_reason
+            state.backend_reason, state.setup_s = sampler.fallback_reason, sampler.setup_s
             measurable = (sampler.fallback_reason is None and pyg_typing.WITH_PYG_LIB
                           and not (state.role == "train" and ctx.cache is not None))
             if choice == "auto" and measurable:  # (the cache prunes with ours)
