@@ -58,7 +58,7 @@ from ..trim.exact_output import prefix_exact
 from ..trim.materialize import materializer, run_as
 from ..trim.mixing import batch_mixing_modules
 from ..trim.state import SELF_TRIMMING, ModelState
-from ..trim.trusted import trusted_trimming
+from ..trim.trusted import trusted_model, trusted_trimming
 from ..trim.verify import pad_compact, verify_trimming
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .layer_calls import LayerCalls
@@ -179,9 +179,11 @@ class LayerSeam:
 
     def _may_speculate(self, module: torch.nn.Module, state: ModelState) -> bool:
         """Whether the model's first forward on a batch may run trimmed before the one-off
-        check (no outer hooks, not tried before, no module that mixes rows by construction)."""
+        check: no outer hooks, not tried before, and a model whose trimmed forward cannot fail
+        where its untrimmed one would not (`trim.trusted.trusted_model`); any other model's
+        first forward runs untrimmed, as without gnnorch, and the check decides after it."""
         return (not self.hooks and not state.speculated and self.batch.layout.num_hops > 0
-                and not batch_mixing_modules(module, any_mode=True))
+                and trusted_model(module)[0])
 
     def _on_exit(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                  output: Any = None) -> Any:  # no output when the forward raised

@@ -28,7 +28,7 @@ import inspect
 
 import torch
 
-__all__ = ["trusted_trimming"]
+__all__ = ["trusted_model", "trusted_trimming"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,9 +72,10 @@ def _module_ok(module: torch.nn.Module, models: tuple, modules: tuple) -> str | 
     return None
 
 
-def trusted_trimming(model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, str]:
-    """(trusted, why): whether `model(*args, **kwargs)` is trimmed exactly by construction
-    (the module docstring's conditions), and the reason either way."""
+def trusted_model(model: torch.nn.Module) -> tuple[bool, str]:
+    """(trusted, why): whether the model itself meets the module docstring's conditions on its
+    class and sub-modules (the call is checked by `trusted_trimming`). Such a model's trimmed
+    forward keeps every shape its untrimmed forward has (padded), whatever it is called with."""
     from torch_geometric.nn.models.basic_gnn import BasicGNN
 
     models, modules = _types()
@@ -84,6 +85,17 @@ def trusted_trimming(model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple
         problem = _module_ok(module, models, modules)
         if problem is not None:
             return False, problem
+    return True, f"PyG {type(model).__name__} built from row-local layers"
+
+
+def trusted_trimming(model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, str]:
+    """(trusted, why): whether `model(*args, **kwargs)` is trimmed exactly by construction
+    (the module docstring's conditions), and the reason either way."""
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    trusted, why = trusted_model(model)
+    if not trusted:
+        return False, why
     try:
         bound = inspect.signature(BasicGNN.forward).bind(model, *args, **kwargs)
     except TypeError:
@@ -92,4 +104,4 @@ def trusted_trimming(model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple
              if name not in ("self", "x", "edge_index") and value is not None]
     if extra:
         return False, "the call passes " + ", ".join(extra)
-    return True, f"PyG {type(model).__name__} built from row-local layers (exact by construction)"
+    return True, f"{why} (exact by construction)"
