@@ -4,7 +4,7 @@ import platform
 import pytest
 
 import gnnorch
-from gnnorch.features import Features
+from gnnorch.run_options import RunOptions
 from gnnorch.launch.allocator import tune_allocator
 
 from helpers import cora
@@ -20,7 +20,7 @@ def test_tune_allocator_applies_once_and_reports():
 
 def test_allocator_option_is_validated():
     with pytest.raises(ValueError, match="allocator must be one of"):
-        Features(allocator="jemalloc")
+        RunOptions(allocator="jemalloc")
     with pytest.raises(ValueError, match="allocator"):
         gnnorch.Runtime(lambda data: None, allocator="fast")
 

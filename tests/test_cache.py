@@ -16,7 +16,7 @@ import gnnorch
 from gnnorch.cache import CacheConfig, CacheStatus, CacheWarning, EmbeddingStore, StalenessError
 from gnnorch.cache.auto import RatioSearch, ratio_grid
 from gnnorch.cache.hotness import count_hotness, estimate_hotness, top_fraction
-from gnnorch.features import Features
+from gnnorch.run_options import RunOptions
 from gnnorch.launch import context
 from gnnorch.trim import hops_from_edges
 
@@ -334,14 +334,14 @@ def test_layer_count_other_than_hops_is_refused():
 
 # --------------------------------------------------------------------------- options
 def test_options_and_config_round_trip():
-    features = Features(cache=CacheConfig(staleness=2), hot_ratio="auto")
-    again = Features.from_dict(features.to_dict())
+    features = RunOptions(cache=CacheConfig(staleness=2), hot_ratio="auto")
+    again = RunOptions.from_dict(features.to_dict())
     assert again == features
     assert again.cache_config == CacheConfig(staleness=2, hot_ratio="auto")
-    assert Features(cache={"staleness": 3}).cache_config.staleness == 3
-    assert Features().cache_config is None
+    assert RunOptions(cache={"staleness": 3}).cache_config.staleness == 3
+    assert RunOptions().cache_config is None
     runtime = gnnorch.Runtime(lambda: None, processes=1, cache=True, staleness=7)
-    assert runtime.features.cache_config.staleness == 7
+    assert runtime.run_options.cache_config.staleness == 7
     with pytest.raises(ValueError, match="pass cache=True"):
         gnnorch.Runtime(lambda: None, processes=1, staleness=3)
     with pytest.raises(ValueError, match="hot_ratio"):

@@ -25,7 +25,7 @@ import torch
 
 import gnnorch
 from gnnorch.datasets import power_law_graph
-from gnnorch.features import Features
+from gnnorch.run_options import RunOptions
 from gnnorch.partition import (FeatureStore, PartitionConfig, choose_hot, edge_cut,
                                hot_scores, local_exchange, open_features, partition_graph,
                                save_features)
@@ -349,11 +349,11 @@ def test_option_validation():
     with pytest.raises(ValueError, match=r"partition_features\['hot_budget_mb'\]"):
         PartitionConfig(hot_budget_mb=float("nan"))
     runtime = gnnorch.Runtime(_train, partition_features={"hot_budget_mb": 2})
-    assert runtime.features.partition_config == PartitionConfig(hot_budget_mb=2)
-    features = Features(partition_features=PartitionConfig(hot_budget_mb=3, hotness="degree"))
-    assert Features.from_dict(json.loads(json.dumps(features.to_dict()))) == features
-    assert Features(partition_features=True).partition_config == PartitionConfig()
-    assert Features().partition_config is None
+    assert runtime.run_options.partition_config == PartitionConfig(hot_budget_mb=2)
+    features = RunOptions(partition_features=PartitionConfig(hot_budget_mb=3, hotness="degree"))
+    assert RunOptions.from_dict(json.loads(json.dumps(features.to_dict()))) == features
+    assert RunOptions(partition_features=True).partition_config == PartitionConfig()
+    assert RunOptions().partition_config is None
 
 
 def test_one_rank_is_a_no_op_that_says_so():

@@ -17,7 +17,7 @@ import torch
 
 from . import execute
 from .execute import Request, RunInfo, world
-from .features import FEATURE_OPTIONS, Features
+from .run_options import RUN_OPTION_NAMES, RunOptions
 from .launch.plan import CorePlan, default_plan
 from .launch.topology import Topology, current_topology
 from .options import (check_bool, check_choice, check_int, check_keys, check_number,
@@ -50,6 +50,7 @@ class _Options:
     hot_ratio: float | str | None = None
     allocator: str = "tuned"
     partition_features: Any = False
+    data_path: Any = None
     autotune: bool | None = None
     tune: Any = None
     report_dir: str | os.PathLike | None = None
@@ -141,7 +142,8 @@ class Runtime:
         # this process's rank of a torch.distributed world (torchrun), or None
         self.world: world.World | None = self._resolve_world()
         self.plan = self._resolve_plan()
-        self.features = Features(**{name: getattr(self.options, name) for name in FEATURE_OPTIONS})
+        self.run_options = RunOptions(**{name: getattr(self.options, name)
+                                       for name in RUN_OPTION_NAMES})
         self.last_run: RunInfo | None = None
         self.tune_config = TuneConfig.from_option(self.options.tune)
         self.autotune = self._resolve_autotune()
@@ -273,7 +275,7 @@ class Runtime:
     def _request(self, args: tuple, kwargs: dict) -> Request:
         o = self.options
         seed = o.seed if o.seed is not None else torch.initial_seed() % 2**31
-        return Request(fn=self.train, args=args, kwargs=kwargs, features=self.features,
+        return Request(fn=self.train, args=args, kwargs=kwargs, options=self.run_options,
                        seed=seed, device=self.device, topology=self.topology, bind=o.bind,
                        log_dir=o.log_dir, start_timeout=o.start_timeout,
                        collective_timeout=o.collective_timeout)

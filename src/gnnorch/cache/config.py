@@ -3,7 +3,7 @@
 ``Runtime(train, cache=True, staleness=4, hot_ratio=0.1)`` and
 ``Runtime(train, cache=CacheConfig(staleness=4, hot_ratio=0.1))`` mean the same; keyword
 `staleness` / `hot_ratio` override a config's. A config is plain data: it round-trips through
-`to_dict` / `from_dict` (JSON) so it reaches rank processes inside `Features`. Validation
+`to_dict` / `from_dict` (JSON) so it reaches rank processes inside `RunOptions`. Validation
 follows `gnnorch.options`: an unknown field name is a `TypeError`, a bad value a `ValueError`
 naming the field and what it allows.
 """

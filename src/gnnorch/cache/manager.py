@@ -1,6 +1,6 @@
 """Integration of the historical-embedding cache with the run: loaders, the layer seam, steps.
 
-One `CacheManager` per rank and run (installed by `intercept.session` when `Features.cache` is
+One `CacheManager` per rank and run (installed by `intercept.session` when `RunOptions.cache` is
 on); it is the object the rest of gnnorch talks to. It is
 
 * told of every training NeighborLoader (`attach`, which returns the loader's `LoaderCache`;

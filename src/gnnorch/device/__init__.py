@@ -6,7 +6,8 @@ reason for each choice. `pipeline`: a bounded producer thread that samples, gath
 batch k+1 while the trainer works on batch k, with correct semantics when the consumer stops
 early. Ground floor: tensors and threads, nothing of processes or seams.
 """
+from .config import DataPathConfig
 from .pipeline import Prefetcher
 from .placement import DataPlacement, plan_data_placement
 
-__all__ = ["DataPlacement", "plan_data_placement", "Prefetcher"]
+__all__ = ["DataPathConfig", "DataPlacement", "plan_data_placement", "Prefetcher"]

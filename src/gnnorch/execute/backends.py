@@ -59,14 +59,14 @@ class InProcess(Backend):
         cores = request.cores(plan)
         process = RankProcess(rank=0, world_size=1, plan=plan,
                               cores=cores[0] if cores else None)
-        job = RankJob(request.features, request.seed, tuple(hooks))
+        job = RankJob(request.options, request.seed, tuple(hooks))
         start = time.perf_counter()
         with bound_for_call(process.cores, plan.threads):
             with OutputCapture() if muted(hooks) else contextlib.nullcontext():
                 value, summary = job(process, request.fn, request.args, request.kwargs)
             wall = time.perf_counter() - start
         return value, RunInfo.from_summaries(plan, cores, request.device, None, wall,
-                                             request.features, {0: summary})
+                                             request.options, {0: summary})
 
 
 class RankProcesses(Backend):
@@ -77,7 +77,7 @@ class RankProcesses(Backend):
         cores = request.cores(plan)
         log_dir = request.logs()
         log_dir.mkdir(parents=True, exist_ok=True)
-        job = RankJob(request.features, request.seed, tuple(hooks),
+        job = RankJob(request.options, request.seed, tuple(hooks),
                       decisions=_export_decisions(request, log_dir),
                       rng_state=torch.get_rng_state())
         spec = LaunchSpec(plan=plan, cores=cores, log_dir=log_dir,
@@ -88,7 +88,7 @@ class RankProcesses(Backend):
                           rank0_log=muted(hooks))
         result = RankGroup(spec).run(job, request.fn, request.args, request.kwargs)
         return result.value, RunInfo.from_summaries(plan, cores, request.device, log_dir,
-                                                    result.wall_seconds, request.features,
+                                                    result.wall_seconds, request.options,
                                                     result.summaries)
 
 
@@ -160,7 +160,7 @@ def _gpus(plan: CorePlan, device: str) -> list[int] | None:
 def _export_decisions(request: Request, log_dir) -> str | None:  # noqa: ANN001 - Path
     """The rewrite decisions measured in this process, written for the ranks (so a layer shape
     measured by an earlier run is not probed again in every rank)."""
-    if request.features.rewrite is False:
+    if request.options.rewrite is False:
         return None
     from ..rewrite.decisions import export_decisions
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..features import Features
+from ..run_options import RunOptions
 from ..launch.plan import CorePlan, RankCores
 
 
@@ -19,15 +19,15 @@ class RunInfo:
     log_dir: Path | None
     wall_seconds: float
     epochs: dict[int, list[dict]]
-    features: Features = dataclasses.field(default_factory=Features)
+    options: RunOptions = dataclasses.field(default_factory=RunOptions)
     stats: dict[int, dict] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_summaries(cls, plan: CorePlan, cores: list[RankCores] | None, device: str,
-                       log_dir: Path | None, wall: float, features: Features,
+                       log_dir: Path | None, wall: float, options: RunOptions,
                        summaries: dict[int, dict]) -> "RunInfo":
         return cls(plan, cores, device, log_dir, wall,
-                   {r: s["epochs"] for r, s in summaries.items()}, features,
+                   {r: s["epochs"] for r, s in summaries.items()}, options,
                    {r: s["stats"] for r, s in summaries.items()})
 
     def epoch_seconds(self, rank: int = 0) -> list[float]:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..features import Features
+from ..run_options import RunOptions
 from ..intercept.session import session
 from ..launch.context import RankContext, RankProcess
 from ..rewrite.decisions import load_decisions
@@ -24,7 +24,7 @@ class RankJob:
     """What each rank of one run does, besides the facts of its process: picklable, called as
     ``job(process, fn, args, kwargs) -> (value, summary)`` (`RankContext.summary()`)."""
 
-    features: Features
+    options: RunOptions
     seed: int
     hooks: tuple = ()
     decisions: str | None = None   # rewrite decisions the caller's process measured (a file)
@@ -35,7 +35,7 @@ class RankJob:
     def context(self, process: RankProcess) -> RankContext:
         return RankContext(rank=process.rank, world_size=process.world_size, plan=process.plan,
                            cores=process.cores, seed=self.seed, backend=process.backend,
-                           features=self.features)
+                           options=self.options)
 
     def __call__(self, process: RankProcess, fn: Callable, args: tuple,
                  kwargs: dict) -> tuple[Any, dict]:

@@ -7,14 +7,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ..features import Features
+from ..run_options import RunOptions
 from ..launch.plan import CorePlan, RankCores, assign_cores
 from ..launch.topology import Topology, current_topology
 
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One call of the user's function: `fn(*args, **kwargs)` with `features`, on `device`.
+    """One call of the user's function: `fn(*args, **kwargs)` with `options`, on `device`.
 
     `seed` seeds the common per-epoch shuffle of training seeds; `bind` pins ranks and loader
     workers to the cores `assign_cores` gives them on `topology` (None: this machine's);
@@ -25,7 +25,7 @@ class Request:
     fn: Callable
     args: tuple = ()
     kwargs: dict = dataclasses.field(default_factory=dict)
-    features: Features = dataclasses.field(default_factory=Features)
+    options: RunOptions = dataclasses.field(default_factory=RunOptions)
     seed: int = 0
     device: str = "cpu"
     topology: Topology | None = None

@@ -2,7 +2,7 @@
 in `gnnorch.launch.worker`, done in the user's own process.
 
 Invariants:
-* the rank runs ``RankJob(features, seed, hooks, rng_state)(RankProcess(rank, world_size,
+* the rank runs ``RankJob(options, seed, hooks, rng_state)(RankProcess(rank, world_size,
   ...), fn, args, kwargs)`` with rank 0's seed and RNG state, so seeds are sharded over the
   whole world and gradients averaged over it exactly as in gnnorch's own p-rank runs;
 * it is bound to its local rank's share of the node's usable cores (and cuda:LOCAL_RANK on
@@ -47,7 +47,7 @@ def run_in_world(plan: CorePlan, request: Request,
     if process.world_size > 1:   # every rank starts as rank 0 (RankProcesses: as the caller)
         seed, rng_state, token = world.agree(
             [request.seed, torch.get_rng_state(), secrets.token_hex(8)], process.comm_device)
-    job = RankJob(request.features, seed, tuple(hooks), rng_state=rng_state)
+    job = RankJob(request.options, seed, tuple(hooks), rng_state=rng_state)
     start = time.perf_counter()
     with bound_for_call(process.cores, plan.threads):
         value, ranks = _watched(job, process, request, hooks, token)
@@ -55,7 +55,7 @@ def run_in_world(plan: CorePlan, request: Request,
     cores = (None if any(c is None for _, c in ranks)
              else [RankCores(**c) for _, c in ranks])
     return value, RunInfo.from_summaries(plan, cores, request.device, None, wall,
-                                         request.features,
+                                         request.options,
                                          {r: s for r, (s, _) in enumerate(ranks)})
 
 

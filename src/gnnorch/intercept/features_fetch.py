@@ -1,4 +1,4 @@
-"""The partitioned feature store at the NeighborLoader seam (``Features.partition_features``).
+"""The partitioned feature store at the NeighborLoader seam (``RunOptions.partition_features``).
 
 One `PartitionManager` per rank and run, installed by `intercept.session` and called by the
 loader seam (`intercept.loader`) at two points:

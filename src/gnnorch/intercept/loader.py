@@ -16,7 +16,7 @@ the user imported the name, and user subclasses are intercepted through `super()
   metrics mean what they meant. Loaders built with `shuffle=False` are never sharded.
 * When the user's own code manages distribution (it called `torch.distributed.
   init_process_group` inside the runtime's ranks, `intercept.procgroup`), sharding steps aside.
-* Sampling backend (`Features.sampler`): for homogeneous `Data`, "gnnorch" and "auto" pass
+* Sampling backend (`RunOptions.sampler`): for homogeneous `Data`, "gnnorch" and "auto" pass
   gnnorch's vectorised `FastNeighborSampler` as the loader's `neighbor_sampler` (PyG's own
   argument), built from the loader's own sampling arguments; it returns hop counts. With
   pyg-lib installed, "auto" times both backends on the loader's graph once
@@ -31,7 +31,7 @@ the user imported the name, and user subclasses are intercepted through `super()
   `num_workers` out does the rank's sampler plan apply: s workers, each pinned to one of the
   rank's sampler CPUs through PyG's `AffinityMixin.enable_cpu_affinity` (s = 0 samples in the
   trainer), re-read at each epoch so that it can change between epochs.
-* Partitioned features (`Features.partition_features`, `intercept.features_fetch`): a loader
+* Partitioned features (`RunOptions.partition_features`, `intercept.features_fetch`): a loader
   that qualifies is built on the data without ``x``; each batch's ``x`` is gathered from the
   rank's store (remote rows from their owners) in the main process before the user sees it.
 """
@@ -175,7 +175,7 @@ class NeighborLoaderInterceptor:
         from torch_geometric.data import Data
         import torch_geometric.typing as pyg_typing
 
-        choice = ctx.features.sampler
+        choice = ctx.options.sampler
         bound = inspect.signature(self._orig_init).bind(None, *args, **kwargs).arguments
         data = bound.get("data")
         if choice == "pyg":
@@ -333,7 +333,7 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
 def _defers_features(ctx: RankContext) -> bool:
     """Batch features may wait on the host for the rewrite engine's host transform
     (`gnnorch.rewrite.host`): rewrites are on and a CUDA device is visible."""
-    return ctx.features.rewrite is not False and torch.cuda.is_available()
+    return ctx.options.rewrite is not False and torch.cuda.is_available()
 
 
 def _mark_features(batch: Any) -> None:

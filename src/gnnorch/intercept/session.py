@@ -28,7 +28,7 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
     """
     from ..launch.allocator import heap_usage, tune_allocator
 
-    ctx.stats["allocator"] = {"tuned": ctx.features.allocator == "tuned" and tune_allocator()}
+    ctx.stats["allocator"] = {"tuned": ctx.options.allocator == "tuned" and tune_allocator()}
     with contextlib.ExitStack() as stack:
         stack.enter_context(context.activate(ctx))
         stack.enter_context(_compiled_module_hook_warning_silenced())
@@ -38,28 +38,28 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
             stack.enter_context(distribution.installed())
             stack.callback(lambda: ctx.stats.__setitem__("distributed", distribution.stats()))
         partition = None
-        if ctx.features.partition_config is not None:   # the partitioned feature store
+        if ctx.options.partition_config is not None:   # the partitioned feature store
             from .features_fetch import PartitionManager
 
-            partition = PartitionManager(ctx, ctx.features.partition_config, distribution)
+            partition = PartitionManager(ctx, ctx.options.partition_config, distribution)
             stack.callback(lambda: ctx.stats.__setitem__("partition", partition.stats()))
             stack.callback(partition.close)              # (callbacks run last-in first)
         stack.enter_context(NeighborLoaderInterceptor(distribution, partition).installed())
-        cache = ctx.features.cache_config
+        cache = ctx.options.cache_config
         rewrites = None
-        if ctx.features.rewrite is not False:
+        if ctx.options.rewrite is not False:
             from ..rewrite.engine import RewriteEngine
 
             threads = torch.get_num_threads()
             adopted = load_disk_decisions(threads)
             orders, placements = shared_decisions()
-            rewrites = RewriteEngine(ctx.features.rewrite, cost_models=shared_cost_models(),
+            rewrites = RewriteEngine(ctx.options.rewrite, cost_models=shared_cost_models(),
                                      planner=orders, placements=placements,
                                      model_decides=False)
             if ctx.rank == 0:  # measured decisions outlive the process (one writer)
                 stack.callback(save_disk_decisions, threads)
-        if ctx.features.trim or cache is not None or rewrites is not None:
-            seam = LayerSeam(trim=ctx.features.trim, rewrites=rewrites)
+        if ctx.options.trim or cache is not None or rewrites is not None:
+            seam = LayerSeam(trim=ctx.options.trim, rewrites=rewrites)
             stack.enter_context(seam.installed())
             ctx.layer_seam = seam
             stack.callback(lambda: ctx.stats.__setitem__("trim", seam.stats()))

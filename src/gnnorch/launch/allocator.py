@@ -24,7 +24,7 @@ import ctypes
 import ctypes.util
 import platform
 
-from ..features import ALLOCATORS  # noqa: F401 - the option's values live with the features
+from ..run_options import ALLOCATORS  # noqa: F401 - the option's values live with the features
 
 __all__ = ["tune_allocator", "heap_usage", "ALLOCATORS"]
 

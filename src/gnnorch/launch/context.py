@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..features import Features
+from ..run_options import RunOptions
 from .plan import CorePlan, RankCores
 
 
@@ -59,7 +59,7 @@ class RankContext:
     cores: RankCores | None
     seed: int
     backend: str | None = None
-    features: Features = dataclasses.field(default_factory=Features)
+    options: RunOptions = dataclasses.field(default_factory=RunOptions)
     epochs: list[EpochRecord] = dataclasses.field(default_factory=list)
     # per-feature statistics for the report, JSON-serialisable (feature name -> dict)
     stats: dict[str, dict] = dataclasses.field(default_factory=dict)

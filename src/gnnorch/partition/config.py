@@ -4,7 +4,7 @@
 ``Runtime(train, partition_features=True)`` is ``PartitionConfig()``;
 ``partition_features={"hot_budget_mb": 64}`` (or a `PartitionConfig`) sets fields; ``False``
 (default) is off. The value is plain data: it round-trips through `to_dict` / `from_dict`
-(JSON), so it reaches rank processes inside `gnnorch.features.Features`. Validation follows
+(JSON), so it reaches rank processes inside `gnnorch.run_options.RunOptions`. Validation follows
 `gnnorch.options`: an unknown field name is a `TypeError`, a bad value a `ValueError` naming
 the option and the field.
 """

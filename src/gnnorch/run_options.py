@@ -1,6 +1,6 @@
 """Which of gnnorch's computation features a run uses, validated once and sent to every rank.
 
-A `Features` value is plain data (JSON round-trip with `to_dict` / `from_dict`), so it travels
+A `RunOptions` value is plain data (JSON round-trip with `to_dict` / `from_dict`), so it travels
 to rank processes inside their start-up spec. Each feature is a seam installed by
 `intercept.session` for the duration of one run:
 
@@ -19,6 +19,9 @@ to rank processes inside their start-up spec. Each feature is a seam installed b
   (`gnnorch.cache`; off by default, it changes numerics). `cache` is False, True, a
   `gnnorch.cache.CacheConfig` or a dict of its fields; `staleness` / `hot_ratio` override the
   config's. `cache_config` gives the merged configuration (None when off).
+* `data_path`: how NeighborLoader batches reach the training device
+  (`gnnorch.device.config.DataPathConfig`: on CUDA the graph, sampling and features on the
+  device; ``mode="device"`` runs the same path with the CPU as the device).
 * `partition_features`: the partitioned feature store for worlds of > 1 rank
   (`gnnorch.partition`; off by default). False, True, a `gnnorch.partition.PartitionConfig` or
   a dict of its fields (e.g. ``{"hot_budget_mb": 64}``); `partition_config` gives the
@@ -33,6 +36,7 @@ import dataclasses
 from typing import Any
 
 from .cache.config import CacheConfig, resolve_cache
+from .device.config import DataPathConfig, resolve_data_path
 from .options import check_bool, check_choice
 from .partition.config import PartitionConfig, resolve_partition
 
@@ -42,7 +46,7 @@ ALLOCATORS = ("tuned", "default")   # glibc malloc settings (gnnorch.launch.allo
 
 
 @dataclasses.dataclass(frozen=True)
-class Features:
+class RunOptions:
     """Computation features of one run (see the module docstring)."""
 
     sampler: str = "auto"
@@ -53,6 +57,7 @@ class Features:
     hot_ratio: float | str | None = None
     allocator: str = "tuned"
     partition_features: Any = False   # False | True | PartitionConfig (a dict is converted)
+    data_path: DataPathConfig = dataclasses.field(default_factory=DataPathConfig)
 
     def __post_init__(self) -> None:
         check_choice("allocator", self.allocator, ALLOCATORS)
@@ -67,6 +72,8 @@ class Features:
         partition = resolve_partition(self.partition_features)
         if partition is not None and not isinstance(self.partition_features, bool):
             object.__setattr__(self, "partition_features", partition)
+        # None / a mode string / a dict (from to_dict / JSON) become a DataPathConfig
+        object.__setattr__(self, "data_path", resolve_data_path(self.data_path))
 
     @property
     def cache_config(self) -> CacheConfig | None:
@@ -82,8 +89,8 @@ class Features:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "Features":
+    def from_dict(cls, values: dict[str, Any]) -> "RunOptions":
         return cls(**values)
 
 
-FEATURE_OPTIONS = tuple(f.name for f in dataclasses.fields(Features))
+RUN_OPTION_NAMES = tuple(f.name for f in dataclasses.fields(RunOptions))
