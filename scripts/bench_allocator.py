@@ -1,4 +1,4 @@
-"""`Runtime(allocator=...)`: epoch times with glibc malloc left alone vs tuned.
+"""`Runtime(launch={"allocator": ...})`: epoch times with glibc malloc left alone vs tuned.
 
 Workload: the products-like graph (``--nodes``, default 60K), the ordinary 3-layer GraphSAGE
 [15, 10, 5] / batch 1024 training function of bench_runtime.py, one process with all usable
@@ -27,8 +27,9 @@ def measure(allocator: str, args: argparse.Namespace) -> list[float]:
 
     data = products_like(num_nodes=args.nodes, seed=0)
     threads = len(os.sched_getaffinity(0))
-    runtime = gnnorch.Runtime(train, processes=1, sampler_cores=0, threads=threads,
-                              device="cpu", allocator=allocator)
+    runtime = gnnorch.Runtime(train, processes=1, device="cpu",
+                              launch={"sampler_cores": 0, "threads": threads,
+                                      "allocator": allocator})
     return runtime(data, epochs=args.epochs)["epoch_seconds"]
 
 

@@ -149,7 +149,7 @@ def measure(config: dict, data, epochs: int, seed: int) -> dict:
     if config.get("rewrite") is False:
         options["rewrite"] = False
     if config.get("threads"):
-        options["threads"] = config["threads"]
+        options["launch"] = {"threads": config["threads"]}
     start = time.perf_counter()
     stats = None
     if config["mode"] == "vanilla":

@@ -67,7 +67,8 @@ OTHER_FEATURES_OFF = {"rewrite": False, "cache": False, "autotune": False}
 
 
 def runtime_options(features: dict) -> dict:
-    options = dict(processes=1, threads=current_topology().num_usable, **features)
+    threads = current_topology().num_usable
+    options = dict(processes=1, launch={"threads": threads}, **features)
     options.update({k: v for k, v in OTHER_FEATURES_OFF.items() if k in gnnorch.VALID_OPTIONS})
     return options
 

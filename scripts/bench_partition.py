@@ -87,7 +87,8 @@ def rank_main(out: Path, nodes: int, epochs: int, workers: int) -> None:
                      f"replicated, {workers} worker(s)")]
     results = []
     for name, partition, loader_workers, baseline in configs:
-        runtime = gnnorch.Runtime(train, threads=1, bind=False, seed=7, sampler="gnnorch",
+        runtime = gnnorch.Runtime(train, launch={"threads": 1, "bind": False}, seed=7,
+                                  sampler="gnnorch",
                                   rewrite=False, partition_features=partition)
         start = time.perf_counter()
         losses = runtime(data, epochs, loader_workers)

@@ -76,7 +76,7 @@ def measure_one(config: str, nodes: int, epochs: int, seed: int) -> dict:
     if config == "vanilla":
         return measure("vanilla PyG", train, data, epochs)
     p, s, t = (int(v) for v in config.split(","))
-    runtime = gnnorch.Runtime(train, processes=p, sampler_cores=s, threads=t)
+    runtime = gnnorch.Runtime(train, processes=p, launch={"sampler_cores": s, "threads": t})
     row = measure(f"gnnorch {runtime.plan}", runtime, data, epochs)
     row["plan"] = runtime.plan.to_dict()
     row["cores"] = [c.to_dict() for c in runtime.last_run.cores]

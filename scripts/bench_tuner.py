@@ -12,7 +12,7 @@ next to the plan's steady full-run throughput, and the end-to-end speedup over v
 including the tuning.
 
 Part B (simulated): the same tuner (skopt GP + EI, the runtime's `Tuner`) on the analytical
-epoch-time model of `gnnorch.tune.simulate` for 64- and 112-core machines (3% log-normal
+epoch-time model of `scripts/tuner_simulator.py` for 64- and 112-core machines (3% log-normal
 measurement noise), over 20 seeds, against random search and simulated annealing with equal
 numbers of probes: true throughput of the best *measured* plan / the true optimum, at 1-10% of
 the feasible space explored; and where the tuner's stopping rule (expected gain < 1%) stops.
@@ -41,7 +41,8 @@ STOP_RULES = {"default": {},
 
 # =========================================================================== part B
 def part_b(args: argparse.Namespace) -> dict:
-    from gnnorch.tune import simulate as sim
+    sys.path.insert(0, str(HERE))
+    import tuner_simulator as sim
 
     results = {}
     for cores in args.machines:
@@ -188,14 +189,15 @@ def measure_one(kind: str, args: argparse.Namespace) -> dict:
     elif kind in ("tuned", "forced"):
         report_dir = Path(args.out).with_suffix("") / f"{kind}-report"
         tune = {"max_overhead": 1e9} if kind == "forced" else None
-        runtime = gnnorch.Runtime(bench_train, report_dir=report_dir, tune=tune, device="cpu")
+        tune = dict(tune or {}, report_dir=report_dir)
+        runtime = gnnorch.Runtime(bench_train, tune=tune, device="cpu")
         out = runtime(data, epochs=args.epochs)
         row = {"kind": kind, "report": runtime.report.data, "report_path": str(report_dir),
                "plan": runtime.last_run.plan.to_dict()}
     else:
         p, s, t = (int(v) for v in kind.split(","))
-        runtime = gnnorch.Runtime(bench_train, processes=p, sampler_cores=s, threads=t,
-                                  device="cpu")
+        runtime = gnnorch.Runtime(bench_train, processes=p, device="cpu",
+                                  launch={"sampler_cores": s, "threads": t})
         out = runtime(data, epochs=args.ex_epochs)
         row = {"kind": kind, "plan": runtime.last_run.plan.to_dict()}
     wall = time.perf_counter() - start

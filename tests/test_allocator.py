@@ -1,4 +1,4 @@
-"""`Runtime(allocator=...)`: glibc malloc keeps large tensors in its heap."""
+"""`Runtime(launch={"allocator": ...})`: glibc malloc keeps large tensors in its heap."""
 import platform
 
 import pytest
@@ -22,7 +22,7 @@ def test_allocator_option_is_validated():
     with pytest.raises(ValueError, match="allocator must be one of"):
         RunOptions(allocator="jemalloc")
     with pytest.raises(ValueError, match="allocator"):
-        gnnorch.Runtime(lambda data: None, allocator="fast")
+        gnnorch.Runtime(lambda data: None, launch={"allocator": "fast"})
 
 
 @GLIBC
@@ -36,6 +36,7 @@ def test_runtime_reports_the_allocator_setting():
     assert report["tuned"] is True
     # its memory cost: the heap and what of it is free but kept for reuse (mallinfo2)
     assert report["heap_mb"] >= report["in_use_mb"] > 0 and report["free_retained_mb"] >= 0
-    off = gnnorch.Runtime(train, processes=1, autotune=False, allocator="default")
+    off = gnnorch.Runtime(train, processes=1, autotune=False,
+                          launch={"allocator": "default"})
     off(cora())
     assert off.last_run.stats[0]["allocator"]["tuned"] is False

@@ -17,7 +17,7 @@ from gnnorch.cache import CacheConfig, CacheStatus, CacheWarning, EmbeddingStore
 from gnnorch.cache.auto import RatioSearch, ratio_grid
 from gnnorch.cache.hotness import count_hotness, estimate_hotness, top_fraction
 from gnnorch.run_options import RunOptions
-from gnnorch.launch import context
+from gnnorch.intercept.session import active
 from gnnorch.trim import hops_from_edges
 
 from helpers import cora
@@ -35,7 +35,8 @@ def one_thread():
 def run(train, *args, kw=None, **options):
     """`train(*args, **kw)` under the runtime, one process, no tuning; returns (value, cache
     stats)."""
-    runtime = gnnorch.Runtime(train, processes=1, threads=1, **options)
+    launch = {"threads": 1, **options.pop("launch", {})}
+    runtime = gnnorch.Runtime(train, processes=1, launch=launch, **options)
     value = runtime(*args, **(kw or {}))
     return value, runtime.last_run.stats[0].get("cache")
 
@@ -106,13 +107,13 @@ def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(
         optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
         loader = NeighborLoader(data, num_neighbors=fanout, input_nodes=data.train_mask,
                                 batch_size=16, shuffle=True)
-        ctx = context.current()
+        seams = active()
         checked = hot_rows = unpruned = 0
         for _ in range(2):
             for batch in loader:
-                lc = ctx.cache.loaders[0]
+                lc = seams.cache.loaders[0]
                 pruned = lc.status is CacheStatus.ACTIVE
-                unpruned += pruned and not ctx.layer_seam.batch.cache.pruned
+                unpruned += pruned and not seams.layer_seam.batch.cache.pruned
                 optimizer.zero_grad()
                 out = model(batch.x, batch.edge_index)[:batch.batch_size]
                 F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
@@ -139,7 +140,7 @@ def test_staleness_zero_full_refresh_equals_full_neighbourhood_reference(
         return checked, hot_rows, unpruned
 
     (checked, hot_rows, unpruned), stats = run(
-        train, data, trim=trim, sampler_cores=workers,
+        train, data, trim=trim, launch={"sampler_cores": workers},
         cache=CacheConfig(staleness=0, refresh="full", hot_ratio=0.2, overlap="off",
                           store=store, gradient=gradient))
     assert (unpruned > 0) == (workers > 0)
@@ -175,7 +176,7 @@ def _steps_train(data, epochs, fanout=(5, 5), kind="sage", check=None, layers=No
 
 def _independent_age(batch, steps):
     """Age of the cached rows this forward used, from the test's own step count."""
-    lc = context.current().cache.loaders[0]
+    lc = active().cache.loaders[0]
     if lc.status is not CacheStatus.ACTIVE:
         return 0
     hops = len(batch.num_sampled_nodes) - 1
@@ -238,7 +239,7 @@ def test_pruned_batches_hold_no_in_edges_of_hot_last_hop_vertices():
         pruned = hot_seen = 0
         for _ in range(2):
             for batch in loader:
-                lc = context.current().cache.loaders[0]  # attached at its first epoch
+                lc = active().cache.loaders[0]  # attached at its first epoch
                 if lc.status is CacheStatus.ACTIVE:
                     counts = batch.num_sampled_nodes
                     lo, hi = sum(counts[:2]), sum(counts[:3])
@@ -334,18 +335,20 @@ def test_layer_count_other_than_hops_is_refused():
 
 # --------------------------------------------------------------------------- options
 def test_options_and_config_round_trip():
-    features = RunOptions(cache=CacheConfig(staleness=2), hot_ratio="auto")
+    features = RunOptions(cache=CacheConfig(staleness=2, hot_ratio="auto"))
     again = RunOptions.from_dict(features.to_dict())
     assert again == features
     assert again.cache_config == CacheConfig(staleness=2, hot_ratio="auto")
     assert RunOptions(cache={"staleness": 3}).cache_config.staleness == 3
+    assert RunOptions(cache=True).cache_config == CacheConfig()
     assert RunOptions().cache_config is None
-    runtime = gnnorch.Runtime(lambda: None, processes=1, cache=True, staleness=7)
+    runtime = gnnorch.Runtime(lambda: None, processes=1, cache={"staleness": 7})
     assert runtime.run_options.cache_config.staleness == 7
-    with pytest.raises(ValueError, match="pass cache=True"):
+    # the earlier top-level keywords say where they went (tests/test_runtime_args.py)
+    with pytest.raises(TypeError, match=r"pass cache=gnnorch.CacheConfig\(staleness=3\)"):
         gnnorch.Runtime(lambda: None, processes=1, staleness=3)
     with pytest.raises(ValueError, match="hot_ratio"):
-        gnnorch.Runtime(lambda: None, processes=1, cache=True, hot_ratio=1.5)
+        gnnorch.Runtime(lambda: None, processes=1, cache={"hot_ratio": 1.5})
     with pytest.raises(ValueError, match="staleness"):
         CacheConfig(staleness=-1)
     with pytest.raises(ValueError, match="cache must be"):
@@ -527,7 +530,7 @@ def test_accuracy_drop_at_most_half_a_point_over_three_seeds(dataset, kind, requ
 @pytest.mark.usefixtures("no_leftover_children")
 def test_two_ranks_keep_the_bound_and_agree():
     data = cora()
-    runtime = gnnorch.Runtime(_steps_train, processes=2, threads=1, seed=3,
+    runtime = gnnorch.Runtime(_steps_train, processes=2, launch={"threads": 1}, seed=3,
                               cache=CacheConfig(staleness=1, hot_ratio=0.3))
     steps, _ = runtime(data, 4)
     for rank in (0, 1):

@@ -18,6 +18,7 @@ import gnnorch
 from gnnorch.cache import CacheConfig, CacheStatus
 from gnnorch.cache.manager import CacheManager
 from gnnorch.cache.refresh import Neighbourhoods, Refresher
+from gnnorch.intercept.session import active
 from gnnorch.launch import context
 from gnnorch.trim import layer_types
 
@@ -134,7 +135,7 @@ def test_refresher_calls_the_layer_through_the_given_unpatched_call():
 
 
 def test_manager_takes_the_unpatched_call_from_the_seam():
-    manager = CacheManager(types.SimpleNamespace(), CacheConfig())
+    manager = CacheManager(CacheConfig(), seed=0)
     marker = object()
 
     def unpatched(layer, *args, **kwargs):
@@ -164,7 +165,7 @@ def test_loader_cache_attributes_exist_from_construction_and_status_is_an_enum()
                                 batch_size=32, shuffle=True)
         names, statuses = [], []
         for batch in loader:
-            lc = context.current().cache.loaders[0]
+            lc = active().cache.loaders[0]
             names.append(set(vars(lc)))
             statuses.append(lc.status)
             optimizer.zero_grad()
@@ -174,7 +175,7 @@ def test_loader_cache_attributes_exist_from_construction_and_status_is_an_enum()
         names.append(set(vars(lc)))
         return names, statuses
 
-    runtime = gnnorch.Runtime(train, processes=1, threads=1,
+    runtime = gnnorch.Runtime(train, processes=1, launch={"threads": 1},
                               cache=CacheConfig(hot_ratio=0.2, overlap="thread", staleness=2))
     names, statuses = runtime(data)
     assert statuses[0] is CacheStatus.PENDING and statuses[-1] is CacheStatus.ACTIVE

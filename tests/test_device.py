@@ -177,3 +177,82 @@ def test_transfer_to_cuda_keeps_values_and_order():
     for got, want in zip(out, batches):
         assert got.x.is_cuda and torch.equal(got.x.cpu(), want.x)
         assert torch.equal(got.y.cpu(), want.y) and got.batch_size == 10
+
+
+# --------------------------------------------------------------------------- issue 21 parts
+def test_features_host_and_host_sampling_override_the_budget():
+    tensors = _node_tensors()
+    plan = plan_data_placement(1000, 20_000, tensors, budget_bytes=64 * MIB,
+                               features_host=True)
+    assert plan.structure == "gpu" and plan.features == "pinned"
+    assert "features='host'" in plan.reasons[1]
+    plan = plan_data_placement(1000, 20_000, tensors, budget_bytes=64 * MIB,
+                               host_sampling="no device sampler")
+    assert plan.structure == "host" and plan.features == "gpu"
+    assert "no device sampler" in plan.reasons[0]
+
+
+def test_sampling_seeds_differ_per_rank_loader_epoch_and_repeat():
+    from gnnorch.device.seeds import SamplingGenerator, sampling_seed
+
+    seeds = {sampling_seed(s, r, l, e) for s in (0, 1) for r in (0, 1) for l in (0, 1)
+             for e in (0, 1, 2)}
+    assert len(seeds) == 24 and all(0 <= v < 2 ** 63 for v in seeds)
+    a, b = SamplingGenerator("cpu", 3, 0, 1), SamplingGenerator("cpu", 3, 0, 1)
+    first = torch.rand(4, generator=a.next_epoch())
+    torch.rand(100, generator=a.generator)          # drawn ahead, then dropped
+    second = torch.rand(4, generator=a.next_epoch())
+    assert torch.equal(first, torch.rand(4, generator=b.next_epoch()))
+    assert torch.equal(second, torch.rand(4, generator=b.next_epoch()))
+    assert not torch.equal(first, second)
+
+
+def test_producer_context_and_wait_time():
+    entered = []
+
+    class Context:
+        def __enter__(self):
+            entered.append(threading.current_thread().name)
+
+        def __exit__(self, *exc):
+            entered.append("exit")
+
+    def slow():
+        for i in range(4):
+            time.sleep(0.05)
+            yield i
+
+    pre = Prefetcher(slow(), depth=1, produce_in=Context, name="ctx-test")
+    assert list(pre) == [0, 1, 2, 3]
+    assert entered == ["ctx-test", "exit"]
+    assert 0.1 < pre.wait_s < 1.0 and pre.produced == 4
+
+
+def test_transfer_keeps_host_fields_on_cpu():
+    from torch_geometric.data import Data
+
+    from gnnorch.device.transfer import DeviceTransfer
+
+    move = DeviceTransfer("cpu", host_fields=("n_id",))
+    batch = Data(x=torch.ones(3, 2), n_id=torch.arange(3))
+    with move.producing():
+        out = move.ready(move.transfer(batch))
+    assert out is batch and out.n_id.device.type == "cpu"
+
+
+@pytest.mark.gpu
+def test_transfer_skips_host_fields_and_runs_on_its_stream():
+    from torch_geometric.data import Data
+
+    from gnnorch.device.transfer import DeviceTransfer
+
+    move = DeviceTransfer("cuda", host_fields=("n_id",))
+    with move.producing():
+        assert torch.cuda.current_stream() == move.stream
+    assert torch.cuda.current_stream() != move.stream
+    batches = [Data(x=torch.randn(50, 4), n_id=torch.arange(50)) for _ in range(4)]
+    out = list(Prefetcher(batches, transfer=move.transfer, ready=move.ready,
+                          produce_in=move.producing))
+    for got, want in zip(out, batches):
+        assert got.x.is_cuda and not got.n_id.is_cuda
+        assert torch.equal(got.x.cpu(), want.x)

@@ -16,6 +16,7 @@ from gnnorch import execute
 from gnnorch.execute import (ExistingWorld, Hook, InProcess, Mute, RankProcesses, Request,
                              RunInfo, backend_for, world)
 from gnnorch.execute.world_run import local_cores
+from gnnorch.launch.config import LaunchConfig
 from gnnorch.launch.plan import CorePlan
 from gnnorch.launch.topology import Topology
 
@@ -23,6 +24,7 @@ from helpers import cora
 
 pytestmark = pytest.mark.usefixtures("no_leftover_children")
 TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
+UNBOUND = LaunchConfig(bind=False)
 
 
 class Stop(BaseException):
@@ -56,7 +58,7 @@ def stop_early(x):
 
 def test_one_rank_runs_here_with_hooks_around_the_function(capsys):
     hook = Recorder()
-    value, info = execute.run(CorePlan(1, 0, 1), Request(shout, (41,), bind=False), [hook])
+    value, info = execute.run(CorePlan(1, 0, 1), Request(shout, (41,), launch=UNBOUND), [hook])
     assert value == 42 and isinstance(info, RunInfo) and info.log_dir is None
     assert info.plan == CorePlan(1, 0, 1) and info.stats[0]["recorder"] == {"rank": 0}
     assert hook.calls == [("prepare", 0, 1), ("finish", None, True)]
@@ -65,14 +67,14 @@ def test_one_rank_runs_here_with_hooks_around_the_function(capsys):
 
 def test_a_hooks_own_end_is_a_normal_end_and_other_errors_propagate():
     hook = Recorder()
-    value, info = execute.run(CorePlan(1, 0, 1), Request(stop_early, (1,), bind=False), [hook])
+    value, info = execute.run(CorePlan(1, 0, 1), Request(stop_early, (1,), launch=UNBOUND), [hook])
     assert value is None and hook.calls[-1] == ("finish", "Stop", True)
     with pytest.raises(ZeroDivisionError):
-        execute.run(CorePlan(1, 0, 1), Request(lambda: 1 / 0, bind=False), [Recorder()])
+        execute.run(CorePlan(1, 0, 1), Request(lambda: 1 / 0, launch=UNBOUND), [Recorder()])
 
 
 def test_mute_discards_the_output_here(capsys):
-    value, _ = execute.run(CorePlan(1, 0, 1), Request(shout, (1,), bind=False), [Mute()])
+    value, _ = execute.run(CorePlan(1, 0, 1), Request(shout, (1,), launch=UNBOUND), [Mute()])
     assert value == 2 and "shouting" not in capsys.readouterr().out
 
 
@@ -90,10 +92,8 @@ TORCHRUN_ENV = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_
 
 def test_a_torchrun_world_is_detected_from_its_environment_without_communicating():
     env = dict(TORCHRUN_ENV)
-    assert ExistingWorld.detected(env) and not ExistingWorld.detected({})
-    assert not ExistingWorld.detected({k: v for k, v in env.items() if k != "WORLD_SIZE"})
-    process = ExistingWorld.process(CorePlan(4, 0, 1), env)
-    assert (process.rank, process.world_size, process.cores) == (1, 4, None)
+    assert world.present(env) and not world.present({})
+    assert not world.present({k: v for k, v in env.items() if k != "WORLD_SIZE"})
     found = world.detect(env)
     assert (found.rank, found.size, found.local_rank, found.local_size) == (1, 4, 1, 2)
     assert not found.initialised and not dist.is_initialized()
@@ -126,7 +126,7 @@ def test_local_ranks_of_a_node_get_disjoint_shares_of_its_cores():
     assert [c.rank for c in shares] == [4, 5]
     assert all(len(c.trainer_cpus) == 2 and len(c.sampler_cpus) == 1 for c in shares)
     assert not set(shares[0].cpus) & set(shares[1].cpus)
-    assert local_cores(plan, 4, 0, 2, Request(shout, topology=topology, bind=False)) is None
+    assert local_cores(plan, 4, 0, 2, Request(shout, topology=topology, launch=UNBOUND)) is None
     with pytest.raises(ValueError, match="plan needs 9 cores"):
         local_cores(plan, 4, 0, 3, request)
 
@@ -140,7 +140,7 @@ def rank_and_world(x):
 def test_rank_processes_get_copies_of_the_hooks_and_muting_sends_rank0_to_its_log(
         capsys, tmp_path):
     hook = Recorder()
-    request = Request(rank_and_world, (7,), log_dir=tmp_path, bind=False)
+    request = Request(rank_and_world, (7,), launch=LaunchConfig(log_dir=tmp_path, bind=False))
     value, info = execute.run(CorePlan(2, 0, 1), request, [hook, Mute()])
     assert value == (7, 0, 2) and info.log_dir == tmp_path
     assert info.stats[0]["recorder"] == {"rank": 0} and info.stats[1]["recorder"] == {"rank": 1}

@@ -91,7 +91,7 @@ def say_hello():
 
 
 def test_rank0_output_live_other_ranks_to_log_files(capsys, tmp_path):
-    runtime = gnnorch.Runtime(say_hello, processes=2, log_dir=tmp_path)
+    runtime = gnnorch.Runtime(say_hello, processes=2, launch={"log_dir": tmp_path})
     assert runtime() == 0
     out, err = capsys.readouterr()
     assert "hello from rank 0" in out and "rank 1" not in out

@@ -4,8 +4,9 @@ functions count too (they run sooner or later); imports under ``if TYPE_CHECKING
 (they never run); only the package's own modules are looked at.
 
 Floors, lowest first:
-  0  pure components: errors, options, datasets, features, sampling/, trim/, rewrite/, cache/,
-     launch/topology.py, launch/plan.py -- know nothing of processes, seams or the tuner
+  0  pure components: errors, options, datasets, run_options, sampling/, trim/, rewrite/, cache/,
+     launch/topology.py, launch/plan.py, launch/config.py -- know nothing of processes, seams
+     or the tuner
   1  launch/ (processes: serialisation, rank context, allocator, supervisor, worker)
   2  intercept/ (the seams)
   3  execute/ (one way to run the user's function)
@@ -25,12 +26,14 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 # longest matching prefix (relative to the package) wins
 FLOORS = {
     "errors": 0, "options": 0, "datasets": 0,
-    "features": 0,          # plain validated data about a run; launch/context.py carries it
+    "run_options": 0,       # plain validated data about a run; launch/context.py carries it
     "sampling": 0, "trim": 0, "rewrite": 0, "cache": 0,
     "place": 0,             # DGTP placement planner: numpy, stdlib, options, errors
     "partition": 0,         # partitioner, hot rows, feature store (plain torch), its option
     "device": 0,            # data placement decisions and the prefetching pipeline (issue 15)
+    "compat": 0,            # every private PyG / torch name, resolved once, failing closed
     "launch.topology": 0, "launch.plan": 0,
+    "launch.config": 0,     # LaunchConfig: plain validated data (RunOptions reads its allocator)
     "launch": 1,
     "intercept": 2,
     "execute": 3,
@@ -241,3 +244,116 @@ def test_modules_and_classes_stay_small():
                 if size > CLASS_LINES:
                     too_long.append(f"class {name}.{node.name}: {size} lines")
     assert not too_long, too_long
+
+
+# -- collaborators are typed (issue 20) --------------------------------------------------------
+# A *collaborator* is an object of gnnorch's own making that a seam or a run is handed: the rank
+# context, another seam, a component of floor 0, a hook, a timer, a loader's record. In
+# intercept/ and execute/ none may be annotated `Any` (bare, `Any | None`, `Optional[Any]`, or a
+# sequence / list / iterable of `Any`): it is typed by its class, or by a `typing.Protocol` owned
+# by the floor that owns the concept. The rule looks at function parameters and annotated
+# assignments (dataclass fields, `self.x: T = ...`), and flags such an `Any` when
+#   (1) the name (leading underscores stripped) is one of COLLABORATOR_NAMES, or ends with one
+#       of them after an underscore (`layer_seam`, `comm_device`), or
+#   (2) the line carries a comment naming a class defined in the package (the comment standing in
+#       for the type: ``cache: Any = None  # its LoaderCache``).
+# User objects (the user's model, layers, batches, arguments, return values) stay `Any`.
+TYPED_FLOORS = ("intercept", "execute")
+COLLABORATOR_NAMES = frozenset({
+    "ctx", "context", "seam", "seams", "cache", "manager", "partition", "distribution",
+    "device_path", "device", "rewrites", "engine", "hook", "hooks", "timer", "state", "states",
+    "feed", "store", "exchange", "worker", "process", "plan", "request", "sampler", "shard",
+    "watchdog", "synchronizer", "spec", "job", "info", "config", "options", "interceptor",
+})
+
+
+def _is_any(node: ast.AST | None) -> bool:
+    """`Any`, `typing.Any`, `Any | None`, `Optional[Any]`, `Sequence[Any]` (and the like)."""
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(node, ast.Name):
+        return node.id == "Any"
+    if isinstance(node, ast.Attribute):
+        return node.attr == "Any"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        parts = [node.left, node.right]
+        return any(_is_any(p) for p in parts) and all(
+            _is_any(p) or (isinstance(p, ast.Constant) and p.value is None) for p in parts)
+    if isinstance(node, ast.Subscript):
+        outer = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(
+            node.value, "id", "")
+        if outer in ("Optional", "Sequence", "list", "List", "Iterable", "tuple", "Tuple"):
+            inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return all(_is_any(e) or isinstance(e, ast.Constant) for e in inner) and any(
+                _is_any(e) for e in inner)
+    return False
+
+
+def _collaborator_name(name: str) -> bool:
+    name = name.lstrip("_")
+    return name in COLLABORATOR_NAMES or any(name.endswith("_" + c) for c in COLLABORATOR_NAMES)
+
+
+def _package_classes() -> set[str]:
+    return {node.name for path in ROOT.rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
+
+
+def _untyped_collaborators(source: str, classes: set[str], where: str = "") -> list[str]:
+    """'where:line name' for each collaborator annotated `Any` in `source` (the rule above)."""
+    lines = source.splitlines()
+    found = []
+
+    def check(name: str, annotation: ast.AST | None, lineno: int) -> None:
+        if not _is_any(annotation):
+            return
+        comment = lines[lineno - 1].partition("#")[2]
+        named = {w.strip("`.,;:()'\"") for w in comment.split()} & classes
+        if _collaborator_name(name) or named:
+            found.append(f"{where}:{lineno} {name}" + (f" (# names {sorted(named)})"
+                                                          if named else ""))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            for arg in a.posonlyargs + a.args + a.kwonlyargs:
+                check(arg.arg, arg.annotation, arg.lineno)
+        elif isinstance(node, ast.AnnAssign):
+            target = node.target
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            check(name, node.annotation, node.lineno)
+    return found
+
+
+def test_no_collaborator_is_typed_any_in_the_seams_and_execution():
+    classes = _package_classes()
+    bad = []
+    for name, path in _modules().items():
+        if name.split(".")[1:2] and name.split(".")[1] in TYPED_FLOORS:
+            bad += _untyped_collaborators(path.read_text(), classes,
+                                          str(path.relative_to(ROOT.parent)))
+    assert not bad, ("collaborators typed `Any` (type them by their class or a Protocol owned "
+                     "by the lower floor):\n  " + "\n  ".join(bad))
+
+
+def test_the_any_rule_sees_what_it_must():
+    source = (
+        "from typing import Any, Optional, Sequence\n"
+        "class A:\n"
+        "    cache: Any = None\n"
+        "    other: Any = None  # a LoaderCache or None\n"
+        "    batch: Any = None\n"
+        "    def __init__(self, ctx: Any, layer_seam: 'Any | None', hooks: Sequence[Any],\n"
+        "                 x: Any, comm_device: Optional[Any] = None) -> None:\n"
+        "        self.rewrites: Any = None\n"
+        "        self.model: Any = None\n"
+        "def f(state: 'LoaderState', timer: 'EpochTimer | None', plan: dict[str, Any]) -> Any:\n"
+        "    pass\n")
+    found = _untyped_collaborators(source, {"LoaderCache", "LoaderState"})
+    assert [f.split(" ")[1] for f in found] == ["cache", "other", "ctx", "layer_seam", "hooks",
+                                                "comm_device", "rewrites"], found

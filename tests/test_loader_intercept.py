@@ -8,9 +8,6 @@ import torch.distributed as dist
 from torch_geometric.loader import NeighborLoader
 
 import gnnorch
-from gnnorch.launch import context
-from gnnorch.launch.plan import CorePlan, assign_cores
-from gnnorch.launch.topology import current_topology
 
 from helpers import cora
 
@@ -69,7 +66,8 @@ def record_worker_affinity(data, path):
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
 def test_sampler_worker_pinned_to_sampler_core(tmp_path):
     path = tmp_path / "affinity.json"
-    runtime = gnnorch.Runtime(record_worker_affinity, processes=1, sampler_cores=1, threads=1)
+    runtime = gnnorch.Runtime(record_worker_affinity, processes=1,
+                              launch={"sampler_cores": 1, "threads": 1})
     batches, workers, trainer_cpus, threads = runtime(cora(), str(path))
     cores = runtime.last_run.cores[0]
     assert batches == 2 and workers == 1 and threads == 1
@@ -79,27 +77,29 @@ def test_sampler_worker_pinned_to_sampler_core(tmp_path):
     assert sorted(os.sched_getaffinity(0)) != [] and torch.get_num_threads() >= 1
 
 
-def reconfigure_after_first_epoch(data):
+def loader_state_kept_by_the_seam(data):
+    import gc
+    import weakref
+
+    from gnnorch.intercept.session import active
+
     loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.train_mask, batch_size=70,
                             shuffle=True)
-    seen = []
-    ctx = context.current()
-    for epoch in range(2):
-        for _ in loader:
-            pass
-        seen.append((loader.num_workers, torch.get_num_threads()))
-        if epoch == 0:
-            plan = CorePlan(1, 1, 1)
-            ctx.reconfigure(plan, assign_cores(plan, current_topology())[0])
-    return seen
+    states = active().loader.states
+    batches = sum(1 for _ in loader)
+    seen = (set(vars(loader)) - set(vars(NeighborLoader(data, num_neighbors=[2]))),
+            loader in states, states[loader].epochs, batches)
+    gone = weakref.ref(loader)
+    del loader
+    gc.collect()
+    return seen + (gone() is None, len(states))
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
-def test_in_rank_knobs_change_between_epochs():
-    runtime = gnnorch.Runtime(reconfigure_after_first_epoch, processes=1, sampler_cores=0,
-                              threads=2)
-    assert runtime(cora()) == [(0, 2), (1, 1)]
-    assert len(runtime.last_run.epochs[0]) == 2
+def test_loader_state_lives_in_the_seam_not_on_the_users_loader():
+    extra, held, epochs, batches, collected, left = gnnorch.Runtime(
+        loader_state_kept_by_the_seam, processes=1)(cora())
+    assert extra == set() and held and epochs == 1 and batches == 2
+    assert collected and left == 0   # (the one built for comparison went first)
 
 
 def test_loader_untouched_outside_runtime():
@@ -108,3 +108,50 @@ def test_loader_untouched_outside_runtime():
     assert NeighborLoader.__init__ is original
     loader = NeighborLoader(cora(), num_neighbors=[2], batch_size=8, shuffle=True)
     assert not hasattr(loader, "_gnnorch_state") and loader.batch_size == 8
+
+
+def test_a_device_path_plugs_into_the_loader_seam():
+    """The device path (`intercept.feeds.DevicePathHook`) sees every loader at the end of its
+    __init__ and wraps each epoch's batches before the layer seam hears of them; a loader it
+    samples on the device runs without workers, whatever the plan says; its decision is in
+    the loader's stats."""
+    from gnnorch.intercept.session import active, session
+    from gnnorch.launch.context import RankContext
+    from gnnorch.launch.plan import CorePlan
+    from gnnorch.run_options import RunOptions
+
+    calls, announced = [], []
+
+    class Decision:
+        samples_on_device = True
+
+        def to_dict(self):
+            return {"served": "in this test"}
+
+    class Path:
+        def adopt(self, loader, state):
+            calls.append(("adopt", state.role, loader.num_workers))
+            state.device = Decision()
+
+        def feed(self, iterator, loader, state, training):
+            calls.append(("feed", loader.num_workers, training))
+            for batch in iterator:
+                batch.fed = True
+                yield batch
+
+    data = cora()
+    ctx = RankContext(rank=0, world_size=1, plan=CorePlan(1, 1, 1), cores=None, seed=0,
+                      options=RunOptions(rewrite=False))
+    with session(ctx, device_path=lambda c: Path()):
+        seam = active().layer_seam
+        set_batch = seam.set_batch
+        seam.set_batch = lambda graph: (announced.append(graph), set_batch(graph))[1]
+        loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.train_mask,
+                                batch_size=70, shuffle=True)
+        batches = list(loader)
+    assert calls == [("adopt", "train", 1), ("feed", 0, True)]
+    assert len(batches) == 2 and all(batch.fed for batch in batches)
+    assert [g is not None for g in announced] == [True, True, False]
+    record = ctx.stats["sampler"]["loaders"][0]
+    assert record["device"] == {"served": "in this test"}
+    assert record["num_workers"] == "0 (sampled on the device)"

@@ -311,7 +311,7 @@ def test_own_rank_processes_with_partitioned_features_train_as_replicated():
                            seed=2)
     runs = {}
     for name, option in [("replicated", False), ("partitioned", {"hot_budget_mb": 0.5})]:
-        runtime = gnnorch.Runtime(_sage_losses, processes=2, threads=1, bind=False, seed=5,
+        runtime = gnnorch.Runtime(_sage_losses, processes=2, launch={"threads": 1, "bind": False}, seed=5,
                                   sampler="gnnorch", rewrite=False, partition_features=option)
         runs[name] = (runtime(data, 2), runtime.last_run)
     (base, _), (losses, info) = runs["replicated"], runs["partitioned"]

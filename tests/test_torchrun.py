@@ -150,8 +150,8 @@ def test_steps_of_a_two_node_world_equal_one_process_on_the_global_batch(tmp_pat
     for key, value in ref_state.items():
         assert torch.allclose(ranks[0]["state"][key], value, atol=1e-5, rtol=1e-4), key
     # and exactly what gnnorch's own two rank processes compute with that seed
-    own_state, own_seeds = gnnorch.Runtime(script.sage_steps, processes=2, threads=1,
-                                           bind=False, seed=1000)(data, 20, 3)
+    own_state, own_seeds = gnnorch.Runtime(script.sage_steps, processes=2, seed=1000,
+                                           launch={"threads": 1, "bind": False})(data, 20, 3)
     assert own_seeds == ranks[0]["seeds"]
     for key, value in own_state.items():
         assert torch.allclose(ranks[0]["state"][key], value, atol=1e-6, rtol=1e-5), key
@@ -314,7 +314,7 @@ def test_local_ranks_share_the_node(torchrun_env, monkeypatch):
     if usable >= 2:
         assert gnnorch.Runtime(train).plan.threads == usable // 2
     with pytest.raises(ValueError, match=r"do not fit the 2 ranks of this node"):
-        gnnorch.Runtime(train, threads=usable)
+        gnnorch.Runtime(train, launch={"threads": usable})
     monkeypatch.setenv("LOCAL_RANK", "2")
     with pytest.raises(ValueError, match="LOCAL_RANK=2 must be below LOCAL_WORLD_SIZE=2"):
         gnnorch.Runtime(train)

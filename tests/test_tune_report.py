@@ -19,8 +19,8 @@ from test_tune_runtime import FORCE_ONE_RANK, TWO_CORES, cora_train
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     folder = tmp_path_factory.mktemp("report")
-    runtime = gnnorch.Runtime(cora_train, report_dir=folder, verbose=False,
-                              tune=dict(FORCE_ONE_RANK, budget=2))
+    runtime = gnnorch.Runtime(cora_train, verbose=False,
+                              tune=dict(FORCE_ONE_RANK, budget=2, report_dir=folder))
     runtime(cora(), epochs=6)
     return runtime, folder / "report.json"
 

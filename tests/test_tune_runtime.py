@@ -50,27 +50,30 @@ def cora_train(data, epochs=3, batch_size=20, report_dir=None, fail_with_ranks=F
 
 
 def untuned(plan: dict, *args, **kwargs):
-    runtime = gnnorch.Runtime(cora_train, autotune=False, **plan)
+    """`cora_train` untuned under `plan` (processes, sampler_cores, threads: any of them)."""
+    launch = {k: v for k, v in plan.items() if k != "processes"}
+    runtime = gnnorch.Runtime(cora_train, autotune=False, processes=plan.get("processes"),
+                              launch=launch)
     return runtime(*args, **kwargs)
 
 
 def test_autotune_defaults():
     assert gnnorch.Runtime(cora_train).autotune is (not torch.cuda.is_available())
     assert gnnorch.Runtime(cora_train, processes=1).autotune is False
-    assert gnnorch.Runtime(cora_train, threads=1, autotune=True).autotune is True
+    assert gnnorch.Runtime(cora_train, launch={"threads": 1}, autotune=True).autotune is True
     assert gnnorch.Runtime(cora_train, autotune=False).autotune is False
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"processes": 1, "sampler_cores": 0, "threads": 1, "autotune": True}, ValueError,
-     "nothing is left to tune"),
+    ({"processes": 1, "launch": {"sampler_cores": 0, "threads": 1}, "autotune": True},
+     ValueError, "nothing is left to tune"),
     ({"autotune": "yes"}, ValueError, "autotune must be True, False or None"),
     ({"tune": {"budjet": 3}}, TypeError, "valid settings are: budget"),
     ({"tune": {"budget": 0}}, ValueError, r"tune\['budget'\] must be an integer >= 1"),
     ({"tune": {"estimator": "XGB"}}, ValueError, "estimator"),
     ({"tune": 5}, ValueError, "tune must be a dict"),
     ({"verbose": 1}, ValueError, "verbose must be True or False"),
-    ({"report_dir": 3}, ValueError, "report_dir must be a folder path"),
+    ({"tune": {"report_dir": 3}}, ValueError, r"tune\['report_dir'\] must be a folder path"),
 ])
 def test_bad_tuning_options(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -100,7 +103,7 @@ def test_small_job_is_not_tuned_and_equals_the_untuned_run(capsys, tmp_path):
     expected, _ = untuned({}, data, epochs=6)
     capsys.readouterr()
     torch.manual_seed(0)
-    runtime = gnnorch.Runtime(cora_train, report_dir=tmp_path)
+    runtime = gnnorch.Runtime(cora_train, tune={"report_dir": tmp_path})
     losses, seen = runtime(data, epochs=6, report_dir=str(tmp_path))
     report = runtime.report
     assert not report.tuned and "projected tuning" in report.data["decision"]["reason"]
@@ -120,7 +123,7 @@ def test_small_job_is_not_tuned_and_equals_the_untuned_run(capsys, tmp_path):
 def test_tuned_run_equals_untuned_run_of_the_chosen_plan(capsys, tmp_path):
     data = cora()
     torch.manual_seed(1)
-    runtime = gnnorch.Runtime(cora_train, report_dir=tmp_path, tune=FORCE_ONE_RANK)
+    runtime = gnnorch.Runtime(cora_train, tune=dict(FORCE_ONE_RANK, report_dir=tmp_path))
     losses, seen = runtime(data, epochs=6, report_dir=str(tmp_path))
     report = runtime.report
     assert report.tuned and report.status == "done"
@@ -133,7 +136,9 @@ def test_tuned_run_equals_untuned_run_of_the_chosen_plan(capsys, tmp_path):
         assert report.chosen == report.data["confirmation"]["chosen"]
     captured = capsys.readouterr()
     assert captured.out.count("done") == 6                         # probes were muted
-    assert "gnnorch tuning" in captured.err and "gnnorch: tuned in" in captured.err
+    assert "gnnorch tuning" in captured.err and "autotune: tuned in" in captured.err
+    assert captured.err.count("autotune: tuned in") == 1                # one summary
+    assert runtime.summary() in captured.err
     assert seen == [("training", k) for k in range(1, 7)]          # rewritten per epoch
     chosen = report.chosen
     plan = {k: chosen[k] for k in ("processes", "sampler_cores", "threads")}
@@ -148,7 +153,8 @@ def test_tuned_run_equals_untuned_run_of_the_chosen_plan(capsys, tmp_path):
 @TWO_CORES
 def test_multi_rank_probe_ends_cleanly_and_reports_per_rank_batches():
     data = cora()
-    runtime = gnnorch.Runtime(cora_train, threads=1, sampler_cores=0, autotune=True,
+    runtime = gnnorch.Runtime(cora_train, launch={"threads": 1, "sampler_cores": 0},
+                              autotune=True,
                               tune={"max_overhead": 1e9, "probe_batches": 4,
                                     "warmup_batches": 1}, verbose=False)
     losses, _ = runtime(data, epochs=6)
@@ -164,7 +170,8 @@ def test_multi_rank_probe_ends_cleanly_and_reports_per_rank_batches():
 
 @TWO_CORES
 def test_failed_probe_is_recorded_and_skipped(capsys):
-    runtime = gnnorch.Runtime(cora_train, threads=1, sampler_cores=0, autotune=True,
+    runtime = gnnorch.Runtime(cora_train, launch={"threads": 1, "sampler_cores": 0},
+                              autotune=True,
                               tune={"max_overhead": 1e9}, verbose=False)
     losses, _ = runtime(cora(), epochs=8, fail_with_ranks=True)
     assert "gnnorch" not in capsys.readouterr().err               # verbose=False: silent
@@ -182,7 +189,7 @@ def test_user_error_in_the_default_run_propagates(tmp_path):
         for _ in loader:
             raise KeyError("user bug")
 
-    runtime = gnnorch.Runtime(broken, report_dir=tmp_path)
+    runtime = gnnorch.Runtime(broken, tune={"report_dir": tmp_path})
     with pytest.raises(KeyError, match="user bug"):
         runtime(cora())
     assert runtime.report.status == "failed"
@@ -221,7 +228,8 @@ def sleepy_train(data, report_dir, epochs=2):
 
 @TWO_CORES
 def test_single_point_space_runs_untuned_with_live_report_from_ranks(tmp_path):
-    runtime = gnnorch.Runtime(sleepy_train, processes=2, autotune=True, report_dir=tmp_path)
+    runtime = gnnorch.Runtime(sleepy_train, processes=2, autotune=True,
+                              tune={"report_dir": tmp_path})
     losses, epochs_seen = runtime(cora(), str(tmp_path))
     report = runtime.report
     assert not report.tuned and "single point" in report.data["decision"]["reason"]
@@ -238,7 +246,7 @@ def test_single_point_space_runs_untuned_with_live_report_from_ranks(tmp_path):
 def test_fixed_processes_tunes_the_rest_with_a_multi_rank_default_probe(capsys):
     from gnnorch.launch.topology import Topology
 
-    runtime = gnnorch.Runtime(cora_train, processes=2, autotune=True, bind=False,
+    runtime = gnnorch.Runtime(cora_train, processes=2, autotune=True, launch={"bind": False},
                               tune={"max_overhead": 1e9, "probe_batches": 4,
                                     "warmup_batches": 1})
     four = tuple(range(4))                      # pretend 4 cores (unbound, so it can run)

@@ -1,4 +1,7 @@
-"""Exceptions gnnorch raises itself (a user's own exceptions are re-raised as their own type)."""
+"""Exceptions and warnings gnnorch raises itself (a user's own exceptions are re-raised as their
+own type). Every error is a `GnnorchError` and also subclasses the built-in base that says what
+kind of failure it is (`TypeError`, `RuntimeError`); every warning is a `GnnorchWarning`, so
+``warnings.filterwarnings("ignore", category=gnnorch.GnnorchWarning)`` silences all of them."""
 from __future__ import annotations
 
 
@@ -33,13 +36,36 @@ class RemoteTraceback(Exception):
         return "\n" + self.text
 
 
-class TrimmingWarning(UserWarning):
+class GnnorchWarning(UserWarning):
+    """Base class of gnnorch's warnings: a feature switched itself off and said why; the run
+    stays correct."""
+
+
+class TrimmingWarning(GnnorchWarning):
     """Hop-aware trimming was switched off for a model (e.g. its output was read beyond the seed
     rows); the run stays exact. Silence with ``warnings.filterwarnings("ignore",
-    category=gnnorch.errors.TrimmingWarning)`` or pass ``trim=False``."""
+    category=gnnorch.TrimmingWarning)`` or pass ``trim=False``."""
 
 
 class TrimmingError(GnnorchError, RuntimeError):
     """A trimmed model's non-seed output rows were read after its weights changed: their exact
     values can no longer be recomputed. Read them before ``optimizer.step()``, or pass
     ``trim=False``."""
+
+
+class StalenessError(GnnorchError, RuntimeError):
+    """A forward was about to use a historical-embedding cache row older than the staleness
+    bound (``CacheConfig(debug=True)``; without debug the row is refreshed first)."""
+
+
+class UnevenRanksError(GnnorchError, RuntimeError):
+    """Ranks asked for gnnorch collectives that cannot be matched (e.g. different optimizers
+    stepped in the same round, or tensors of different shapes): the program cannot run as
+    written with ``processes`` > 1. The message names each rank, its step and what to change
+    (docs/reliability.md)."""
+
+
+class CollectiveError(GnnorchError, RuntimeError):
+    """A gnnorch collective did not complete: a rank did not reach it within the stated bound
+    (the run's ``collective_timeout``), or a rank left the world in the middle of it. The
+    message names the ranks involved and where each was last seen."""

@@ -12,13 +12,12 @@ to rank processes inside their start-up spec. Each feature is a seam installed b
 * `rewrite`: exact re-ordering of transform and aggregation per layer where a fitted cost model
   and measurements say it is cheaper (`gnnorch.rewrite`): True, False, or ``"report"`` (decide
   and report, never swap).
-* `allocator`: ``"tuned"`` (default) keeps large tensors in glibc's heap instead of fresh mmap
-  pages every step (applied by `gnnorch.launch.allocator`); ``"default"`` leaves malloc as it
-  is.
-* `cache`, `staleness`, `hot_ratio`: the hotness-aware historical-embedding cache
-  (`gnnorch.cache`; off by default, it changes numerics). `cache` is False, True, a
-  `gnnorch.cache.CacheConfig` or a dict of its fields; `staleness` / `hot_ratio` override the
-  config's. `cache_config` gives the merged configuration (None when off).
+* `allocator`: the user's ``LaunchConfig.allocator`` (default there), carried to every rank:
+  ``"tuned"`` keeps large tensors in glibc's heap instead of fresh mmap pages every step
+  (applied by `gnnorch.launch.allocator`); ``"default"`` leaves malloc as it is.
+* `cache`: the hotness-aware historical-embedding cache (`gnnorch.cache`; off by default, it
+  changes numerics): False, True, a `gnnorch.CacheConfig` or a dict of its fields;
+  `cache_config` gives the configuration (None when off).
 * `data_path`: how NeighborLoader batches reach the training device
   (`gnnorch.device.config.DataPathConfig`: on CUDA the graph, sampling and features on the
   device; ``mode="device"`` runs the same path with the CPU as the device).
@@ -29,6 +28,8 @@ to rank processes inside their start-up spec. Each feature is a seam installed b
 
 Ground floor: plain validated data (validation by `gnnorch.options`); it names the allowed
 values of every feature itself, so nothing here reaches up into the launcher or the seams.
+Each default is written once, here (or in the config dataclass a field holds); `Runtime`'s
+signature shows these same values.
 """
 from __future__ import annotations
 
@@ -37,12 +38,12 @@ from typing import Any
 
 from .cache.config import CacheConfig, resolve_cache
 from .device.config import DataPathConfig, resolve_data_path
+from .launch.config import ALLOCATORS, LaunchConfig
 from .options import check_bool, check_choice
 from .partition.config import PartitionConfig, resolve_partition
 
 SAMPLERS = ("auto", "gnnorch", "pyg")
 REWRITE_MODES = (True, False, "report")
-ALLOCATORS = ("tuned", "default")   # glibc malloc settings (gnnorch.launch.allocator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +53,9 @@ class RunOptions:
     sampler: str = "auto"
     trim: bool = True
     rewrite: bool | str = True
-    cache: Any = False             # False | True | CacheConfig (a dict is converted)
-    staleness: int | None = None
-    hot_ratio: float | str | None = None
-    allocator: str = "tuned"
-    partition_features: Any = False   # False | True | PartitionConfig (a dict is converted)
+    cache: bool | CacheConfig = False   # a dict is converted
+    allocator: str = LaunchConfig.allocator
+    partition_features: bool | PartitionConfig = False   # a dict is converted
     data_path: DataPathConfig = dataclasses.field(default_factory=DataPathConfig)
 
     def __post_init__(self) -> None:
@@ -64,9 +63,11 @@ class RunOptions:
         check_choice("sampler", self.sampler, SAMPLERS)
         check_bool("trim", self.trim)
         check_choice("rewrite", self.rewrite, REWRITE_MODES, allowed="True, False or 'report'")
-        if isinstance(self.cache, dict):  # from to_dict / JSON
-            object.__setattr__(self, "cache", CacheConfig.from_dict(self.cache))
-        resolve_cache(self.cache, self.staleness, self.hot_ratio)  # validates
+        # True / False stay as given; a dict (from to_dict / JSON, or the user's) becomes a
+        # validated CacheConfig (unknown keys: TypeError; bad values: ValueError)
+        cache = resolve_cache(self.cache)
+        if cache is not None and not isinstance(self.cache, bool):
+            object.__setattr__(self, "cache", cache)
         # True / False stay as given; a dict (from to_dict / JSON, or the user's) becomes a
         # validated PartitionConfig (unknown keys: TypeError; bad values: ValueError)
         partition = resolve_partition(self.partition_features)
@@ -78,7 +79,7 @@ class RunOptions:
     @property
     def cache_config(self) -> CacheConfig | None:
         """The run's cache configuration (None: the cache is off)."""
-        return resolve_cache(self.cache, self.staleness, self.hot_ratio)
+        return resolve_cache(self.cache)
 
     @property
     def partition_config(self) -> PartitionConfig | None:
@@ -91,6 +92,3 @@ class RunOptions:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "RunOptions":
         return cls(**values)
-
-
-RUN_OPTION_NAMES = tuple(f.name for f in dataclasses.fields(RunOptions))

@@ -127,7 +127,8 @@ def train_mode(out):
     results = {}
     for name, (partition, workers, epochs) in RUNS.items():
         # rewrites off: their orders are chosen by timing, which may differ between calls
-        runtime = gnnorch.Runtime(train, threads=1, bind=False, seed=1234, sampler="gnnorch",
+        runtime = gnnorch.Runtime(train, launch={"threads": 1, "bind": False}, seed=1234,
+                                  sampler="gnnorch",
                                   rewrite=False, partition_features=partition)
         value = runtime(data, epochs, workers)
         results[name] = {**value, "partition": runtime.last_run.stats[rank].get("partition")}

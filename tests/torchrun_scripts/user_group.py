@@ -59,7 +59,7 @@ def _raise_in_rank_one(busy):
 
 
 def main(rank, path, out):
-    runtime = gnnorch.Runtime(_sharded_training, threads=1)   # built before the group exists
+    runtime = gnnorch.Runtime(_sharded_training, launch={"threads": 1})  # before the group
     store = dist.FileStore(path, 2)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
     group = dist.group.WORLD
@@ -70,7 +70,7 @@ def main(rank, path, out):
     result["value"] = runtime(x, y)
     result["cores"] = [(c.rank, c.trainer_cpus) for c in runtime.last_run.cores]
     result["plan"] = runtime.plan.as_tuple()
-    own = gnnorch.Runtime(_own_init_process_group, threads=1)   # a second call, same group
+    own = gnnorch.Runtime(_own_init_process_group, launch={"threads": 1})  # same group
     result["own_init"] = own()
     result["user_managed"] = own.last_run.stats[rank]["distributed"]["user_managed"]
     result["after"] = (dist.is_initialized(), dist.group.WORLD is group,
@@ -80,7 +80,8 @@ def main(rank, path, out):
     dist.all_reduce(total)                                    # the group still works
     result["all_reduce"] = total.item()
     torch.save(result, f"{out}/rank{rank}.pt")
-    failing = gnnorch.Runtime(_raise_in_rank_one, threads=1, bind=False, collective_timeout=4)
+    failing = gnnorch.Runtime(_raise_in_rank_one,
+                              launch={"threads": 1, "bind": False, "collective_timeout": 4})
     for busy in (True, False):
         started = time.time()
         try:

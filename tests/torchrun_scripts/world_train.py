@@ -102,14 +102,14 @@ def main():
         # runs after gnnorch's own exit handler (registered later): was its group destroyed?
         atexit.register(lambda: (out / f"exit{rank}.txt").write_text(str(dist.is_initialized())))
         torch.manual_seed(1000 + rank)       # the runtime's seed must be rank 0's: 1000
-        runtime = gnnorch.Runtime(sage_steps, threads=1, bind=False)
+        runtime = gnnorch.Runtime(sage_steps, launch={"threads": 1, "bind": False})
         state, seeds = runtime(data, 20, 3)
         torch.save({"state": state, "seeds": seeds, "plan": runtime.plan.as_tuple(),
                     "initialised": dist.is_initialized(), "world": dist.get_world_size(),
                     "epochs": runtime.last_run.epochs}, out / f"rank{rank}.pt")
     elif mode == "accuracy":
         example = load_vanilla_example()
-        runtime = gnnorch.Runtime(example.train, threads=1, bind=False)
+        runtime = gnnorch.Runtime(example.train, launch={"threads": 1, "bind": False})
         accuracies, walls = [], []
         for seed in map(int, sys.argv[3:]):
             torch.manual_seed(seed)   # the runtime's shuffle seed: torch.initial_seed()
@@ -121,7 +121,8 @@ def main():
                                                            "wall": walls}))
     elif mode == "fail":
         print(f"rank {rank} pid {os.getpid()} starts", flush=True)
-        gnnorch.Runtime(long_training, threads=1, bind=False, collective_timeout=300)(data, 10_000)
+        gnnorch.Runtime(long_training, launch={"threads": 1, "bind": False,
+                                               "collective_timeout": 300})(data, 10_000)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

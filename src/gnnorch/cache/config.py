@@ -1,8 +1,8 @@
-"""`CacheConfig`: the historical-embedding cache's knobs, and how Runtime options map onto it.
+"""`CacheConfig`: the historical-embedding cache's knobs (``Runtime(cache=...)``).
 
-``Runtime(train, cache=True, staleness=4, hot_ratio=0.1)`` and
-``Runtime(train, cache=CacheConfig(staleness=4, hot_ratio=0.1))`` mean the same; keyword
-`staleness` / `hot_ratio` override a config's. A config is plain data: it round-trips through
+``Runtime(train, cache=True)`` is ``CacheConfig()``; ``cache=CacheConfig(staleness=2)`` and
+``cache={"staleness": 2}`` set fields; ``False`` (default) is off. Every default lives in the
+dataclass field below, nowhere else. A config is plain data: it round-trips through
 `to_dict` / `from_dict` (JSON) so it reaches rank processes inside `RunOptions`. Validation
 follows `gnnorch.options`: an unknown field name is a `TypeError`, a bad value a `ValueError`
 naming the field and what it allows.
@@ -110,30 +110,16 @@ class CacheConfig:
         return cls(**values)
 
 
-def resolve_cache(cache: Any, staleness: Any = None, hot_ratio: Any = None) -> CacheConfig | None:
-    """The run's cache configuration from the Runtime options, or None when the cache is off.
-
-    `cache`: False/None (off), True (defaults), a `CacheConfig` or a dict of its fields.
-    `staleness` / `hot_ratio` override the config's; giving them with the cache off is an error
-    (they would silently do nothing).
-    """
+def resolve_cache(cache: Any) -> CacheConfig | None:
+    """The run's cache configuration from ``Runtime(cache=...)``, or None when the cache is off:
+    False/None (off), True (defaults), a `CacheConfig` or a dict of its fields."""
     if cache is None or cache is False:
-        given = [n for n, v in (("staleness", staleness), ("hot_ratio", hot_ratio))
-                 if v is not None]
-        if given:
-            verb = "apply" if len(given) > 1 else "applies"
-            raise ValueError(f"{' and '.join(given)} only {verb} to the historical-embedding "
-                             f"cache; pass cache=True as well")
         return None
     if cache is True:
-        config = CacheConfig()
-    elif isinstance(cache, CacheConfig):
-        config = cache
-    elif isinstance(cache, dict):
-        config = CacheConfig.from_dict(cache)
-    else:
-        raise ValueError(f"cache must be True, False, a gnnorch.CacheConfig or a dict of its "
-                         f"fields, got {cache!r}")
-    overrides = {n: v for n, v in (("staleness", staleness), ("hot_ratio", hot_ratio))
-                 if v is not None}
-    return dataclasses.replace(config, **overrides) if overrides else config
+        return CacheConfig()
+    if isinstance(cache, CacheConfig):
+        return cache
+    if isinstance(cache, dict):
+        return CacheConfig.from_dict(cache)
+    raise ValueError(f"cache must be True, False, a gnnorch.CacheConfig or a dict of its "
+                     f"fields, got {cache!r}")

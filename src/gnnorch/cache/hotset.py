@@ -12,7 +12,7 @@ rows of vertices hot before and after are kept.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -24,6 +24,16 @@ from .hotness import count_hotness, estimate_hotness, in_degree, top_fraction
 from .refresh import BatchDegrees, linear_parts
 from .stats import CacheStats
 from .store import EmbeddingStore
+
+
+class StepTimes(Protocol):
+    """The timer of a training epoch, as the cache reads it (`launch.context.EpochTimer`):
+    `batch_ends[i]` is when batch i's step ended (perf_counter), `start` when the epoch began,
+    `loader` the training loader's index."""
+
+    loader: int
+    start: float
+    batch_ends: list[float]
 
 
 class HotSet:
@@ -117,9 +127,9 @@ class HotSet:
         self.stats.counters["refresh_rows"] += slots.numel()
         self.stats.seconds["refresh"] += time.perf_counter() - start
 
-    def observe(self, timer: Any) -> float | None:
-        """After a training step (`timer`: the epoch's `EpochTimer`): feed the hot-ratio search
-        the step's seconds; the ratio to switch to, or None."""
+    def observe(self, timer: StepTimes) -> float | None:
+        """After a training step (`timer`: the epoch's timer): feed the hot-ratio search the
+        step's seconds; the ratio to switch to, or None."""
         if self.search is None or self.search.done:
             return None
         ends = timer.batch_ends

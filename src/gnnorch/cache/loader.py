@@ -16,15 +16,18 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+import concurrent.futures
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 from torch import Tensor
 
-from . import stats as stats_report
+from ..trim.batch import BatchGraph
+from ..trim.state import Mode, ModelState
 from .admission import Admission, LoaderSpec, Served
 from .background import BackgroundRefresh, choose_overlap
-from .hotset import HotSet
+from .config import CacheConfig
+from .hotset import HotSet, StepTimes
 from .refresh import BatchDegrees, LayerCall
 from .stats import CacheStats
 from .status import CacheStatus, CacheWarning
@@ -32,7 +35,43 @@ from .store import EmbeddingStore
 from .swap import BottomSwap
 
 if TYPE_CHECKING:
-    from .manager import CacheManager
+    from torch_geometric.loader import NeighborLoader
+
+
+class LayerCallView(Protocol):
+    """A layer call of a model on a batch's own edge_index, as the cache sees it (the layer
+    seam's `intercept.chain.HookedCall`): `run()` computes it as the seam would without the
+    cache; `unpatched(layer, *args, **kwargs)` runs a layer past the seam."""
+
+    model: torch.nn.Module
+    state: ModelState
+    mode: Mode
+    index: int
+    layer: Any
+    x: Any
+    edge_index: Tensor
+    args: tuple
+    kwargs: dict
+    batch: BatchGraph
+    run: Callable[[], Any]
+    unpatched: LayerCall
+
+
+class CacheRank(Protocol):
+    """What a loader's cache needs of the rank's cache (`cache.manager.CacheManager`): the
+    config, optimizer steps so far, per-loader seeds, agreement over ranks, the trainer's
+    cores and the refresh thread pool."""
+
+    config: CacheConfig
+    steps: int
+
+    def seed(self, index: int) -> int: ...
+
+    def agree(self, reason: str | None) -> str | None: ...
+
+    def trainer_cores(self) -> int: ...
+
+    def pool(self) -> concurrent.futures.ThreadPoolExecutor: ...
 
 
 @dataclasses.dataclass
@@ -45,14 +84,14 @@ class BatchInfo:
     _hot: tuple[Any, Tensor, Tensor, int] | None = None
     _degrees: BatchDegrees | None = None
 
-    def degrees(self, graph: Any) -> BatchDegrees:
+    def degrees(self, graph: BatchGraph) -> BatchDegrees:
         """The batch's in-degrees (GCN bottom layers: for refreshes made in this batch)."""
         if self._degrees is None:
             self._degrees = BatchDegrees.of_batch(graph.n_id, graph.edge_index,
                                                   graph.num_nodes, graph.extra_degree)
         return self._degrees
 
-    def hot(self, graph: Any, store: EmbeddingStore) -> tuple[Tensor, Tensor, int]:
+    def hot(self, graph: BatchGraph, store: EmbeddingStore) -> tuple[Tensor, Tensor, int]:
         """(batch rows of `store`'s hot vertices at hop L-1, their store slots, number of hop
         L-1 rows)."""
         if self._hot is None or self._hot[0] is not store:
@@ -69,11 +108,11 @@ class LoaderCache:
     """The cache of one training loader (see the module docstring). `reason`: why it cannot
     serve this loader at all (it starts off), or None."""
 
-    def __init__(self, manager: "CacheManager", loader: Any, state: Any,
+    def __init__(self, manager: CacheRank, loader: NeighborLoader, index: int,
                  reason: str | None) -> None:
         self.manager = manager
         self.config = manager.config
-        self.index: int = state.index
+        self.index = index
         self.status = CacheStatus.PENDING
         self.reason: str | None = None
         self.stats = CacheStats()
@@ -103,17 +142,18 @@ class LoaderCache:
         warnings.warn(f"gnnorch cache: {reason}; training runs exactly (no cache)",
                       CacheWarning, stacklevel=2)
 
-    def inspects(self, model: Any) -> bool:
+    def inspects(self, model: torch.nn.Module) -> bool:
         """Whether `model`'s forward is the one admission is recording."""
         return (self.status is CacheStatus.PENDING and self.admission is not None
                 and self.admission.candidate is model)
 
-    def record(self, call: Any) -> None:
+    def record(self, call: LayerCallView) -> None:
         """A layer call (`HookedCall`) of a forward on a training batch while pending."""
         if self.admission is not None:
             self.admission.record(call)
 
-    def validate(self, model: Any, calls: int, graph: Any, unpatched: LayerCall) -> None:
+    def validate(self, model: torch.nn.Module, calls: int, graph: BatchGraph,
+                 unpatched: LayerCall) -> None:
         """After the model's first forward on a training batch: admit and activate the cache,
         or turn it off (agreed over ranks)."""
         assert self.admission is not None
@@ -150,7 +190,7 @@ class LoaderCache:
         self.hot.switch_ratio(ratio, self.manager.steps, self.swap.last_degrees)
 
     # -- the loader seam ------------------------------------------------------------------
-    def epoch_start(self, loader: Any) -> None:
+    def epoch_start(self, loader: NeighborLoader) -> None:
         """A training epoch's iterator is about to be created (the interceptor calls this)."""
         if self.hot is not None and self.hot.pending_ratio is not None:
             self._switch_ratio(self.hot.pending_ratio)
@@ -165,7 +205,7 @@ class LoaderCache:
             return self.epoch_pruned
         return self.hot is not None and self.hot.exclusion_on
 
-    def annotate(self, graph: Any, batch: Any) -> None:
+    def annotate(self, graph: BatchGraph, batch: Any) -> None:
         """A batch was drawn (`graph`: its `BatchGraph`): put a `BatchInfo` on it, count it
         and, on a pruned batch, give GCN layers the pruned vertices' degrees."""
         info = BatchInfo(self, getattr(batch, "x", None), self.pruned_now())
@@ -191,13 +231,13 @@ class LoaderCache:
             graph.extra_degree = extra
 
     # -- per step -------------------------------------------------------------------------
-    def serves(self, call: Any) -> bool:
+    def serves(self, call: LayerCallView) -> bool:
         """Whether `call` (`HookedCall`) is the served model's bottom layer call."""
         served = self.served
         return (self.status is CacheStatus.ACTIVE and served is not None and call.index == 0
                 and call.model is served.model() and call.layer is served.layer)
 
-    def bottom(self, call: Any, info: BatchInfo) -> Any:
+    def bottom(self, call: LayerCallView, info: BatchInfo) -> Any:
         """The served bottom layer's call on a training batch."""
         assert self.swap is not None
         return self.swap.bottom(call, info, self.manager.steps)
@@ -208,7 +248,7 @@ class LoaderCache:
             assert self.swap is not None
             self.background.after_step(step, self.swap.last_degrees)
 
-    def on_batch_end(self, timer: Any) -> None:
+    def on_batch_end(self, timer: StepTimes) -> None:
         """After a training step of this loader: feed the hot-ratio search."""
         if self.status is not CacheStatus.ACTIVE or self.hot is None:
             return
@@ -225,4 +265,61 @@ class LoaderCache:
             self.background.drop()
 
     def report(self) -> dict:
-        return stats_report.report(self)
+        return report(self)
+
+
+def report(lc: LoaderCache) -> dict:
+    """The report of one loader's cache (`runtime.last_run.stats[rank]["cache"]["loaders"][i]`;
+    the keys are listed in src/gnnorch/cache/README.md)."""
+    stats = lc.stats
+    c = dict(stats.counters)
+    out: dict[str, Any] = {"loader": lc.index, "status": lc.status.value, "reason": lc.reason}
+    store = lc.store
+    if lc.status is CacheStatus.OFF and store is None:
+        return out
+    served = lc.served
+    spec = lc.spec
+    aggregate = served is not None and served.aggregate
+    refreshers = [r for r in (served.sync if served is not None else None,
+                              lc.background.refresher if lc.background is not None else None)
+                  if r]
+    search = lc.hot.search if lc.hot is not None else None
+    out.update({
+        "layer": type(served.layer).__name__ if served is not None else None,
+        "layers": served.layers if served is not None else None,
+        "hops": spec.hops if spec is not None else None,
+        "fanouts": spec.fanouts if spec is not None else None,
+        "staleness_bound": lc.config.staleness,
+        # aggregate rows do not depend on the weights: only their neighbour sample ages
+        "max_staleness_seen": 0 if aggregate else stats.max_staleness,
+        "max_sample_age_seen": stats.max_staleness,
+        "hot_vertices": len(store) if store is not None else 0,
+        "hit_rate": c["hits"] / c["lookups"] if c["lookups"] else 0.0,
+        "hits": c["hits"], "lookups": c["lookups"], "forwards": c["forwards"],
+        "batches": c["batches"],
+        "sampled_vertices": c["sampled_nodes"], "sampled_edges": c["sampled_edges"],
+        "gathered_vertices": c["sampled_nodes"],
+        "pruned_batches": c["pruned_batches"],
+        "pruned_vertices": c["pruned_vertices"],
+        "edges_not_sampled": c["pruned_edges"],
+        "sampled_edges_without_pruning": c["sampled_edges"] + c["pruned_edges"],
+        "sampled_vertices_without_pruning_at_most": c["sampled_nodes"] + c["pruned_edges"],
+        "refreshes": c["refreshes"], "refresh_rows": c["refresh_rows"],
+        "refresh_seconds": stats.seconds["refresh"],
+        "background_refreshes": c["background_refreshes"],
+        "background_rows": c["background_rows"],
+        "background_seconds": stats.seconds["background"],
+        "background_wait_seconds": stats.seconds["wait"],
+        "refresh_gathered_vertices": sum(r.gathered for r in refreshers),
+        "refresh_edges": sum(r.edges for r in refreshers),
+        "setup_seconds": stats.seconds["setup"],
+        "hotness": lc.config.hotness, "hotness_seconds": stats.seconds["hotness"],
+        "degree_correction": served is not None and served.degree_fix,
+        "bottom_rows_computed": c["cold_rows"],
+        "bottom_rows_not_computed": c["skipped_rows"],
+    })
+    out.update(stats.info)
+    if search is not None:
+        out["hot_ratio_search"] = {"done": search.done, "chosen": search.ratio,
+                                   "trace": search.trace}
+    return out

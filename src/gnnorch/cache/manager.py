@@ -16,6 +16,10 @@ on); it is the object the rest of gnnorch talks to. It is
   rows due next in a background thread (`background`);
 * a batch callback feeding the `hot_ratio="auto"` search (`hotset`).
 
+Its collaborators are passed in: the rank's facts (seed, rank, whether ranks agree, trainer
+cores) at construction, the run's batch-callback list at installation. It knows nothing of the
+seams that call it (`intercept.session` wires it to the loader seam and the layer seam).
+
 Refreshes call the layer past the seam with the seam's own unpatched call, which the manager
 takes from the layer calls it is handed (`HookedCall.unpatched`) and passes down.
 
@@ -25,42 +29,66 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import torch
 from torch import Tensor
 
+from ..trim.batch import BatchGraph
+from ..trim.state import ModelState
 from .config import CacheConfig
-from .loader import BatchInfo, LoaderCache
+from .hotset import StepTimes
+from .loader import BatchInfo, LayerCallView, LoaderCache
 from .refresh import LayerCall
 from .status import CacheStatus, CacheWarning
 
-__all__ = ["BatchInfo", "CacheManager", "CacheStatus", "CacheWarning", "LoaderCache"]
+if TYPE_CHECKING:
+    from torch_geometric.loader import NeighborLoader
+
+__all__ = ["BatchInfo", "CacheManager", "CacheStatus", "CacheWarning", "LoaderCache",
+           "LoaderFacts"]
+
+
+class LoaderFacts(Protocol):
+    """What the cache reads of the loader seam's record of a training loader
+    (`intercept.feeds.LoaderState`)."""
+
+    index: int
+    backend: str
+    backend_reason: str | None
+    directional: bool
 
 
 class CacheManager:
-    """The cache of one rank's run (see the module docstring)."""
+    """The cache of one rank's run (see the module docstring): `seed` and `rank` make its
+    random choices reproducible per rank, `distributed` makes activation agreed over ranks,
+    `trainer_cores` decides the refresh overlap."""
 
-    def __init__(self, ctx: Any, config: CacheConfig) -> None:
-        self.ctx = ctx
+    def __init__(self, config: CacheConfig, *, seed: int, rank: int = 0,
+                 distributed: bool = False, trainer_cores: int = 1) -> None:
         self.config = config
+        self.run_seed, self.rank = seed, rank
+        self.distributed = distributed
+        self.cores = trainer_cores
         self.steps = 0
         self.loaders: list[LoaderCache] = []
         self.unpatched: LayerCall | None = None  # the seam's call past itself (for refreshes)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator["CacheManager"]:
+    def installed(self, batch_callbacks: list[Callable[[StepTimes], None]]
+                  ) -> Iterator["CacheManager"]:
+        """Hooks optimizer steps and adds `on_batch_end` to the run's `batch_callbacks`."""
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         handle = register_optimizer_step_post_hook(self._on_step)
-        self.ctx.batch_callbacks.append(self._on_batch_end)
+        batch_callbacks.append(self.on_batch_end)
         try:
             yield self
         finally:
             handle.remove()
             with contextlib.suppress(ValueError):
-                self.ctx.batch_callbacks.remove(self._on_batch_end)
+                batch_callbacks.remove(self.on_batch_end)
             for lc in self.loaders:
                 with contextlib.suppress(Exception):
                     lc.close()
@@ -69,13 +97,10 @@ class CacheManager:
 
     # -- environment ----------------------------------------------------------------------
     def seed(self, index: int) -> int:
-        return (self.ctx.seed * 1_000_003 + 7_777 + index * 101 + self.ctx.rank * 13) % 2 ** 62
+        return (self.run_seed * 1_000_003 + 7_777 + index * 101 + self.rank * 13) % 2 ** 62
 
     def trainer_cores(self) -> int:
-        cores = getattr(self.ctx, "cores", None)
-        if cores is not None:
-            return len(cores.trainer_cpus)
-        return int(self.ctx.plan.threads)
+        return self.cores
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
@@ -85,7 +110,7 @@ class CacheManager:
 
     def agree(self, reason: str | None) -> str | None:
         """With p > 1 ranks: the cache activates only if it can on every rank."""
-        if not self.ctx.distributed:
+        if not self.distributed:
             return reason
         import torch.distributed as dist
 
@@ -99,8 +124,9 @@ class CacheManager:
         return reason
 
     # -- loaders --------------------------------------------------------------------------
-    def attach(self, loader: Any, state: Any) -> LoaderCache:
-        """A training loader was built (`state`: its `intercept.loader.LoaderState`)."""
+    def attach(self, loader: NeighborLoader, state: LoaderFacts) -> LoaderCache:
+        """A training loader starts its first training epoch (`state`: the loader seam's
+        record of it)."""
         from ..sampling.neighbor import FastNeighborSampler
 
         sampler = getattr(loader, "node_sampler", None)
@@ -118,12 +144,12 @@ class CacheManager:
                       "outlive an epoch")
         elif not isinstance(getattr(getattr(loader, "data", None), "x", None), Tensor):
             reason = "the loader's data has no raw feature matrix data.x"
-        lc = LoaderCache(self, loader, state, reason)
+        lc = LoaderCache(self, loader, state.index, reason)
         self.loaders.append(lc)
         return lc
 
     # -- layer seam hooks -----------------------------------------------------------------
-    def on_layer(self, call: Any) -> Any:
+    def on_layer(self, call: LayerCallView) -> Any:
         """A layer call of a traced model on the batch's edge_index (`HookedCall`): its output."""
         if self.unpatched is None:  # the same for every call of the run
             self.unpatched = call.unpatched
@@ -137,7 +163,8 @@ class CacheManager:
             lc.record(call)
         return call.run()
 
-    def on_forward_end(self, model: Any, state: Any, calls: int, graph: Any) -> None:
+    def on_forward_end(self, model: torch.nn.Module, state: ModelState, calls: int,
+                       graph: BatchGraph | None) -> None:
         """A forward of `model` on `graph` made `calls` layer calls on its edge_index."""
         info = getattr(graph, "cache", None) if graph is not None else None
         if not isinstance(info, BatchInfo) or not graph.training:
@@ -159,7 +186,8 @@ class CacheManager:
         for lc in self.loaders:
             lc.after_step(self.steps)
 
-    def _on_batch_end(self, timer: Any) -> None:
+    def on_batch_end(self, timer: StepTimes) -> None:
+        """After a training step: the loader's cache feeds its hot-ratio search."""
         for lc in self.loaders:
             if lc.index == timer.loader:
                 lc.on_batch_end(timer)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import enum
 
+from ..errors import GnnorchWarning
+
 
 class CacheStatus(enum.Enum):
     """pending (attached, its model's first forward not yet inspected) -> active | off.
@@ -13,5 +15,5 @@ class CacheStatus(enum.Enum):
     OFF = "off"
 
 
-class CacheWarning(UserWarning):
+class CacheWarning(GnnorchWarning):
     """The historical-embedding cache is off for a loader or model; training runs exactly."""

@@ -6,16 +6,12 @@ bottom layer's parameters). A row written with version v was computed with the w
 v steps. A forward taken when s steps are done uses a row at staleness s - v; the bound
 `staleness` S says s - v <= S for every row a forward uses (S = 0: computed with the current
 weights). `stale(slots, s, S)` lists the rows that violate it; the cache refreshes them before
-the forward uses them, or raises `StalenessError` in debug mode.
+the forward uses them, or raises `gnnorch.errors.StalenessError` in debug mode.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-
-class StalenessError(AssertionError):
-    """A forward was about to use a cached row older than the staleness bound (debug mode)."""
 
 
 class EmbeddingStore:

@@ -20,14 +20,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import StalenessError
 from ..trim.layer_types import pair_recomputable, self_looping
+from ..trim.state import Mode
 from .admission import Served
 from .background import BackgroundRefresh
 from .config import CacheConfig
 from .hotset import HotSet
 from .refresh import BatchDegrees, CachedLinearRows, InterleaveRows, linear_parts
 from .stats import CacheStats
-from .store import StalenessError
 
 
 class BottomSwap:
@@ -62,7 +63,8 @@ class BottomSwap:
                 agg = store.read(slots).to(device=out.device, dtype=out.dtype)
                 out = out.index_add(0, rows.to(out.device), call.layer.lin(agg))
             return out
-        if rows.numel() and call.mode == "trim" and isinstance(call.layer, pair_recomputable()):
+        if rows.numel() and call.mode is Mode.TRIM and isinstance(call.layer,
+                                                                  pair_recomputable()):
             bounds = call.batch.layout.bounds(0, call.state.layers)
             if bounds is not None:
                 return self._cold_call(call, rows, slots, bounds, info.pruned)

@@ -12,7 +12,12 @@ Invariants:
   drops what was produced ahead and joins the thread: nothing keeps running afterwards, and the
   source iterator is only ever advanced from one thread at a time;
 * with `ready` given, each batch is passed through it in the consumer's thread before it is
-  returned (e.g. making the current CUDA stream wait for the copy's event).
+  returned (e.g. making the current CUDA stream wait for the copy's event);
+* with `produce_in` given, the producer thread runs its whole loop inside the context it makes
+  (e.g. the training device and a side CUDA stream: the thread's own current stream, so the
+  source's kernels and copies never queue behind the trainer's);
+* `wait_s` is the time the consumer spent blocked waiting for a batch (the part of the
+  producer's work that did not overlap the consumer's), `produced` the batches produced.
 
 What overlaps: everything the source does in `__next__` (sampling in the trainer process,
 feature gathering, collation) and `transfer`, with the consumer's work between two `next`
@@ -21,9 +26,11 @@ two sides spend their time in torch ops; Python-heavy producers contend for the 
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
-from typing import Any, Callable, Iterable, Iterator
+import time
+from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 __all__ = ["Prefetcher"]
 
@@ -40,12 +47,15 @@ class Prefetcher:
 
     def __init__(self, source: Iterable[Any], transfer: Callable[[Any], Any] | None = None,
                  depth: int = 2, ready: Callable[[Any], Any] | None = None,
-                 name: str = "gnnorch-prefetch") -> None:
+                 name: str = "gnnorch-prefetch",
+                 produce_in: Callable[[], ContextManager[Any]] | None = None) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         self._source = iter(source)
         self._transfer = transfer
         self._ready = ready
+        self._produce_in = produce_in
+        self.wait_s = 0.0
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._finished = False
@@ -65,18 +75,23 @@ class Prefetcher:
 
     def _produce(self) -> None:
         try:
-            for batch in self._source:
-                if self._stop.is_set():
-                    return
-                if self._transfer is not None:
-                    batch = self._transfer(batch)
-                self.produced += 1
-                if not self._put(batch):
-                    return
+            with self._produce_in() if self._produce_in is not None else contextlib.nullcontext():
+                self._produce_all()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
             self._put(_Failure(exc))
             return
         self._put(_DONE)
+
+    def _produce_all(self) -> None:
+        """Draw, transfer and queue every batch (until the source ends or a stop)."""
+        for batch in self._source:
+            if self._stop.is_set():
+                return
+            if self._transfer is not None:
+                batch = self._transfer(batch)
+            self.produced += 1
+            if not self._put(batch):
+                return
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -84,7 +99,9 @@ class Prefetcher:
     def __next__(self) -> Any:
         if self._finished:
             raise StopIteration
+        start = time.perf_counter()
         item = self._queue.get()
+        self.wait_s += time.perf_counter() - start
         if item is _DONE:
             self.close()
             raise StopIteration

@@ -8,9 +8,10 @@ of the steps also need stays outside it).
 
 Rule, in order: the structure goes to the GPU when it fits the budget (GPU sampling needs it
 there; it is also the smaller of the two for feature-rich graphs); the features go to the GPU
-when they fit what is left; otherwise features stay on the host, pinned when ``pin`` (copies
-then run asynchronously on a side stream) and pageable otherwise. A structure that does not fit
-keeps sampling on the host. Every choice carries its reason and the numbers behind it.
+when they fit what is left (and ``features_host`` does not keep them on the host); otherwise
+features stay on the host, pinned when ``pin`` (copies then run asynchronously on a side
+stream) and pageable otherwise. A structure that does not fit keeps sampling on the host.
+Every choice carries its reason and the numbers behind it.
 """
 from __future__ import annotations
 
@@ -55,11 +56,16 @@ def feature_bytes(tensors: dict[str, Any]) -> int:
 
 def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, Any], *,
                         free_bytes: int | None = None, budget_bytes: int | None = None,
-                        budget_fraction: float = 0.5, pin: bool = True) -> DataPlacement:
+                        budget_fraction: float = 0.5, pin: bool = True,
+                        features_host: bool = False,
+                        host_sampling: str | None = None) -> DataPlacement:
     """Decide where the structure and the features live (the module docstring's rule).
 
     ``free_bytes``: the device's free memory (e.g. ``torch.cuda.mem_get_info()[0]``), used
-    with ``budget_fraction`` when ``budget_bytes`` is not given.
+    with ``budget_fraction`` when ``budget_bytes`` is not given. ``features_host``: the
+    features stay on the host whatever the budget (``DataPathConfig.features="host"``).
+    ``host_sampling``: why the structure cannot be sampled on the device (e.g. the loader's
+    sampler has no device path): it stays on the host whatever the budget.
     """
     if budget_bytes is None:
         if free_bytes is None:
@@ -74,7 +80,11 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     mib = 1 << 20
     left = budget_bytes
     reasons = []
-    if s_bytes <= left:
+    if host_sampling is not None:
+        structure = HOST
+        reasons.append(f"structure ({s_bytes / mib:.0f} MiB) sampled on the host: "
+                       f"{host_sampling}")
+    elif s_bytes <= left:
         structure = GPU
         left -= s_bytes
         reasons.append(f"structure ({s_bytes / mib:.0f} MiB) fits the GPU budget "
@@ -83,7 +93,12 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
         structure = HOST
         reasons.append(f"structure ({s_bytes / mib:.0f} MiB) exceeds the GPU budget "
                        f"({budget_bytes / mib:.0f} MiB): sampled on the host")
-    if f_bytes <= left:
+    if features_host:
+        features = PINNED if pin else HOST
+        reasons.append(f"features ({f_bytes / mib:.0f} MiB) kept on the host "
+                       f"(features='host'): gathered on the host "
+                       f"({'pinned, copied asynchronously' if pin else 'pageable'})")
+    elif f_bytes <= left:
         features = GPU
         reasons.append(f"features ({f_bytes / mib:.0f} MiB) fit the rest of the budget "
                        f"({left / mib:.0f} MiB): gathered on the GPU")

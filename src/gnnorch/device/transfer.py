@@ -1,52 +1,80 @@
 """Copying a batch to the training device on a side stream, for `pipeline.Prefetcher`.
 
-`DeviceTransfer(device)` is the pair (transfer, ready) a Prefetcher takes: `transfer` runs in
-the producer thread and copies every tensor of a batch (anything with PyG's ``.to`` / ``.apply``
-or a tensor) to ``device`` on a dedicated CUDA stream, from pinned memory (tensors not pinned
-yet are pinned first, so the copy is asynchronous), and records an event; `ready` runs in the
-consumer's thread and makes its current stream wait for that event, and marks every tensor as
-used on that stream (``record_stream``) so the caching allocator does not hand the memory to
-another tensor while the consumer's kernels may still read it. On a CPU device both are the
-identity (``.to`` a CPU device is a no-op).
+`DeviceTransfer(device)` is the pair (transfer, ready) a Prefetcher takes, plus the context its
+producer thread runs in (`producing`):
+
+* `producing()`: the training device and a dedicated CUDA stream become the producer thread's
+  current device and stream (both are per thread in torch), so whatever the producer runs on
+  the device (sampling, gathering, copies) is queued on that side stream, never behind the
+  trainer's kernels;
+* `transfer` (producer thread) copies every tensor of a batch (anything with PyG's ``.to`` /
+  ``.apply`` or a tensor), except the fields named in ``host_fields``, to ``device`` on the side
+  stream, from pinned memory (tensors not pinned yet are pinned first, so the copy is
+  asynchronous and never a pageable copy), and records an event after *all* the work queued on
+  the side stream so far;
+* `ready` (consumer thread) makes its current stream wait for that event, and marks every
+  device tensor as used on that stream (``record_stream``) so the caching allocator does not
+  hand the memory to another tensor while the consumer's kernels may still read it.
+
+On a CPU device all three are the identity (``.to`` a CPU device is a no-op).
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 
 __all__ = ["DeviceTransfer"]
 
 
-def _each_tensor(value: Any, fn) -> Any:  # noqa: ANN001 - fn: Tensor -> Tensor
+def _each_tensor(value: Any, fn: Callable[[torch.Tensor], torch.Tensor],
+                 skip: tuple[str, ...] = ()) -> Any:
     if isinstance(value, torch.Tensor):
         return fn(value)
     if hasattr(value, "apply"):          # PyG Data / HeteroData / Batch
+        if skip and hasattr(value, "keys"):
+            keys = [k for k in value.keys() if k not in skip]
+            return value.apply(fn, *keys) if keys else value
         return value.apply(fn)
     if isinstance(value, (list, tuple)):
-        return type(value)(_each_tensor(v, fn) for v in value)
+        return type(value)(_each_tensor(v, fn, skip) for v in value)
     if isinstance(value, dict):
-        return {k: _each_tensor(v, fn) for k, v in value.items()}
+        return {k: _each_tensor(v, fn, skip) for k, v in value.items()}
     return value
 
 
 class DeviceTransfer:
-    """`transfer` / `ready` for a Prefetcher towards `device` (see the module docstring)."""
+    """`producing` / `transfer` / `ready` for a Prefetcher towards `device` (see the module
+    docstring). ``host_fields``: names of batch fields that stay where they are (e.g. the id
+    fields ``n_id`` / ``e_id`` / ``input_id``, kept on the host)."""
 
-    def __init__(self, device: torch.device | str, pin: bool = True) -> None:
+    def __init__(self, device: torch.device | str, pin: bool = True,
+                 host_fields: tuple[str, ...] = ()) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.pin = pin and self.cuda
+        self.host_fields = tuple(host_fields)
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+
+    @contextlib.contextmanager
+    def producing(self) -> Iterator[None]:
+        """The producer thread's device and side stream (nothing on a CPU device)."""
+        if not self.cuda:
+            yield
+            return
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            yield
 
     def transfer(self, batch: Any) -> Any:
         if not self.cuda:
             return batch
+        skip = self.host_fields
         if self.pin:
             batch = _each_tensor(batch, lambda t: t if t.is_cuda or t.is_pinned()
-                                 else t.pin_memory())
-        with torch.cuda.stream(self.stream):
-            out = _each_tensor(batch, lambda t: t.to(self.device, non_blocking=True))
+                                 else t.pin_memory(), skip)
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            out = _each_tensor(batch, lambda t: t.to(self.device, non_blocking=True), skip)
             event = torch.cuda.Event()
             event.record(self.stream)
         return out, event

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import time
 from typing import Any, Sequence
 
@@ -27,11 +28,12 @@ from ..launch.context import RankProcess, bound_for_call
 from ..launch.plan import CorePlan
 from ..launch.supervisor import LaunchSpec, RankGroup
 from . import world
-from .hooks import muted
+from .hooks import Hook, muted
 from .info import RunInfo
 from .output import OutputCapture
 from .rank import RankJob
 from .request import Request
+from .watched import WatchedJob
 from .world_run import run_in_world
 
 
@@ -43,7 +45,7 @@ class Backend:
     in_caller: bool = False
 
     def run(self, plan: CorePlan, request: Request,
-            hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+            hooks: Sequence[Hook] = ()) -> tuple[Any, RunInfo]:
         raise NotImplementedError
 
 
@@ -53,13 +55,13 @@ class InProcess(Backend):
     in_caller = True
 
     def run(self, plan: CorePlan, request: Request,
-            hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+            hooks: Sequence[Hook] = ()) -> tuple[Any, RunInfo]:
         if plan.processes != 1:
             raise ValueError(f"InProcess runs one rank, the plan has {plan.processes}")
         cores = request.cores(plan)
         process = RankProcess(rank=0, world_size=1, plan=plan,
                               cores=cores[0] if cores else None)
-        job = RankJob(request.options, request.seed, tuple(hooks))
+        job = RankJob(request.options, request.seed, tuple(hooks), device=request.device)
         start = time.perf_counter()
         with bound_for_call(process.cores, plan.threads):
             with OutputCapture() if muted(hooks) else contextlib.nullcontext():
@@ -73,7 +75,7 @@ class RankProcesses(Backend):
     """p rank processes started, fed and watched from the caller's process."""
 
     def run(self, plan: CorePlan, request: Request,
-            hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+            hooks: Sequence[Hook] = ()) -> tuple[Any, RunInfo]:
         cores = request.cores(plan)
         log_dir = request.logs()
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -86,7 +88,8 @@ class RankProcesses(Backend):
                           start_timeout=request.start_timeout,
                           collective_timeout=request.collective_timeout,
                           rank0_log=muted(hooks))
-        result = RankGroup(spec).run(job, request.fn, request.args, request.kwargs)
+        watched = WatchedJob(job, secrets.token_hex(8), request.collective_timeout)
+        result = RankGroup(spec).run(watched, request.fn, request.args, request.kwargs)
         return result.value, RunInfo.from_summaries(plan, cores, request.device, log_dir,
                                                     result.wall_seconds, request.options,
                                                     result.summaries)
@@ -109,24 +112,8 @@ class ExistingWorld(Backend):
 
     in_caller = True
 
-    @staticmethod
-    def detected(environ: dict | None = None) -> bool:
-        """Whether this process is a rank of a world (an initialised default group, or
-        torchrun's environment)."""
-        return world.present(environ)
-
-    @staticmethod
-    def process(plan: CorePlan, environ: dict | None = None) -> RankProcess:
-        """This process's rank in the world (no binding, no group yet)."""
-        found = world.detect(environ)
-        if found is None:
-            raise RuntimeError("this process is not a rank of a torch.distributed world "
-                               "(no default process group, no RANK/WORLD_SIZE/MASTER_ADDR/"
-                               "MASTER_PORT in the environment)")
-        return RankProcess(rank=found.rank, world_size=found.size, plan=plan, cores=None)
-
     def run(self, plan: CorePlan, request: Request,
-            hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+            hooks: Sequence[Hook] = ()) -> tuple[Any, RunInfo]:
         return run_in_world(plan, request, hooks)
 
 
@@ -142,7 +129,7 @@ def backend_for(plan: CorePlan, request: Request) -> Backend:
 
 
 def run(plan: CorePlan, request: Request,
-        hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+        hooks: Sequence[Hook] = ()) -> tuple[Any, RunInfo]:
     """Run `request` under `plan` with `hooks`; returns (rank 0's value -- this rank's own in an
     existing world --, what the run did)."""
     return backend_for(plan, request).run(plan, request, hooks)

@@ -16,7 +16,9 @@ processes (the others always write their logs).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
+
+from ..launch.context import RankContext
 
 
 class Hook:
@@ -24,10 +26,10 @@ class Hook:
 
     mute: bool = False
 
-    def prepare(self, ctx: Any) -> None:
+    def prepare(self, ctx: RankContext) -> None:
         """Before the user's function starts in this rank."""
 
-    def finish(self, ctx: Any, exc: BaseException | None) -> bool:
+    def finish(self, ctx: RankContext, exc: BaseException | None) -> bool:
         """After it ended; True: `exc` is this hook's normal end of the run."""
         return False
 
@@ -38,17 +40,17 @@ class Mute(Hook):
     mute = True
 
 
-def muted(hooks: Iterable[Any]) -> bool:
+def muted(hooks: Iterable[Hook]) -> bool:
     """Whether any hook asks for the user's output to be kept from the caller."""
     return any(getattr(hook, "mute", False) for hook in hooks)
 
 
-def prepare_all(hooks: Sequence[Any], ctx: Any) -> None:
+def prepare_all(hooks: Sequence[Hook], ctx: RankContext) -> None:
     for hook in hooks:
         hook.prepare(ctx)
 
 
-def finish_all(hooks: Sequence[Any], ctx: Any, exc: BaseException | None) -> bool:
+def finish_all(hooks: Sequence[Hook], ctx: RankContext, exc: BaseException | None) -> bool:
     """Call every hook's `finish` (last prepared first); True when one of them says `exc` is
     its normal end."""
     handled = False

@@ -11,7 +11,8 @@ from ..launch.plan import CorePlan, RankCores
 @dataclasses.dataclass
 class RunInfo:
     """What the last call did: plan, per-rank cores, where logs went, timings, and each
-    feature's statistics (`stats[rank][feature]`, e.g. the sampler backend and trimming)."""
+    feature's statistics (`stats[rank][feature]`, e.g. the sampler backend and trimming).
+    `gnnorch.execute.summary.render_summary` says it in a few lines (`Runtime.summary()`)."""
 
     plan: CorePlan
     cores: list[RankCores] | None

@@ -2,8 +2,9 @@
 caller's hooks around the user's function.
 
 Every backend ends here: the one-rank path calls `RankJob` in the caller's process, our rank
-processes call it from `gnnorch.launch.worker` (it travels to them by value), and a rank of an
-existing torch.distributed world will call it from the user's own script (issue 16).
+processes call it from `gnnorch.launch.worker` (it travels to them by value), and every rank
+of an existing torch.distributed world calls it (`execute.world_run`). The seams themselves are
+built and wired by `intercept.session.session(ctx)`.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..run_options import RunOptions
 from ..intercept.session import session
 from ..launch.context import RankContext, RankProcess
 from ..rewrite.decisions import load_decisions
-from .hooks import finish_all, prepare_all
+from .hooks import Hook, finish_all, prepare_all
 
 
 @dataclasses.dataclass
@@ -26,11 +27,12 @@ class RankJob:
 
     options: RunOptions
     seed: int
-    hooks: tuple = ()
+    hooks: tuple[Hook, ...] = ()
     decisions: str | None = None   # rewrite decisions the caller's process measured (a file)
     # the caller's torch CPU generator state: every rank process starts from it, so work that
     # is not sharded (a full-batch step, a link loader) draws what one process would draw
-    rng_state: Any = None
+    rng_state: torch.Tensor | None = None
+    device: str = "cpu"            # the run's training device (`Request.device`)
 
     def context(self, process: RankProcess) -> RankContext:
         return RankContext(rank=process.rank, world_size=process.world_size, plan=process.plan,
@@ -44,18 +46,27 @@ class RankJob:
         if self.rng_state is not None:
             torch.set_rng_state(self.rng_state)
         ctx = self.context(process)
-        value = run_session(ctx, fn, args, kwargs, self.hooks, process.comm_device)
+        value = run_session(ctx, fn, args, kwargs, self.hooks, process.comm_device,
+                            self.training_device(process))
         return value, ctx.summary()
+
+    def training_device(self, process: RankProcess) -> torch.device | None:
+        """The device this rank trains on (None: the CPU): its collectives' device when it has
+        one (nccl), else the run's device."""
+        if process.comm_device is not None:
+            return process.comm_device
+        return None if self.device == "cpu" else torch.device(self.device)
 
 
 def run_session(ctx: RankContext, fn: Callable, args: tuple, kwargs: dict,
-                hooks: Sequence[Any] = (), comm_device: Any = None) -> Any:
+                hooks: Sequence[Hook] = (), comm_device: torch.device | None = None,
+                device: torch.device | None = None) -> Any:
     """`fn(*args, **kwargs)` under the runtime's seams in this rank, with `hooks` around it
-    (`gnnorch.execute.hooks`). Returns fn's value, or None when a hook says the exception that
-    ended it was its normal end."""
+    (`gnnorch.execute.hooks`); `device`: the device it trains on (None: the CPU). Returns
+    fn's value, or None when a hook says the exception that ended it was its normal end."""
     prepare_all(hooks, ctx)
     try:
-        with session(ctx, comm_device):
+        with session(ctx, comm_device, device):
             value = fn(*args, **kwargs)
     except BaseException as exc:
         if finish_all(hooks, ctx, exc):

@@ -14,8 +14,14 @@ Invariants, for the run it watches:
   later (the main thread is blocked in a collective of a live peer) the process exits with
   status 1 after saying why, so no rank waits on a dead world past the collective timeout;
 * after a communication error, `cause` looks for the rank that failed first: one that posted,
-  or one whose beat stopped (a killed process) within `SETTLE` s.
-Nothing here runs outside `ExistingWorld`; a world of one rank has no watchdog.
+  or one whose beat stopped (a killed process) within `SETTLE` s;
+* every beat also publishes where this rank's gradient seam is (`intercept.join.PROGRESS`), so
+  a rank whose collective waited past the run's bound names the ranks that did not arrive and
+  where each was (`whereabouts`) and reports it (`report`): every other rank is then stopped,
+  the named one included.
+`ExistingWorld` ranks run it with `stops=True`; our own rank processes (`RankProcesses`, through
+`execute.watched`) with `stops=False`: there the supervisor stops the ranks. A world of one
+rank has no watchdog.
 """
 from __future__ import annotations
 
@@ -30,6 +36,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ..intercept.join import PROGRESS
+
 INTERVAL = 0.5      # seconds between beats and checks
 SETTLE = 4.0        # seconds a failing rank looks for the rank that failed first
 GRACE = 10.0        # seconds between stopping the main thread and leaving the process
@@ -43,7 +51,7 @@ class RankStopped(Exception):
     """Raised in a rank's main thread when another rank's failure was posted."""
 
 
-def own_client(store: Any) -> Any:
+def own_client(store: dist.Store) -> dist.Store:
     """A client of its own on the world's TCP store (so a slow operation never blocks the
     group's), else the store itself (a FileStore / HashStore is local)."""
     base = store
@@ -59,10 +67,12 @@ class Watchdog:
     """Beats, watches and stops one rank of one run (see the module docstring). Use as a
     context manager around the run; when the run raised, set `handling` first, then `cause`."""
 
-    def __init__(self, store: Any, token: str, rank: int, size: int, dead_after: float,
-                 interval: float = INTERVAL, grace: float = GRACE) -> None:
+    def __init__(self, store: dist.Store, token: str, rank: int, size: int, dead_after: float,
+                 interval: float = INTERVAL, grace: float = GRACE, stops: bool = True) -> None:
         self.store = dist.PrefixStore(f"gnnorch/watchdog/{token}/", store)
         self.rank, self.size = rank, size
+        self.stops = stops                  # stop this rank when another's failure is posted
+        self.reported = False               # this rank's main thread posted the failure
         self.dead_after, self.interval, self.grace = dead_after, interval, grace
         self.successor = (rank + 1) % size
         self.stopping: str | None = None    # another rank's failure that stopped this rank
@@ -76,7 +86,8 @@ class Watchdog:
 
     # -- the run ------------------------------------------------------------------------
     def __enter__(self) -> "Watchdog":
-        if STOP_SIGNAL is not None and threading.current_thread() is threading.main_thread():
+        if (self.stops and STOP_SIGNAL is not None
+                and threading.current_thread() is threading.main_thread()):
             self._previous = signal.signal(STOP_SIGNAL, self._on_stop_signal)
             self._installed = True
         self._beat()
@@ -114,6 +125,7 @@ class Watchdog:
     # -- the thread ---------------------------------------------------------------------
     def _beat(self) -> None:
         self.store.add(f"beat/{self.rank}", 1)
+        self.store.set(f"at/{self.rank}", PROGRESS.describe())
 
     def _loop(self) -> None:
         seen, since, unreachable = -1, time.monotonic(), None
@@ -130,8 +142,9 @@ class Watchdog:
                     self._stop_rank(f"the world's store is unreachable ({exc})")
                     return
                 continue
-            if (posted is not None and not self.handling
-                    and not posted.startswith(f"rank {self.rank}:")):
+            # another rank's failure, or this rank named by another (silent, or absent from
+            # a collective): stop; never for what this rank's main thread posted itself
+            if posted is not None and self.stops and not self.handling and not self.reported:
                 self._stop_rank(posted)
                 return
             now = time.monotonic()
@@ -147,6 +160,8 @@ class Watchdog:
 
     def _stop_rank(self, why: str) -> None:
         """Another rank failed: stop this rank's run; leave if it does not end."""
+        if not self.stops:
+            return
         with self._lock:
             if self._ended.is_set():
                 return
@@ -155,9 +170,9 @@ class Watchdog:
                 _thread.interrupt_main(STOP_SIGNAL)
         try:
             if dist.is_initialized() and dist.get_backend() == "nccl":
-                from torch.distributed import distributed_c10d as c10d
+                from ..compat.distributed import abort_process_group
 
-                c10d._abort_process_group()
+                abort_process_group()   # False where torch lacks it: the exit below then
         except Exception:  # noqa: BLE001 - best effort; the exit below is the guarantee
             pass
         if self._ended.wait(self.grace):
@@ -183,6 +198,21 @@ class Watchdog:
         """Post a failure (``"rank r: ..."``) unless one was posted first; returns the one
         that stands."""
         return self.store.compare_set("failed", "", text).decode(errors="replace")
+
+    def report(self, text: str) -> str:
+        """Post a failure this rank's main thread found and raises itself (a collective that
+        waited past the bound: `text` names the rank that did not arrive); the other ranks'
+        watchdogs stop them, the named rank's included. Returns the failure that stands."""
+        self.reported = True
+        return self.post(text)
+
+    def whereabouts(self) -> dict[int, str]:
+        """Where each rank's gradient seam was at its latest beat (rank -> description)."""
+        found = {}
+        for rank in range(self.size):
+            if self.store.check([f"at/{rank}"]):
+                found[rank] = self.store.get(f"at/{rank}").decode(errors="replace")
+        return found
 
     def cause(self, own: str, communication: bool) -> str:
         """The failure that stands, after this rank's run raised (`own`: its description,

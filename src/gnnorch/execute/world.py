@@ -142,9 +142,9 @@ def _destroy_own_group() -> None:
 
 def default_store() -> Any:
     """The default group's store (the launcher's rendezvous store under torchrun)."""
-    from torch.distributed import distributed_c10d as c10d
+    from ..compat.distributed import default_store as store
 
-    return c10d._get_default_store()
+    return store()   # CompatError naming the private function where torch lacks it
 
 
 def with_layout(world: World, device: str, timeout: float) -> World:
@@ -161,7 +161,7 @@ def with_layout(world: World, device: str, timeout: float) -> World:
     return dataclasses.replace(world, local_rank=mine.index(world.rank), local_size=len(mine))
 
 
-def agree(values: list, comm_device: Any = None) -> list:
+def agree(values: list, comm_device: torch.device | None = None) -> list:
     """Rank 0's `values` (picklable) in every rank; needs the group (world size > 1)."""
     box = list(values)
     dist.broadcast_object_list(box, src=0, device=comm_device)

@@ -24,11 +24,12 @@ import torch
 import torch.distributed as dist
 
 from ..errors import RankDiedError, RankFailedError
+from ..intercept import join
 from ..launch.context import RankProcess, bound_for_call
 from ..launch.plan import CorePlan, RankCores, assign_cores
 from ..launch.topology import current_topology
 from . import world
-from .hooks import muted
+from .hooks import Hook, muted
 from .info import RunInfo
 from .output import OutputCapture
 from .rank import RankJob
@@ -40,7 +41,7 @@ DEAD_AFTER_SECONDS = 60.0
 
 
 def run_in_world(plan: CorePlan, request: Request,
-                 hooks: Sequence[Any] = ()) -> tuple[Any, RunInfo]:
+                 hooks: Sequence[Hook] = ()) -> tuple[Any, RunInfo]:
     """Run `request` as this process's rank of its world; (this rank's value, RunInfo)."""
     process = rank_process(plan, request)
     seed, rng_state, token = request.seed, None, None
@@ -79,7 +80,7 @@ def rank_process(plan: CorePlan, request: Request) -> RankProcess:
                        if backend == "nccl" else None)
 
 
-def _watched(job: RankJob, process: RankProcess, request: Request, hooks: Sequence[Any],
+def _watched(job: RankJob, process: RankProcess, request: Request, hooks: Sequence[Hook],
              token: str | None) -> tuple[Any, list]:
     """The job under the watchdog (several ranks); (value, every rank's (summary, cores))."""
     limit = request.collective_timeout
@@ -87,7 +88,8 @@ def _watched(job: RankJob, process: RankProcess, request: Request, hooks: Sequen
                     process.world_size, dead_after=min(DEAD_AFTER_SECONDS, limit),
                     grace=min(GRACE, limit))
            if process.world_size > 1 else None)
-    with dog if dog is not None else contextlib.nullcontext():
+    with dog if dog is not None else contextlib.nullcontext(), \
+            join.watching(dog) if dog is not None else contextlib.nullcontext():
         try:
             with OutputCapture() if muted(hooks) else contextlib.nullcontext():
                 value, summary = job(process, request.fn, request.args, request.kwargs)
@@ -132,6 +134,11 @@ def _world_failure(dog: Watchdog, exc: BaseException) -> BaseException:
     itself, noted, when this rank failed first; else `RankFailedError` / `RankDiedError`
     naming the rank that did."""
     own = f"rank {dog.rank}: {type(exc).__qualname__}: {exc}"[:4000]
+    if dog.reported:    # this rank found the failure (a collective past its bound) and says it
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"[gnnorch] raised in rank {dog.rank} of {dog.size} (torch.distributed "
+                         f"world); the other ranks were stopped")
+        return exc
     if dog.stopping is not None:
         cause = dog.stopping
     else:

@@ -2,6 +2,8 @@
 
 `loader`: every `NeighborLoader` built under the runtime (sharding, per-rank batch size, sampler
 workers and their cores, epoch timing). `gradsync`: parameters broadcast at a module's first
-forward, gradients averaged before every optimizer step, buffers kept equal. `session` installs
-the seams for the duration of one run and removes them afterwards.
+forward, gradients averaged before every optimizer step, buffers kept equal. `layers`: every
+MessagePassing call on a sampled batch (trimming, rewrites, the cache's hook). `session` builds
+the seams with their collaborators passed in, installs them for the duration of one run and
+removes them afterwards.
 """

@@ -14,10 +14,10 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from torch import Tensor
-from torch.fx import _symbolic_trace as _fx_trace
 
+from ..compat.torch import is_fx_tracing
 from ..trim.batch import BatchGraph
-from ..trim.state import ModelState
+from ..trim.state import Mode, ModelState
 
 __all__ = ["tracing", "LayerCall", "LayerHook", "HookedCall", "Trace", "run_chain",
            "patched_call"]
@@ -36,7 +36,7 @@ def tracing() -> bool:
     if torch.compiler.is_compiling():
         return True
     return (torch.nn.Module.__call__ is not _MODULE_CALL
-            or getattr(_fx_trace, "_is_fx_tracing_flag", False) or torch.jit.is_scripting())
+            or is_fx_tracing() or torch.jit.is_scripting())
 
 
 @dataclasses.dataclass
@@ -45,10 +45,10 @@ class Trace:
 
     model: torch.nn.Module
     state: ModelState
-    mode: str                      # "calibrate" | "trim" | "plain"
+    mode: Mode
     calls: int = 0
     problem: str | None = None     # why this forward could not be trimmed as planned
-    rng: Any = None                # "speculate": the CPU random state the forward began with
+    rng: Tensor | None = None      # SPECULATE: the CPU random state the forward began with
 
 
 @dataclasses.dataclass
@@ -58,7 +58,7 @@ class HookedCall:
 
     model: torch.nn.Module
     state: ModelState
-    mode: str
+    mode: Mode
     index: int                     # l: the call's position in the forward (0: bottom layer)
     layer: Any
     x: Any

@@ -36,6 +36,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from ..compat import distributed as compat_distributed
+
 
 class SerialWorker:
     """One daemon thread running submitted calls in submission order (a stuck collective
@@ -134,9 +136,4 @@ class GroupExchange:
 
 def _default_timeout() -> Any:
     """The default group's timeout (a `timedelta`), None where torch does not expose it."""
-    try:
-        group = dist.distributed_c10d._get_default_group()
-        backend = group._get_backend(torch.device("cpu"))
-        return backend.options._timeout
-    except Exception:  # noqa: BLE001 - a private attribute: torch's default then
-        return None
+    return compat_distributed.default_group_timeout()   # private names: gnnorch.compat

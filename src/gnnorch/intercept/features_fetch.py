@@ -38,16 +38,20 @@ import concurrent.futures
 import copy
 import inspect
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
+from ..launch.context import RankContext
 from ..partition.config import PartitionConfig
 from ..partition.hot import choose_hot, hot_scores
 from ..partition.partitioner import edge_cut, partition_graph
 from ..partition.store import FeatureStore
 from .exchange import GroupExchange, SerialWorker
 from .procgroup import UserDistribution
+
+if TYPE_CHECKING:
+    from torch_geometric.loader import NeighborLoader
 
 _FIELDS = ("batches", "rows_local", "rows_hot", "rows_remote", "bytes_fetched", "rows_served",
            "bytes_served", "rounds", "drain_rounds", "fetch_seconds", "wait_seconds")
@@ -76,10 +80,12 @@ class Feed:
 class PartitionManager:
     """The partitioned feature store of one rank's run (see the module docstring)."""
 
-    def __init__(self, ctx: Any, config: PartitionConfig,
-                 distribution: UserDistribution | None = None) -> None:
+    def __init__(self, ctx: RankContext, config: PartitionConfig,
+                 distribution: UserDistribution | None = None, *,
+                 cache_on: bool = False) -> None:
         self.ctx, self.config = ctx, config
         self.distribution = distribution or UserDistribution()
+        self.cache_on = cache_on   # the historical-embedding cache reads loaders' features
         self.entries: list[_DataStore] = []
         self.loaders: list[dict] = []
         self.epochs: list[dict] = []
@@ -119,7 +125,7 @@ class PartitionManager:
             return "one rank: nothing to partition"
         if self.distribution.active:
             return "your code manages distribution (init_process_group)"
-        if ctx.cache is not None:
+        if self.cache_on:
             return "the historical-embedding cache reads the loader's features"
         if not isinstance(data, Data):
             return f"{type(data).__name__} input (homogeneous Data only)"
@@ -153,7 +159,7 @@ class PartitionManager:
         return entry
 
     # -- epochs ---------------------------------------------------------------------------
-    def feed(self, iterator: Iterator[Any], loader: Any, feed: Feed,
+    def feed(self, iterator: Iterator[Any], loader: NeighborLoader, feed: Feed,
              training: bool) -> Iterator[Any]:
         """The loader's batches with ``batch.x`` set from the store (module docstring)."""
         prefetch = self.config.prefetch and int(getattr(loader, "num_workers", 0) or 0) > 0
@@ -276,7 +282,7 @@ class PartitionManager:
                 "loaders": self.loaders, "epochs": self.epochs}
 
 
-def _new_entry(index: int, data: Any, bound: dict, ctx: Any, cfg: PartitionConfig,
+def _new_entry(index: int, data: Any, bound: dict, ctx: RankContext, cfg: PartitionConfig,
                agree: Callable[[tuple], list]) -> _DataStore:
     """Partition `data`'s graph over the world's ranks, build this rank's store (its rows
     plus its hot rows) and check with `agree` that every rank built the same partition."""

@@ -1,32 +1,42 @@
-"""Data-parallel synchronisation without wrapping the user's model.
+"""Data-parallel synchronisation without wrapping the user's model, even and uneven ranks.
 
-Invariant: every rank holds identical parameters and buffers whenever a module computes.
+Invariant: every rank holds identical parameters, buffers and optimizer states whenever a
+module computes, also when ranks take different numbers of optimizer steps.
 * When an optimizer is built (its parameters) and at a root module's first forward (global
   forward pre-hook: its parameters and buffers), tensors not broadcast before are broadcast from
   rank 0, so models built with different random states start equal. Each tensor is broadcast
-  once, so ranks that run different modules (a branch used on one rank only) still issue the
-  same collectives.
-* Before every optimizer step (global step pre-hook), the gradients of that optimizer's
-  parameters are averaged over ranks: g <- (1/p) * sum_r g_r, in flat buckets per dtype and
-  device. A parameter whose gradient is None on some ranks gets zeros there when any rank has one
-  (one small all-reduce of flags decides), so all ranks reduce the same tensors in the same order.
-  With equal per-rank batches of b/p seeds and a mean loss, the average is exactly the gradient of
+  once. A module first run on some ranks only (e.g. built for an evaluation on rank 0) is not
+  broadcast: it stays that rank's own (`join`: a void round).
+* Before every optimizer step (global step pre-hook) the ranks meet in a round (`join`): the
+  k-th step of every rank within a training epoch is averaged with the others' k-th step,
+  g <- (1/c) * sum_{r stepping} g_r over the c ranks that step, in flat buckets per dtype and
+  device. A parameter whose gradient is None on some stepping ranks gets zeros there when any
+  has one; one without a gradient on every stepping rank keeps None everywhere. With equal
+  per-rank batches of b/p seeds and a mean loss (c = p), the average is exactly the gradient of
   the mean loss over the global batch of b seeds.
+* Uneven ranks: a rank whose training epoch ended (its loop ran out or it left with `break`)
+  joins before its next step; until every rank has ended that epoch it *follows* the others'
+  steps: it contributes no gradient, receives the average and applies the same update (its own
+  optimizer, the stepping rank's hyper-parameters). After its function returns a rank follows
+  until every rank's has. So a rank-dependent `break`, loaders of different lengths, a skipped
+  step (`if loss.isfinite(): opt.step()`) or an evaluation on one rank run to completion with
+  identical models; steps that cannot be matched raise `UnevenRanksError` on every rank.
 * After averaging, floating-point buffers of the synced root modules (e.g. BatchNorm running
-  statistics) are broadcast from rank 0, as DistributedDataParallel does.
+  statistics) are broadcast from the first stepping rank, as DistributedDataParallel does from
+  rank 0.
+Every wait is bounded by the run's collective timeout (`join.Rounds`).
 Inside a torch.compile'd region the forward pre-hook does nothing (it is the first statement, so
 dynamo traces it as a constant and adds no graph break): `torch.compile(model)` returns an
 `OptimizedModule` whose own call runs eagerly and is the root module broadcast here, and
 `model.compile()` keeps `model` itself as the eager root.
-Optimizer updates are deterministic functions of (parameters, gradients, state), so parameters
-stay identical. Modules whose parameters are still uninitialised (lazy) at their first forward
-are broadcast at their optimizer's first step instead.
+Modules whose parameters are still uninitialised (lazy) at their first forward are broadcast at
+their optimizer's first step instead.
 """
 from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -34,52 +44,66 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-BUCKET_BYTES = 25 * 1024 * 1024
+from ..launch import context
+from .collectives import FlatCollectives, hyper_slots, hyper_values
+from .join import Ask, Decision, Kind, Rounds
+from .procgroup import UserDistribution
+
+DEFAULT_BOUND = 1800.0   # seconds: torch's default collective timeout, when the group has none
 
 
 def _initialised(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return [t for t in tensors if not isinstance(t, (UninitializedParameter, UninitializedBuffer))]
 
 
-def _buckets(tensors: list[torch.Tensor], limit: int = BUCKET_BYTES) -> Iterator[list[torch.Tensor]]:
-    """Group tensors by (dtype, device) into buckets of at most `limit` bytes (one tensor may
-    exceed it alone). Order within a group is preserved, so every rank builds equal buckets."""
-    groups: dict[tuple, list[torch.Tensor]] = {}
-    for t in tensors:
-        groups.setdefault((t.dtype, t.device), []).append(t)
-    for group in groups.values():
-        bucket: list[torch.Tensor] = []
-        size = 0
-        for t in group:
-            nbytes = t.numel() * t.element_size()
-            if bucket and size + nbytes > limit:
-                yield bucket
-                bucket, size = [], 0
-            bucket.append(t)
-            size += nbytes
-        if bucket:
-            yield bucket
+
+def _default_bound() -> float:
+    from ..compat.distributed import default_group_timeout
+
+    timeout = default_group_timeout()
+    return timeout.total_seconds() if timeout is not None else DEFAULT_BOUND
 
 
 class GradientSynchronizer:
-    """Global hooks that keep ranks' models equal; install with `installed()`."""
+    """Global hooks that keep ranks' models equal; install with `installed()`.
+
+    `epochs_ended` counts the training epochs this rank has ended (default: the active rank
+    context's epoch records, which the loader seam appends when an epoch's iterator closes);
+    `bound` is the longest wait in one collective (default: the default group's timeout)."""
 
     def __init__(self, world_size: int, device: torch.device | None = None,
-                 distribution: Any = None) -> None:
+                 distribution: UserDistribution | None = None, *,
+                 epochs_ended: Callable[[], int] | None = None,
+                 bound: float | None = None) -> None:
         self.world_size = world_size
-        # an `intercept.procgroup.UserDistribution`: once active, the user's code syncs
+        # once active, the user's code syncs
         self.distribution = distribution
         # nccl reduces only device tensors: CPU tensors are staged through this device.
         self.comm_device = device
+        self.collectives = FlatCollectives(world_size, device)
+        self.epochs_ended = epochs_ended
+        self.bound = bound
         self._synced: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
         # Strong references: what is synced must not depend on garbage-collection timing, which
         # differs between ranks and would desynchronise the collectives.
         self._roots: list[torch.nn.Module] = []
         self._broadcast_params: dict[int, torch.Tensor] = {}
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self._rounds: Rounds | None = None
+        self._following = False
+        self._epochs_seen = 0
+        self._epoch_steps = 0
         self.steps = 0
+        self.stats = {"steps": 0, "followed_steps": 0, "epoch_joins": 0, "void_broadcasts": 0,
+                      "rounds": 0}
 
     @contextlib.contextmanager
     def installed(self) -> Iterator["GradientSynchronizer"]:
+        if self.epochs_ended is None:
+            ctx = context.current()
+            self.epochs_ended = (lambda: len(ctx.epochs)) if ctx is not None else (lambda: 0)
+        bound = self.bound if self.bound is not None else _default_bound()
+        self._rounds = Rounds(dist.get_rank(), self.world_size, bound)
         h1 = register_module_forward_pre_hook(self._on_forward)
         h2 = register_optimizer_step_pre_hook(self._on_step)
         original_init = torch.optim.Optimizer.__init__
@@ -92,76 +116,85 @@ class GradientSynchronizer:
         torch.optim.Optimizer.__init__ = __init__
         try:
             yield self
+            if not self._user_managed():   # the function returned: follow until all have
+                self._wait(Kind.FINAL)
         finally:
             torch.optim.Optimizer.__init__ = original_init
             h1.remove()
             h2.remove()
+            self.stats["rounds"] = self._rounds.count
+            self._rounds.close()
+            ctx = context.current()
+            if ctx is not None:
+                ctx.stats["gradsync"] = dict(self.stats)
 
     def _user_managed(self) -> bool:
         return self.distribution is not None and self.distribution.active
 
     # -- collectives ----------------------------------------------------------------------
-    def _flat_collective(self, bucket: list[torch.Tensor], op: str) -> None:
-        """All-reduce-average (op="mean") or broadcast from rank 0 (op="broadcast") in place."""
-        flat = torch.cat([t.detach().reshape(-1) for t in bucket])
-        staged = self.comm_device is not None and flat.device != self.comm_device
-        work = flat.to(self.comm_device) if staged else flat
-        if op == "mean":
-            dist.all_reduce(work)
-            work.div_(self.world_size)
-        else:
-            dist.broadcast(work, src=0)
-        if staged:
-            flat = work.to(flat.device)
-        else:
-            flat = work
-        offset = 0
-        with torch.no_grad():
-            for t in bucket:
-                n = t.numel()
-                t.copy_(flat[offset:offset + n].view_as(t))
-                offset += n
+    def _ask(self, kind: Kind, **fields: Any) -> Ask:
+        return Ask(kind, epoch=self._epochs_seen, step=self._epoch_steps, **fields)
 
-    def broadcast(self, tensors: list[torch.Tensor]) -> None:
-        for bucket in _buckets(tensors):
-            self._flat_collective(bucket, "broadcast")
-
-    def average(self, tensors: list[torch.Tensor]) -> None:
-        for bucket in _buckets(tensors):
-            self._flat_collective(bucket, "mean")
+    def _broadcast_round(self, tensors: list[torch.Tensor], what: str) -> bool:
+        """Broadcast `tensors` from rank 0 if every rank asks for the same in this round;
+        False (nothing sent) when the round is void."""
+        numel = sum(t.numel() for t in tensors)
+        decision = self._rounds.round(self._ask(Kind.BROADCAST, tensors=len(tensors),
+                                                numel=numel))
+        if decision.action != "broadcast":
+            self.stats["void_broadcasts"] += 1
+            return False
+        with self._rounds.collective(f"the broadcast of {what}"):
+            self.collectives.broadcast(tensors)
+        return True
 
     # -- hooks ----------------------------------------------------------------------------
     def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling():  # compiled regions: the eager outer call broadcasts
             return None
-        if module in self._synced or self._user_managed():
+        if module in self._synced or self._following or self._user_managed():
             return None
         params = [p for p in _initialised(module.parameters())
                   if id(p) not in self._broadcast_params]  # e.g. already at optimizer build
         buffers = [b for b in _initialised(module.buffers())
                    if id(b) not in self._broadcast_params]
+        shared = True
         if params or buffers:
-            self.broadcast(params + buffers)
+            shared = self._broadcast_round(params + buffers,
+                                           f"{type(module).__name__}'s first forward")
         self._broadcast_params.update((id(t), t) for t in params + buffers)
         for sub in module.modules():
             self._synced.add(sub)
-        self._roots.append(module)
+        if shared:
+            self._roots.append(module)
         return None
 
     def _on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """A new optimizer: its (initialised) parameters are broadcast from rank 0 now, before
         any forward, so that models whose forward runs compiled (`model.compile()`, where no
         eager forward pre-hook fires) also start equal on every rank."""
-        if self._user_managed():
+        if self._following or self._user_managed():
             return
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        fresh = [p for p in _initialised(params) if id(p) not in self._broadcast_params]
+        self._optimizers.append(optimizer)
+        fresh = [p for p in _initialised(self._params(optimizer))
+                 if id(p) not in self._broadcast_params]
         if fresh:
-            self.broadcast(fresh)
+            self._broadcast_round(fresh, f"{type(optimizer).__name__}'s parameters")
             self._broadcast_params.update((id(p), p) for p in fresh)
 
+    @staticmethod
+    def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def _index(self, optimizer: torch.optim.Optimizer) -> int:
+        for i, known in enumerate(self._optimizers):
+            if known is optimizer:
+                return i
+        self._optimizers.append(optimizer)   # built before the run's hooks were installed
+        return len(self._optimizers) - 1
+
     def _on_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        if self._user_managed():
+        if self._following or self._user_managed():
             return
         # `args` holds the step's positional arguments including the optimizer itself.
         closure = args[1] if len(args) > 1 else kwargs.get("closure")
@@ -170,38 +203,99 @@ class GradientSynchronizer:
                 f"{type(optimizer).__name__}.step(closure) re-evaluates the loss inside the step; "
                 "gnnorch averages gradients before the step and cannot follow a closure. Use an "
                 "optimizer without closure, or processes=1.")
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        late = [p for p in _initialised(params) if id(p) not in self._broadcast_params]
-        if late:  # lazily initialised parameters: make them equal before the first update
-            self.broadcast(late)
-            self._broadcast_params.update((id(p), p) for p in late)
+        params = self._params(optimizer)
         for p in params:
             if p.grad is not None and p.grad.is_sparse:
                 raise NotImplementedError(
                     "sparse gradients (e.g. Embedding(sparse=True)) are not averaged by gnnorch; "
                     "use dense gradients or processes=1")
-        flags = torch.tensor([p.grad is not None for p in params], dtype=torch.int32)
-        self._sum_flags(flags)
-        grads = []
-        for p, flag in zip(params, flags.tolist()):
-            if flag:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                grads.append(p.grad)
-        self.average(grads)
-        self._broadcast_buffers()
+        late = [p for p in _initialised(params) if id(p) not in self._broadcast_params]
+        if late:  # lazily initialised parameters: make them equal before the first update
+            self._broadcast_round(late, f"{type(optimizer).__name__}'s lazy parameters")
+            self._broadcast_params.update((id(p), p) for p in late)
+        ended = self.epochs_ended() if self.epochs_ended is not None else 0
+        if ended > self._epochs_seen:     # this rank's training epoch ended since its last step
+            self._epochs_seen = ended
+            own = [p.grad for p in params]  # this step's gradients: following replaces .grad
+            self._wait(Kind.JOIN)
+            for p, grad in zip(params, own):
+                p.grad = grad
+            self._epoch_steps = 0
+            self.stats["epoch_joins"] += 1
+        slots = hyper_slots(optimizer)
+        ask = self._ask(Kind.STEP, optimizer=self._index(optimizer), tensors=len(params),
+                        numel=sum(p.numel() for p in params), buffers=len(self._buffers()),
+                        hypers=len(slots), all_grads=all(p.grad is not None for p in params),
+                        hyper_sum=sum(hyper_values(optimizer, slots)))
+        decision = self._rounds.round(ask)
+        while decision.action != "step":   # void: a rank asked for a broadcast meanwhile
+            decision = self._rounds.round(ask)
+        self._step_collectives(optimizer, params, decision, stepping=True)
         self.steps += 1
+        self._epoch_steps += 1
+        self.stats["steps"] = self.steps
 
-    def _sum_flags(self, flags: torch.Tensor) -> None:
-        if self.comm_device is not None:
-            staged = flags.to(self.comm_device)
-            dist.all_reduce(staged)
-            flags.copy_(staged.cpu())
-        else:
-            dist.all_reduce(flags)
+    # -- uneven ranks ---------------------------------------------------------------------
+    def _wait(self, kind: Kind) -> None:
+        """JOIN / FINAL: follow the other ranks' steps until this rank may go on (`join`)."""
+        ask = self._ask(kind)
+        while True:
+            decision = self._rounds.round(ask)
+            if decision.action == "step":
+                self._follow(decision)
+            elif decision.action == "release" and decision.released(self._rounds.rank):
+                return
 
-    def _broadcast_buffers(self) -> None:
-        buffers = [b for module in self._roots for b in _initialised(module.buffers())
-                   if b.is_floating_point()]
-        if buffers:
-            self.broadcast(buffers)
+    def _follow(self, decision: Decision) -> None:
+        """Apply the step the stepping ranks take, contributing no gradient."""
+        index = decision.optimizer
+        optimizer = self._optimizers[index] if index < len(self._optimizers) else None
+        params = self._params(optimizer) if optimizer is not None else []
+        self._step_collectives(optimizer, params, decision, stepping=False)
+        self._following = True
+        try:
+            optimizer.step()
+        finally:
+            self._following = False
+        self.stats["followed_steps"] += 1
+
+    def _step_collectives(self, optimizer: torch.optim.Optimizer | None,
+                          params: list[torch.Tensor], decision: Decision,
+                          stepping: bool) -> None:
+        """The collectives of one step round, in every rank (steppers and followers)."""
+        rounds = self._rounds
+        what = decision.asks[decision.source].where()
+        if decision.followers:   # followers check they hold the same optimizer, then adopt
+            mine = (Ask(Kind.STEP, self._index(optimizer), len(params),
+                        sum(p.numel() for p in params), len(self._buffers()),
+                        len(hyper_slots(optimizer))).signature()
+                    if optimizer is not None else (-1, 0, 0, 0, 0))
+            rounds.agree(mine, f"the step that rank {decision.source} takes at {what}")
+        present = [True] * len(params)
+        if decision.flags_needed:
+            flags = torch.tensor([stepping and p.grad is not None for p in params],
+                                 dtype=torch.int32)
+            with rounds.collective(f"which gradients exist at {what}"):
+                self.collectives.sum_flags(flags)
+            present = [bool(f) for f in flags.tolist()]
+        grads = []
+        for p, has in zip(params, present):
+            if not has:
+                if not stepping:
+                    p.grad = None   # no stepping rank has a gradient: the update skips p
+                continue
+            if p.grad is None or not stepping:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+        with rounds.collective(f"the gradient average of {what}"):
+            self.collectives.average(grads, contributors=len(decision.steppers))
+            if decision.adopt_hypers:
+                self.collectives.adopt_hypers(optimizer, decision.source)
+            buffers = self._buffers()
+            if buffers:
+                self.collectives.broadcast(buffers, src=decision.source)
+
+    def _buffers(self) -> list[torch.Tensor]:
+        return [b for module in self._roots for b in _initialised(module.buffers())
+                if b.is_floating_point()]
+

@@ -1,6 +1,6 @@
 """One layer call below the seam's outer hooks: trim -> rewrite -> the unpatched call.
 
-`LayerCalls.call` runs layer call l of a traced forward on the batch graph: untrimmed while the
+`TrimAndRewrite.call` runs layer call l of a traced forward on the batch graph: untrimmed while the
 model is calibrated or not trimmed, else on input rows [0, c_{D+1}) and the edges into rows
 [0, c_D) (`gnnorch.trim.call`; bounds from `gnnorch.trim.hops`). A call whose inputs do not
 match the plan (not one row per batch vertex, fewer rows than it reads, more layer calls than
@@ -10,23 +10,28 @@ the layer's own forward in the cheaper exact order.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
 from ..trim.batch import BatchGraph
 from ..trim.call import trimmable, trimmed_call
 from ..trim.hops import LayerBounds
+from ..trim.state import Mode
 from .chain import LayerCall, Trace
 
-__all__ = ["LayerCalls"]
+if TYPE_CHECKING:
+    from ..rewrite.engine import RewriteEngine
+
+__all__ = ["TrimAndRewrite"]
 
 
-class LayerCalls:
-    """Runs layer calls for the layer seam, counting the output rows trimming computes."""
+class TrimAndRewrite:
+    """The chain's links below the outer hooks: a layer call trimmed (when its model is) and
+    rewritten (when rewrites are on), counting the output rows trimming computes."""
 
-    def __init__(self, rewrites: Any = None) -> None:
-        self.rewrites = rewrites             # a gnnorch.rewrite.RewriteEngine or None
+    def __init__(self, rewrites: RewriteEngine | None = None) -> None:
+        self.rewrites = rewrites
         self.rows_computed = 0               # output rows computed by trimmed layer calls
         self.rows_untrimmed = 0              # what the same calls compute untrimmed
 
@@ -35,15 +40,15 @@ class LayerCalls:
              count: bool = True) -> Any:
         """Layer call `index` of the traced forward on `batch`, trimmed when the model is
         (`count`: add its rows to the statistics; the one-off check does not)."""
-        if trace.mode == "plain":
+        if trace.mode.untrimmed:
             return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
-        compact_input = (trace.mode == "trim" and trace.state.compact and index > 0
+        compact_input = (trace.mode.compact and trace.state.compact and index > 0
                          and isinstance(x, Tensor))
         if not (isinstance(x, Tensor) and x.size(0) == batch.num_nodes) and not compact_input:
             trace.problem = (f"{type(layer).__name__} received inputs that are not one row per "
                              f"batch vertex")
             return self.run(layer, original, args, kwargs)
-        if trace.mode == "calibrate":
+        if trace.mode is Mode.CALIBRATE:
             return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
         if index >= (trace.state.layers or 0):
             trace.problem = f"a forward made more than {trace.state.layers} layer calls"

@@ -19,11 +19,15 @@ layer's own forward in the cheaper exact order. Calls on other edge_index tensor
 rewrite -> unpatched only. The chain's vocabulary is `intercept.chain`.
 
 Hop-aware trimming (the invariant is in `gnnorch.trim.hops`): the k-th layer call of a model
-on a batch whose edge_index is the batch's own is layer l = k of K, K learnt from the model's
-first forward on a batch (which runs untrimmed). It then runs on input rows [0, c_{D+1}) and the
-edges into rows [0, c_D). Models whose code between layers is row-local and shape-agnostic
-(activation, dropout, Linear: e.g. PyG's BasicGNN without JumpingKnowledge) skip the padding
-("compact"): each layer returns only the rows the next one reads; the one-off check decides.
+on a batch whose edge_index is the batch's own is layer l = k of K. Layer l runs on input rows
+[0, c_{D+1}) and the edges into rows [0, c_D). K comes from the model's first forward on a
+batch: a model whose trimmed forward cannot fail where its own would not (a trusted PyG
+BasicGNN, `gnnorch.trim.trusted`) runs that forward trimmed with K guessed from the batch's
+hop count (recomputed untrimmed from the same RNG state if the guess or the check fails);
+any other model's first forward runs untrimmed, as without gnnorch, and K is its layer count.
+Models whose code between layers is row-local and shape-agnostic (activation, dropout,
+Linear: e.g. PyG's BasicGNN without JumpingKnowledge) skip the padding ("compact"): each layer
+returns only the rows the next one reads; the one-off check decides.
 The model's output is a `gnnorch.trim.exact_output.PrefixExact` tensor: its seed rows are the
 trimmed forward's own, and any read of another row recomputes the forward untrimmed (exact
 values, gradients through the untrimmed graph: `gnnorch.trim.materialize`) and switches
@@ -33,9 +37,13 @@ A model is trimmed only if (1) it holds no module that mixes rows across the bat
 (`gnnorch.trim.mixing`), (2) it does not trim itself (PyG's `trim_to_layer`: a layer receives a
 column slice of the batch's edge_index), and (3) a one-off check on its first batch, in eval
 mode without gradients and with the RNG state preserved, finds trimmed and untrimmed seed
-outputs equal (`gnnorch.trim.verify`); this catches functional mixing (global pooling, attention over the batch). A
-trimmed forward that meets an unexpected layer count falls back to an untrimmed recomputation
-and disables trimming for that model. The one-off check's forwards bypass the outer hooks.
+outputs equal (`gnnorch.trim.verify`; a trusted BasicGNN is exact by construction and skips
+it); this catches functional mixing (global pooling, attention over the batch). A trimmed
+forward that meets an unexpected layer count falls back to an untrimmed recomputation and
+disables trimming for that model. The one-off check's forwards bypass the outer hooks.
+
+The modes of a forward and every move between them are `gnnorch.trim.state`'s pure
+transition functions (`Mode`, `enter`, `forward_end`, ...); the hooks here are their adapter.
 The seam follows the thread that installed it only; other threads (e.g. the cache's background
 refresh) pass through untouched.
 """
@@ -46,58 +54,69 @@ import functools
 import threading
 import time
 import weakref
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 from torch import Tensor
 from torch.nn.modules.module import (register_module_forward_hook,
                                      register_module_forward_pre_hook)
 
+from ..compat import pyg as compat_pyg
 from ..trim.batch import BatchGraph
 from ..trim.exact_output import prefix_exact
 from ..trim.materialize import materializer, run_as
 from ..trim.mixing import batch_mixing_modules
-from ..trim.state import SELF_TRIMMING, ModelState
+from ..trim.state import (SELF_TRIMMING, Action, Mode, ModelState, check_result, enter,
+                          forward_end, non_seed_read, self_trimming)
 from ..trim.trusted import trusted_model, trusted_trimming
 from ..trim.verify import pad_compact, verify_trimming
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
-from .layer_calls import LayerCalls
+from .layer_calls import TrimAndRewrite
+
+if TYPE_CHECKING:
+    from ..rewrite.engine import RewriteEngine
 
 __all__ = ["LayerSeam", "BatchGraph", "HookedCall", "LayerHook", "ModelState", "tracing"]
 
 
-@functools.lru_cache(maxsize=None)
-def _trim_to_layer_type() -> type:
-    from torch_geometric.utils._trim_to_layer import TrimToLayer
-
-    return TrimToLayer
-
-
 def _self_trimming(module: torch.nn.Module, args: tuple) -> bool:
     """Whether this module call is PyG's `TrimToLayer` trimming with hop counts (checked on
-    every nested module call of a traced forward: the class is looked up once)."""
-    return isinstance(module, _trim_to_layer_type()) and len(args) > 1 and args[1] is not None
+    every nested module call of a traced forward: the class is looked up once; when it cannot
+    be recognised every call counts, so gnnorch never trims a model that may trim itself)."""
+    return compat_pyg.self_trimming(module, args)
 
 
 def _left_to_pyg(trace: Trace) -> None:
     """The traced model is about to trim itself with PyG's `TrimToLayer` (BasicGNN with
     `num_sampled_nodes_per_hop`): the rest of the forward runs as PyG runs it, and the
     model is never trimmed by gnnorch (its layers already compute only what they must)."""
-    trace.problem = SELF_TRIMMING
-    if trace.mode in ("trim", "speculate") and trace.calls == 0:
-        trace.mode, trace.problem = "plain", None
+    step = self_trimming(trace.mode, trace.calls)
+    trace.mode = step.mode
+    if step.action is Action.DISABLE:
+        trace.problem = None
         trace.state.disable(SELF_TRIMMING)
+    else:
+        trace.problem = SELF_TRIMMING
 
 
 class LayerSeam:
-    """Installs the MessagePassing seam; `set_batch` announces each sampled batch."""
+    """Installs the MessagePassing seam; `set_batch` announces each sampled batch.
 
-    def __init__(self, trim: bool = True, rewrites: Any = None) -> None:
+    Collaborators, passed in: `rewrites` (the rewrite engine, below trimming in every layer
+    call) and `hooks` (the chain's outer links, e.g. the historical-embedding cache).
+
+    The hooks are a thin adapter over `gnnorch.trim.state`'s transition functions: the
+    pre-hook asks `enter` for a forward's `Mode`, the post-hook asks `forward_end` (and
+    `check_result`) for the `Action` and carries it out. A recomputation re-enters the model
+    in the mode the transition names (`forward_in`)."""
+
+    def __init__(self, trim: bool = True, rewrites: RewriteEngine | None = None,
+                 hooks: Sequence[LayerHook] = ()) -> None:
         from torch_geometric.nn import MessagePassing
 
         self.cls = MessagePassing
         self.trim_enabled = trim
-        self.rewrites = rewrites             # a gnnorch.rewrite.RewriteEngine or None
+        self.rewrites = rewrites
         self.batch: BatchGraph | None = None
         self.models: "weakref.WeakKeyDictionary[torch.nn.Module, ModelState]" = \
             weakref.WeakKeyDictionary()
@@ -105,17 +124,17 @@ class LayerSeam:
         self._named: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # roots named
         self._depth = 0
         self._trace: Trace | None = None
-        self._forced: str | None = None      # mode forced by the one-off check
-        self._forced_problem: str | None = None
-        self.calls = LayerCalls(rewrites)    # trim -> rewrite -> unpatched, row counts
-        self.hooks: list[LayerHook] = []     # the chain's outer links (the module docstring)
+        self._entry: Mode | None = None       # the mode the next model entry must take
+        self.calls = TrimAndRewrite(rewrites)  # trim -> rewrite -> unpatched, row counts
+        self.hooks: list[LayerHook] = list(hooks)  # the chain's outer links (module docstring)
         self._thread: int | None = None      # the thread the seam follows
-        self.check_s = 0.0                   # seconds spent in one-off trimming checks
+        self.check = OneOffCheck(self)       # the one-off check (its forwards come through here)
 
     def one_off_seconds(self) -> float:
         """Seconds spent so far measuring rather than training: trimming checks, rewrite
         probes and calibration (monotone; see `RankContext.one_off_seconds`)."""
-        return self.check_s + (self.rewrites.overhead_s if self.rewrites is not None else 0.0)
+        return self.check.seconds + (self.rewrites.overhead_s if self.rewrites is not None
+                                     else 0.0)
 
     # -- installation ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -133,11 +152,21 @@ class LayerSeam:
     def set_batch(self, batch: BatchGraph | None) -> None:
         """Announce the batch the user's next forwards work on (None: no sampled batch)."""
         self.batch = batch
+        self.clear_forward()
+
+    def clear_forward(self) -> None:
+        """No forward in flight (after a forward that may have raised mid-way)."""
         self._depth = 0
         self._trace = None
+        self._entry = None
+
+    @property
+    def check_s(self) -> float:
+        """Seconds spent in one-off trimming checks."""
+        return self.check.seconds
 
     def stats(self) -> dict:
-        return {"enabled": self.trim_enabled, "check_s": self.check_s,
+        return {"enabled": self.trim_enabled, "check_s": self.check.seconds,
                 "models": [s.to_dict() for s in self.states if s.layers],
                 "rows_computed": self.calls.rows_computed,
                 "rows_untrimmed": self.calls.rows_untrimmed}
@@ -161,19 +190,16 @@ class LayerSeam:
             state = ModelState(name=type(module).__name__)
             self.models[module] = state
             self.states.append(state)
-        if self._forced is not None:
-            mode = self._forced
-        elif not self.trim_enabled or self.batch.layout is None:
-            mode = "plain"
-            if self.batch.layout is None and state.layers is None:
-                state.reason = self.batch.reason
-        elif state.layers is None:
-            mode = "speculate" if self._may_speculate(module, state) else "calibrate"
-        else:
-            mode = "trim" if state.trim else "plain"
+        check, self._entry = self._entry, None
+        layout = self.batch.layout
+        if check is None and layout is None and state.layers is None:
+            state.reason = self.batch.reason
+        mode = enter(check=check, trim_enabled=self.trim_enabled, has_layout=layout is not None,
+                     layers_known=state.layers is not None, trims=state.trim,
+                     may_speculate=lambda: self._may_speculate(module, state))
         self._trace = Trace(module, state, mode)
-        if mode == "speculate":  # K guessed: one layer per sampled hop, padded (see _speculated)
-            state.layers, state.compact, state.speculated = self.batch.layout.num_hops, False, True
+        if mode is Mode.SPECULATE:  # K guessed: one layer per sampled hop, padded
+            state.layers, state.compact, state.speculated = layout.num_hops, False, True
             self._trace.rng = torch.get_rng_state()
         return None
 
@@ -194,29 +220,45 @@ class LayerSeam:
         if self._depth != 0 or trace is None or trace.model is not module:
             return None
         self._trace = None
-        if self._forced is not None:
-            if trace.problem is not None or trace.calls != trace.state.layers:
-                self._forced_problem = trace.problem or "the layer count changed"
+        state = trace.state
+        if trace.mode.checking:
+            step = forward_end(trace.mode, calls=trace.calls, layers=state.layers,
+                               problem=trace.problem)
+            if step.action is Action.RECORD_CHECK:
+                self.check.problem = trace.problem or "the layer count changed"
             return None
         if output is None:
             return None
         for hook in self.hooks:
-            hook.on_forward_end(module, trace.state, trace.calls, self.batch)
-        state = trace.state
-        if trace.mode == "speculate":
-            return self._speculated(module, state, trace, args, kwargs, output)
-        if trace.mode == "calibrate":
+            hook.on_forward_end(module, state, trace.calls, self.batch)
+        step = forward_end(trace.mode, calls=trace.calls, layers=state.layers,
+                           problem=trace.problem)
+        if step.action is Action.VERIFY:
+            step = check_result(trace.mode, self.check.speculated(module, state, args, kwargs))
+        action = step.action
+        if action is Action.COUNT_UNTRIMMED or action is Action.LEARN:
             state.untrimmed_forwards += 1
-            self._calibrate(module, state, trace, args, kwargs)
+            if action is Action.LEARN:
+                self.check.calibrated(module, state, trace, args, kwargs)
             return None
-        if trace.mode == "plain":
-            state.untrimmed_forwards += 1
-            return None
-        if trace.problem is not None or trace.calls != state.layers:
+        if action is Action.SERVE_TRIMMED:
+            return self._trimmed_output(module, state, args, kwargs, output)
+        if action is Action.RECOMPUTE:
             state.disable(trace.problem or (
                 f"a forward made {trace.calls} layer calls instead of {state.layers}"))
-            return module(*args, **kwargs)  # recomputed untrimmed (trim now off for it)
-        return self._trimmed_output(module, state, args, kwargs, output)
+        else:  # REPLAY / REPLAY_RELEARN: from the random state the forward began with
+            if action is Action.REPLAY_RELEARN:
+                state.layers = None  # learnt again by the untrimmed forward
+            torch.set_rng_state(trace.rng)
+        return self.forward_in(step.mode, module, args, kwargs)
+
+    def forward_in(self, mode: Mode, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        """`module(*args, **kwargs)` (once more), the forward entered in `mode`."""
+        self._entry = mode
+        try:
+            return module(*args, **kwargs)
+        finally:
+            self._entry = None
 
     def _trimmed_output(self, module: torch.nn.Module, state: ModelState, args: tuple,
                         kwargs: dict, output: Any) -> Any:
@@ -234,38 +276,73 @@ class LayerSeam:
                          training: bool, parameters: dict[str, Tensor] | None, *,
                          args: tuple, kwargs: dict) -> Tensor:
         """`model(*args, **kwargs)` on `batch` as the seam would run it untrimmed (with the
-        given parameter values instead of the model's own, when given)."""
+        given parameter values instead of the model's own, when given): the output of a
+        trimmed forward was read beyond its seed rows (`non_seed_read`)."""
         saved = (self.batch, self._depth, self._trace)
         self.batch, self._depth, self._trace = batch, 0, None
+        self._entry = non_seed_read(Mode.TRIM).mode
         try:
             return run_as(model, grad, training, parameters, args, kwargs)
         finally:
+            self._entry = None
             self.batch, self._depth, self._trace = saved
 
-    # -- the one-off check ----------------------------------------------------------------
-    def _speculated(self, module: torch.nn.Module, state: ModelState, trace: Trace,
-                    args: tuple, kwargs: dict, output: Any) -> Any:
+    # -- layer calls ----------------------------------------------------------------------
+    def _on_layer(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
+        if threading.get_ident() != self._thread:  # other threads (cache refresh): untouched
+            return original(layer, *args, **kwargs)
+        trace = self._trace
+        batch = self.batch
+        if (trace is None or batch is None or self._depth < 1
+                or (trace.mode.untrimmed and not self.hooks and batch.extra_degree is None)):
+            return self.calls.run(layer, original, args, kwargs)
+        edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
+        if not batch.is_own(edge_index):
+            if batch.is_narrowed(edge_index):  # a layer of a self-trimming model, mid-forward
+                trace.problem = SELF_TRIMMING
+            return self.calls.run(layer, original, args, kwargs)
+        index = trace.calls
+        trace.calls += 1
+        x = args[0] if args else kwargs.get("x")
+        checking = trace.mode.checking
+        run = functools.partial(self.calls.call, trace, batch, index, layer, original, args,
+                                kwargs, x, edge_index, count=not checking)
+        if not self.hooks or checking:  # the one-off check bypasses hooks
+            return run()
+        return run_chain(self.hooks, functools.partial(
+            HookedCall, trace.model, trace.state, trace.mode, index, layer, x, edge_index, args,
+            kwargs, batch), run, original)
+
+
+class OneOffCheck:
+    """Whether trimming is exact for a model, decided once, on its first batch: by
+    construction (`trim.trusted`) or by the check of `gnnorch.trim.verify` (trimmed and
+    untrimmed seed outputs equal), whose forwards run through `seam` in the check modes
+    (`Mode.CHECK_PLAIN`, `Mode.CHECK_TRIM`): in eval mode, without gradients, the RNG
+    untouched, the outer hooks bypassed."""
+
+    def __init__(self, seam: LayerSeam) -> None:
+        self.seam = seam
+        self.seconds = 0.0               # spent in reference / trimmed check forwards
+        self.problem: str | None = None  # what the latest trimmed check forward met
+
+    def speculated(self, module: torch.nn.Module, state: ModelState, args: tuple,
+                   kwargs: dict) -> bool:
         """The model's first forward ran trimmed (padded) with K = the batch's hop count, so
         that no untrimmed training step is paid for (its time, and its activations: they set
-        the run's peak memory). The one-off check then decides as in `_calibrate`; when it
-        fails, or the forward was not the K-layer forward guessed, the forward is recomputed
-        untrimmed from the random state it started with, and that output is returned."""
-        if trace.problem is None and trace.calls == state.layers:
-            trusted, why = trusted_trimming(module, args, kwargs)
-            if trusted:  # exact by construction (`trim.trusted`): no reference forward
-                state.trim, state.compact, state.reason = True, not hasattr(module, "jk"), None
-                state.verified_by = why
-            else:
-                self._verify(module, state, args, kwargs)
-            if state.trim:
-                return self._trimmed_output(module, state, args, kwargs, output)
+        the run's peak memory). Whether trimming is exact for it: by construction
+        (`trim.trusted`: no reference forward) or by the check, as in `calibrated`."""
+        trusted, why = trusted_trimming(module, args, kwargs)
+        if trusted:
+            state.trim, state.compact, state.reason = True, not hasattr(module, "jk"), None
+            state.verified_by = why
         else:
-            state.layers = None  # learnt again by the untrimmed forward below ("calibrate")
-        torch.set_rng_state(trace.rng)
-        return module(*args, **kwargs)
+            self.verify(module, state, args, kwargs)
+        return state.trim
 
-    def _calibrate(self, model: torch.nn.Module, state: ModelState, trace: Trace,
+    def calibrated(self, model: torch.nn.Module, state: ModelState, trace: Trace,
                    args: tuple, kwargs: dict) -> None:
+        """The model's first forward ran untrimmed: K is its layer calls; then the check."""
         state.layers = trace.calls
         if trace.calls == 0:
             state.reason = "no MessagePassing layer ran on the batch's edge_index"
@@ -277,64 +354,38 @@ class LayerSeam:
         if mixing:
             state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
             return
-        self._verify(model, state, args, kwargs)
+        self.verify(model, state, args, kwargs)
 
-    def _verify(self, model: torch.nn.Module, state: ModelState, args: tuple,
-                kwargs: dict) -> None:
-        """The one-off check (`_check`), timed; its verdict goes to `state`."""
+    def verify(self, model: torch.nn.Module, state: ModelState, args: tuple,
+               kwargs: dict) -> None:
+        """The check (`_check`), timed; its verdict goes to `state`."""
         start = time.perf_counter()
         state.trim, state.compact, state.reason = self._check(model, state, args, kwargs)
         state.verified_by = "the one-off check" if state.trim else None
-        self.check_s += time.perf_counter() - start
+        self.seconds += time.perf_counter() - start
 
     def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,
                kwargs: dict) -> tuple[bool, bool, str | None]:
-        """(trim, compact, reason): `gnnorch.trim.verify` on this batch, the forwards run in
-        eval mode, without gradients, RNG untouched; train/eval flags are restored."""
+        """(trim, compact, reason): `gnnorch.trim.verify` on this batch; train/eval flags
+        are restored."""
+        seam = self.seam
         flags = [(m, m.training) for m in model.modules()]
 
         def trimmed(compact: bool) -> tuple[Any, str | None]:
             state.compact = compact
-            self._forced, self._forced_problem = "trim", None
+            self.problem = None
             try:
-                out = pad_compact(model(*args, **kwargs), self.batch, compact)
+                out = pad_compact(seam.forward_in(Mode.CHECK_TRIM, model, args, kwargs),
+                                  seam.batch, compact)
             finally:
-                self._depth, self._trace = 0, None
-            return out, self._forced_problem
+                seam.clear_forward()
+            return out, self.problem
 
         try:
             model.eval()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                self._forced = "plain"
-                plain = model(*args, **kwargs)
-                return verify_trimming(plain, trimmed, self.batch.batch_size)
+                plain = seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs)
+                return verify_trimming(plain, trimmed, seam.batch.batch_size)
         finally:
-            self._forced = None
             for m, training in flags:
                 m.training = training
-
-    # -- layer calls ----------------------------------------------------------------------
-    def _on_layer(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
-        if threading.get_ident() != self._thread:  # other threads (cache refresh): untouched
-            return original(layer, *args, **kwargs)
-        trace = self._trace
-        batch = self.batch
-        if (trace is None or batch is None or self._depth < 1
-                or (trace.mode == "plain" and not self.hooks
-                    and batch.extra_degree is None)):
-            return self.calls.run(layer, original, args, kwargs)
-        edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
-        if not batch.is_own(edge_index):
-            if batch.is_narrowed(edge_index):
-                trace.problem = SELF_TRIMMING
-            return self.calls.run(layer, original, args, kwargs)
-        index = trace.calls
-        trace.calls += 1
-        x = args[0] if args else kwargs.get("x")
-        run = functools.partial(self.calls.call, trace, batch, index, layer, original, args,
-                                kwargs, x, edge_index, count=self._forced is None)
-        if not self.hooks or self._forced is not None:  # the one-off check bypasses hooks
-            return run()
-        return run_chain(self.hooks, functools.partial(
-            HookedCall, trace.model, trace.state, trace.mode, index, layer, x, edge_index, args,
-            kwargs, batch), run, original)

@@ -34,53 +34,39 @@ the user imported the name, and user subclasses are intercepted through `super()
 * Partitioned features (`RunOptions.partition_features`, `intercept.features_fetch`): a loader
   that qualifies is built on the data without ``x``; each batch's ``x`` is gathered from the
   rank's store (remote rows from their owners) in the main process before the user sees it.
+* The GPU data path (`intercept.feeds.DevicePathHook`, when the session passes one) sees every
+  loader at the end of its ``__init__`` and wraps each epoch's batches after the partition feed;
+  a loader it samples on the device runs without loader workers.
+* Per-loader state (`intercept.feeds.LoaderState`) lives in the interceptor's own weak mapping,
+  never on the user's loader.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
-from typing import Any, Iterator
+import weakref
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from ..launch import context
+from ..compat import pyg as compat_pyg
 from ..launch.context import EpochTimer, RankContext
 from ..trim.hops import HopLayout, hops_from_edges
+from .feeds import DevicePathHook, LoaderState
 from .layers import BatchGraph, LayerSeam
 from .procgroup import UserDistribution
 from .shard import ShardSampler
 
+if TYPE_CHECKING:
+    from torch_geometric.loader import NeighborLoader
+
+    from ..cache.manager import CacheManager
+    from ..sampling.neighbor import FastNeighborSampler
+    from .features_fetch import PartitionManager
+
+__all__ = ["LoaderState", "NeighborLoaderInterceptor", "ShardSampler", "batch_graph"]
+
 _WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
-
-
-@dataclasses.dataclass
-class LoaderState:
-    """What the runtime knows about one intercepted loader."""
-
-    role: str                      # "train" (shuffle=True: may run training epochs) or "eval"
-    index: int                     # training loaders: order of construction (same on all ranks)
-    global_batch_size: int | None
-    user_num_workers: int | None   # None: the user left num_workers to the runtime
-    epochs: int = 0                # training epochs run
-    eval_epochs: int = 0           # epochs of a shuffle=True loader run as evaluation
-    shard: ShardSampler | None = None
-    backend: str = "pyg"           # which sampler draws its batches
-    backend_reason: str | None = None
-    directional: bool = True       # hop layout meaningful (trimming possible)
-    num_hops: int | None = None
-    cache: Any = None              # training loaders: their gnnorch.cache.manager.LoaderCache
-    sampler_choice: dict | None = None  # sampler="auto": the measured times and the choice
-    setup_s: float | None = None   # gnnorch's sampler: its set-up (PyG's CSC conversion)
-    partition: Any = None          # its features_fetch.Feed when its features are partitioned
-
-    def to_dict(self) -> dict:
-        return {"role": self.role, "index": self.index, "backend": self.backend,
-                "reason": self.backend_reason, "directional": self.directional,
-                "num_hops": self.num_hops,
-                "num_workers": ("plan" if self.user_num_workers is None
-                                else f"user ({self.user_num_workers})"),
-                "sampler_choice": self.sampler_choice, "setup_s": self.setup_s}
 
 
 def _loader_seed(ctx: RankContext, index: int) -> int:
@@ -98,14 +84,29 @@ def _seeds_in(batch: Any) -> int:
 
 
 class NeighborLoaderInterceptor:
-    """Installs and removes the NeighborLoader patches; idempotent per install."""
+    """Installs and removes the NeighborLoader patches for one rank's run (`ctx`).
 
-    def __init__(self, distribution: UserDistribution | None = None,
-                 partition: Any = None) -> None:
+    Its collaborators are passed in by `intercept.session`: the layer seam (batches are
+    announced to it; its models tell whether an epoch trains), the historical-embedding cache
+    (training loaders attach to it), the partitioned feature store and the device path (feeds,
+    `intercept.feeds`), and the user's own distribution (sharding steps aside when active).
+    Per-loader state lives in `states`, keyed weakly by the loader: nothing is left on the
+    user's object. Loaders built outside the installation pass through untouched."""
+
+    def __init__(self, ctx: RankContext, *, layer_seam: LayerSeam | None = None,
+                 cache: CacheManager | None = None, partition: PartitionManager | None = None,
+                 distribution: UserDistribution | None = None,
+                 device_path: DevicePathHook | None = None) -> None:
         from torch_geometric.loader import NeighborLoader
 
+        self.ctx = ctx
+        self.layer_seam = layer_seam
+        self.cache = cache
+        self.partition = partition
         self.distribution = distribution or UserDistribution()
-        self.partition = partition     # features_fetch.PartitionManager or None
+        self.device_path = device_path
+        self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
+            weakref.WeakKeyDictionary()
         self.cls = NeighborLoader
         self._orig_init = NeighborLoader.__init__
         self._had_iter = "__iter__" in NeighborLoader.__dict__
@@ -115,10 +116,10 @@ class NeighborLoaderInterceptor:
     def installed(self) -> Iterator[None]:
         interceptor = self
 
-        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+        def __init__(loader: NeighborLoader, *args: Any, **kwargs: Any) -> None:
             interceptor._init(loader, args, kwargs)
 
-        def __iter__(loader: Any) -> Iterator[Any]:
+        def __iter__(loader: NeighborLoader) -> Iterator[Any]:
             return interceptor._iter(loader)
 
         self.cls.__init__ = __init__
@@ -133,11 +134,8 @@ class NeighborLoaderInterceptor:
                 del self.cls.__iter__
 
     # -- patched methods ------------------------------------------------------------------
-    def _init(self, loader: Any, args: tuple, kwargs: dict) -> None:
-        ctx = context.current()
-        if ctx is None:
-            self._orig_init(loader, *args, **kwargs)
-            return
+    def _init(self, loader: NeighborLoader, args: tuple, kwargs: dict) -> None:
+        ctx = self.ctx
         train = bool(kwargs.get("shuffle", False))
         batch_size = kwargs.get("batch_size", 1)
         workers = kwargs.get("num_workers")
@@ -166,7 +164,11 @@ class NeighborLoaderInterceptor:
         if state.shard is not None:
             state.shard.num_items = len(loader.dataset)
         state.directional, state.num_hops = _layout_kind(loader)
-        loader._gnnorch_state = state
+        if self.device_path is not None:
+            self.device_path.adopt(loader, state)
+            if state.samples_on_device:   # no loader workers for device tensors
+                loader.num_workers = 0
+        self.states[loader] = state
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.to_dict())
 
     def _choose_sampler(self, ctx: RankContext, state: LoaderState, args: tuple,
@@ -176,7 +178,7 @@ class NeighborLoaderInterceptor:
         import torch_geometric.typing as pyg_typing
 
         choice = ctx.options.sampler
-        bound = inspect.signature(self._orig_init).bind(None, *args, **kwargs).arguments
+        bound = compat_pyg.loader_arguments(self._orig_init, args, kwargs)  # {}: PyG samples
         data = bound.get("data")
         if choice == "pyg":
             state.backend_reason = "sampler='pyg'"
@@ -196,7 +198,7 @@ class NeighborLoaderInterceptor:
             state.backend = "gnnorch"
             state.backend_reason, state.setup_s = sampler.fallback_reason, sampler.setup_s
             measurable = (sampler.fallback_reason is None and pyg_typing.WITH_PYG_LIB
-                          and not (state.role == "train" and ctx.cache is not None))
+                          and not (state.role == "train" and self.cache is not None))
             if choice == "auto" and measurable:  # (the cache prunes with ours)
                 self._measure_samplers(sampler, state, bound, extra, workers)
         if state.backend == "pyg" and pyg_typing.WITH_PYG_LIB:
@@ -205,8 +207,8 @@ class NeighborLoaderInterceptor:
             state.backend = "torch_sparse"
 
     @staticmethod
-    def _measure_samplers(sampler: Any, state: LoaderState, bound: dict, extra: dict,
-                          workers: int) -> None:
+    def _measure_samplers(sampler: FastNeighborSampler, state: LoaderState, bound: dict,
+                          extra: dict, workers: int) -> None:
         """`sampler="auto"` with pyg-lib installed: time both backends on this graph
         (`gnnorch.sampling.choice`) and keep the faster one (`sampler.use_pyg`)."""
         from ..sampling.choice import choose_sampler, seed_pool
@@ -223,20 +225,21 @@ class NeighborLoaderInterceptor:
         state.backend, state.backend_reason = choice.backend, choice.reason
         state.sampler_choice = choice.to_dict()
 
-    def _iter(self, loader: Any) -> Iterator[Any]:
-        ctx = context.current()
-        state: LoaderState | None = getattr(loader, "_gnnorch_state", None)
-        if ctx is None or state is None:
+    def _iter(self, loader: NeighborLoader) -> Iterator[Any]:
+        ctx = self.ctx
+        state = self.states.get(loader)
+        if state is None:   # built before the run: PyG's own epoch
             return self._orig_iter(loader)
-        training = state.role == "train" and _training_now(ctx.layer_seam)
+        training = state.role == "train" and _training_now(self.layer_seam)
         if state.shard is not None:
             _set_sharded(loader, state, training)
-        if training:
-            ctx.apply_pending()
-            if state.cache is None and ctx.cache is not None:  # gnnorch.cache, first epoch
-                state.cache = ctx.cache.attach(loader, state)
-        plan_workers = state.user_num_workers is None and not loader.persistent_workers
-        if plan_workers:
+        if training and state.cache is None and self.cache is not None:  # first epoch
+            state.cache = self.cache.attach(loader, state)
+        plan_workers = (state.user_num_workers is None and not loader.persistent_workers
+                        and not state.samples_on_device)
+        if state.samples_on_device:
+            loader.num_workers = 0
+        elif plan_workers:
             loader.num_workers = ctx.plan.sampler_cores
             if loader.num_workers > 0 and loader.prefetch_factor is None:
                 loader.prefetch_factor = 2
@@ -248,11 +251,13 @@ class NeighborLoaderInterceptor:
                 iterator = self._orig_iter(loader)
         else:
             iterator = self._orig_iter(loader)
-        if state.partition is not None:  # batch.x from the partitioned store
+        if self.partition is not None and state.partition is not None:  # batch.x: the store
             iterator = self.partition.feed(iterator, loader, state.partition, training)
-        seam = ctx.layer_seam
-        if seam is not None:
-            iterator = _announced(iterator, seam, state, training)
+        if self.device_path is not None and state.device is not None:
+            iterator = self.device_path.feed(iterator, loader, state, training)
+        if self.layer_seam is not None:
+            iterator = _announced(iterator, self.layer_seam, state, training,
+                                  defer=_defers_features(ctx))
         if not training:
             state.eval_epochs += state.role == "train"
             return iterator
@@ -265,7 +270,7 @@ _SAMPLER_ARGS = ("replace", "subgraph_type", "disjoint", "temporal_strategy", "t
                  "weight_attr", "is_sorted", "directed")
 
 
-def _batches(loader: Any) -> int | None:
+def _batches(loader: NeighborLoader) -> int | None:
     """Batches in one epoch of `loader` (None when it cannot tell, e.g. an iterable dataset)."""
     try:
         return len(loader)
@@ -282,7 +287,7 @@ def _training_now(seam: LayerSeam | None) -> bool:
     return not models or any(m.training for m in models)
 
 
-def _set_sharded(loader: Any, state: LoaderState, training: bool) -> None:
+def _set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:
     """Shard this epoch (training) or run every seed with the user's batch size."""
     shard = state.shard
     shard.sharded = training
@@ -292,7 +297,7 @@ def _set_sharded(loader: Any, state: LoaderState, training: bool) -> None:
         batch_sampler.batch_size = -(-size // shard.world_size) if training else size
 
 
-def _layout_kind(loader: Any) -> tuple[bool, int | None]:
+def _layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
     """(whether the loader's batches are directional hop-ordered samples, number of hops)."""
     from torch_geometric.sampler import NeighborSampler
     from torch_geometric.sampler.base import SubgraphType
@@ -347,11 +352,9 @@ def _mark_features(batch: Any) -> None:
 
 
 def _announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState,
-               training: bool) -> Iterator[Any]:
-    """Announce each batch to the layer seam while the user works on it (and, on a CUDA
-    machine with rewrites on, mark its features for the host transform)."""
-    ctx = context.current()
-    defer = ctx is not None and _defers_features(ctx)
+               training: bool, defer: bool) -> Iterator[Any]:
+    """Announce each batch to the layer seam while the user works on it (and, with `defer`: a
+    CUDA machine with rewrites on, mark its features for the host transform)."""
     try:
         for batch in iterator:
             if defer:

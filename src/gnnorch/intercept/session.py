@@ -1,31 +1,83 @@
-"""One run of the user's function under the runtime: the rank context plus every seam."""
+"""One run of the user's function under the runtime: the rank context plus every seam, wired.
+
+`session(ctx)` is the one place where the seams are built and given their collaborators
+(constructor arguments; no seam looks another up):
+
+    UserDistribution                       the user's own init_process_group (> 1 rank)
+    PartitionManager(ctx, distribution)    partitioned features (``partition_features``)
+    RewriteEngine                          exact layer rewrites (``rewrite``)
+    CacheManager(config, rank facts)       the historical-embedding cache (``cache``)
+    LayerSeam(trim, rewrites, hooks=[cache])
+    DevicePathHook                         the GPU data path (issue 21; `_device_path`)
+    NeighborLoaderInterceptor(ctx, layer_seam, cache, partition, distribution, device_path)
+    GradientSynchronizer(world_size, comm_device, distribution)   (> 1 rank)
+
+Everything is installed for the block and undone on exit, also when the user's function
+raises; each seam's statistics land in `ctx.stats`.
+"""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
+from .. import compat
 from ..launch import context
 from ..launch.context import RankContext
 from ..rewrite.decisions import (load_disk_decisions, save_disk_decisions, shared_cost_models,
                                  shared_decisions)
+from .feeds import DevicePathHook
 from .gradsync import GradientSynchronizer
 from .layers import LayerSeam
 from .loader import NeighborLoaderInterceptor
 from .procgroup import UserDistribution
 
+if TYPE_CHECKING:
+    from ..cache.manager import CacheManager
+    from .features_fetch import PartitionManager
+
+__all__ = ["DevicePathFactory", "Seams", "active", "session"]
+
+# builds the run's device path from its rank context (None: no device path for this run)
+DevicePathFactory = Callable[[RankContext], "DevicePathHook | None"]
+
+
+@dataclasses.dataclass
+class Seams:
+    """The seams one session built. For tests and debugging only (`active()`): no seam reads
+    this; each holds its own collaborators."""
+
+    loader: NeighborLoaderInterceptor
+    distribution: UserDistribution
+    layer_seam: LayerSeam | None = None
+    cache: CacheManager | None = None
+    partition: PartitionManager | None = None
+    device_path: DevicePathHook | None = None
+
+
+_ACTIVE: Seams | None = None
+
+
+def active() -> Seams | None:
+    """The running session's seams (None outside a run). For tests and debugging: gnnorch's
+    own code never reads it."""
+    return _ACTIVE
+
 
 @contextlib.contextmanager
-def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterator[RankContext]:
-    """Activate `ctx`, intercept NeighborLoader (with the partitioned feature store when
-    `partition_features` is on) and the MessagePassing layers (when a layer feature is on)
-    and, with > 1 rank, synchronise gradients.
-
-    Everything is undone on exit, also when the user's function raises; each seam's statistics
-    land in `ctx.stats`.
-    """
+def session(ctx: RankContext, comm_device: torch.device | None = None,
+            device: torch.device | None = None,
+            device_path: DevicePathFactory | None = None) -> Iterator[RankContext]:
+    """Activate `ctx` and install the run's seams (the module docstring): NeighborLoader always
+    (with the partitioned feature store and the device path when they are on), MessagePassing
+    when a layer feature is on (trim, rewrite, cache), gradient synchronisation with > 1 rank.
+    `comm_device`: the device collectives use (None: CPU / gloo); `device`: the device the
+    rank trains on (None: the CPU); `device_path` builds the GPU data path instead of
+    `_device_path`."""
+    global _ACTIVE
     from ..launch.allocator import heap_usage, tune_allocator
 
     ctx.stats["allocator"] = {"tuned": ctx.options.allocator == "tuned" and tune_allocator()}
@@ -33,52 +85,88 @@ def session(ctx: RankContext, comm_device: torch.device | None = None) -> Iterat
         stack.enter_context(context.activate(ctx))
         stack.enter_context(_compiled_module_hook_warning_silenced())
         stack.callback(lambda: ctx.stats["allocator"].update(heap_usage() or {}))
+        stack.callback(lambda: ctx.stats.__setitem__("compat", compat.unavailable()))
         distribution = UserDistribution()
         if ctx.distributed:  # the user's own init_process_group joins the runtime's group
             stack.enter_context(distribution.installed())
             stack.callback(lambda: ctx.stats.__setitem__("distributed", distribution.stats()))
+        cache = _cache(ctx)
         partition = None
         if ctx.options.partition_config is not None:   # the partitioned feature store
             from .features_fetch import PartitionManager
 
-            partition = PartitionManager(ctx, ctx.options.partition_config, distribution)
+            partition = PartitionManager(ctx, ctx.options.partition_config, distribution,
+                                         cache_on=cache is not None)
             stack.callback(lambda: ctx.stats.__setitem__("partition", partition.stats()))
             stack.callback(partition.close)              # (callbacks run last-in first)
-        stack.enter_context(NeighborLoaderInterceptor(distribution, partition).installed())
-        cache = ctx.options.cache_config
-        rewrites = None
-        if ctx.options.rewrite is not False:
-            from ..rewrite.engine import RewriteEngine
-
-            threads = torch.get_num_threads()
-            adopted = load_disk_decisions(threads)
-            orders, placements = shared_decisions()
-            rewrites = RewriteEngine(ctx.options.rewrite, cost_models=shared_cost_models(),
-                                     planner=orders, placements=placements,
-                                     model_decides=False)
-            if ctx.rank == 0:  # measured decisions outlive the process (one writer)
-                stack.callback(save_disk_decisions, threads)
-        if ctx.options.trim or cache is not None or rewrites is not None:
-            seam = LayerSeam(trim=ctx.options.trim, rewrites=rewrites)
-            stack.enter_context(seam.installed())
-            ctx.layer_seam = seam
-            stack.callback(lambda: ctx.stats.__setitem__("trim", seam.stats()))
-            if rewrites is not None:
-                stack.callback(lambda: ctx.stats.__setitem__(
-                    "rewrite", {**rewrites.report(), "adopted_from_disk": adopted,
-                                "overhead_s": rewrites.overhead_s}))
-        if cache is not None:  # the historical-embedding cache hooks into the layer seam
-            from ..cache.manager import CacheManager
-
-            manager = CacheManager(ctx, cache)
-            stack.enter_context(manager.installed())
-            seam.hooks.append(manager)
-            ctx.cache = manager
-            stack.callback(lambda: ctx.stats.__setitem__("cache", manager.stats()))
+        layer_seam = _layer_seam(ctx, stack, cache)
+        path = (device_path(ctx) if device_path is not None
+                else _device_path(ctx, device or comm_device))
+        loaders = NeighborLoaderInterceptor(ctx, layer_seam=layer_seam, cache=cache,
+                                            partition=partition, distribution=distribution,
+                                            device_path=path)
+        stack.enter_context(loaders.installed())
+        if layer_seam is not None:
+            stack.enter_context(layer_seam.installed())
+            ctx.one_off_meters.append(layer_seam.one_off_seconds)
+            stack.callback(ctx.one_off_meters.remove, layer_seam.one_off_seconds)
+            stack.callback(lambda: ctx.stats.__setitem__("trim", layer_seam.stats()))
+        if cache is not None:
+            stack.enter_context(cache.installed(ctx.batch_callbacks))
+            stack.callback(lambda: ctx.stats.__setitem__("cache", cache.stats()))
         if ctx.distributed:
             stack.enter_context(GradientSynchronizer(ctx.world_size, comm_device,
                                                      distribution).installed())
-        yield ctx
+        _ACTIVE = Seams(loaders, distribution, layer_seam, cache, partition, path)
+        try:
+            yield ctx
+        finally:
+            _ACTIVE = None
+
+
+def _cache(ctx: RankContext) -> CacheManager | None:
+    """The historical-embedding cache of the run (``cache``), or None."""
+    config = ctx.options.cache_config
+    if config is None:
+        return None
+    from ..cache.manager import CacheManager
+
+    cores = (len(ctx.cores.trainer_cpus) if ctx.cores is not None else int(ctx.plan.threads))
+    return CacheManager(config, seed=ctx.seed, rank=ctx.rank, distributed=ctx.distributed,
+                        trainer_cores=cores)
+
+
+def _layer_seam(ctx: RankContext, stack: contextlib.ExitStack,
+                cache: CacheManager | None) -> LayerSeam | None:
+    """The MessagePassing seam when a layer feature is on (trim, rewrite, cache), with the
+    rewrite engine below trimming and the cache as the chain's outer hook."""
+    rewrites = None
+    if ctx.options.rewrite is not False:
+        from ..rewrite.engine import RewriteEngine
+
+        threads = torch.get_num_threads()
+        adopted = load_disk_decisions(threads)
+        orders, placements = shared_decisions()
+        rewrites = RewriteEngine(ctx.options.rewrite, cost_models=shared_cost_models(),
+                                 planner=orders, placements=placements, model_decides=False)
+        if ctx.rank == 0:  # measured decisions outlive the process (one writer)
+            stack.callback(save_disk_decisions, threads)
+        stack.callback(lambda: ctx.stats.__setitem__(
+            "rewrite", {**rewrites.report(), "adopted_from_disk": adopted,
+                        "overhead_s": rewrites.overhead_s}))
+    if not (ctx.options.trim or cache is not None or rewrites is not None):
+        return None
+    return LayerSeam(trim=ctx.options.trim, rewrites=rewrites,
+                     hooks=[cache] if cache is not None else ())
+
+
+def _device_path(ctx: RankContext, device: torch.device | None) -> DevicePathHook:
+    """The GPU data path of the run (issue 21), as `ctx.options.data_path` asks: THE place
+    where it is built. It decides per loader (``mode="host"``, or no CUDA device with
+    ``mode="auto"``: no loader is served, each says why in its stats)."""
+    from .device_path import DevicePath
+
+    return DevicePath(ctx, ctx.options.data_path, device)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""glibc malloc settings for training processes (`Runtime(allocator="tuned")`).
+"""glibc malloc settings for training processes (``Runtime(launch={"allocator": "tuned"})``).
 
 glibc serves every allocation above its mmap threshold with fresh ``mmap`` pages, so a large
 tensor pays one page fault per 4 KiB touched, and returns them to the kernel when freed. A

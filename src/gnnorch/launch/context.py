@@ -1,10 +1,9 @@
 """The state of the rank this process is: who it is, which cores it owns, its knobs, its timings.
 
 Exactly one `RankContext` is active in a process while the user's function runs under the
-runtime (`activate`); intercepts read it. Knobs that live inside a rank (trainer threads, sampler
-workers and their cores) can be changed between epochs with `reconfigure`: the change is applied at
-the next training epoch boundary, so an epoch never runs half in one configuration. The number of
-ranks cannot change inside a run (that takes a new launch).
+runtime (`activate`: a second, nested run is refused). The seams do not look it up: the session
+(`gnnorch.intercept.session`) hands it to each seam it builds. A rank's knobs (plan, cores) are
+fixed for the run: the tuner changes them by launching again.
 """
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -32,7 +31,7 @@ class RankProcess:
     plan: CorePlan
     cores: RankCores | None
     backend: str | None = None
-    comm_device: Any = None
+    comm_device: torch.device | None = None
 
 
 @dataclasses.dataclass
@@ -51,7 +50,11 @@ class EpochRecord:
 
 @dataclasses.dataclass
 class RankContext:
-    """Per-process rank state. `cores` is None when binding is off."""
+    """One rank's run state while the user's function runs: its facts (rank, world size, core
+    plan, `cores` — None when binding is off —, seed, options), its records (epochs, stats)
+    and the callbacks the seams and hooks register. It holds no seam: the session hands it
+    to the seams it builds (`gnnorch.intercept.session`). Not `RankProcess` (who the process
+    is, known before any run) nor `RankJob` (what every rank of a run executes)."""
 
     rank: int
     world_size: int
@@ -67,11 +70,9 @@ class RankContext:
     # callback may raise to end the user's function early (e.g. a tuning probe's budget)
     batch_callbacks: list[Callable[["EpochTimer"], None]] = dataclasses.field(
         default_factory=list)
-    # the MessagePassing seam of this run (gnnorch.intercept.layers.LayerSeam) or None
-    layer_seam: Any = None
-    # the historical-embedding cache of this run (gnnorch.cache.manager.CacheManager) or None
-    cache: Any = None
-    _pending: tuple[CorePlan, RankCores | None] | None = None
+    # seconds spent so far on one-off measurements, one meter per seam that measures (the layer
+    # seam: trimming checks, rewrite probes); each is monotone
+    one_off_meters: list[Callable[[], float]] = dataclasses.field(default_factory=list)
     _loaders_built: int = 0
 
     @property
@@ -86,8 +87,7 @@ class RankContext:
         """Seconds this rank has spent on one-off measurements inside training steps (the
         layer seam's trimming checks, rewrite probes and calibration). A step's wall time less
         its share of this is what the step costs in steady state."""
-        seam = self.layer_seam
-        return seam.one_off_seconds() if seam is not None else 0.0
+        return sum(meter() for meter in self.one_off_meters)
 
     def summary(self) -> dict:
         """What this rank reports back to the caller: epoch records and feature statistics."""
@@ -102,22 +102,6 @@ class RankContext:
         """Index of a newly built training loader; equal on all ranks (same code path)."""
         self._loaders_built += 1
         return self._loaders_built - 1
-
-    def reconfigure(self, plan: CorePlan, cores: RankCores | None) -> None:
-        """Ask for new in-rank knobs (same number of ranks) from the next epoch on."""
-        if plan.processes != self.world_size:
-            raise ValueError(
-                f"reconfigure cannot change processes inside a run "
-                f"({self.world_size} -> {plan.processes}); launch again instead")
-        self._pending = (plan, cores)
-
-    def apply_pending(self) -> None:
-        """Apply a pending reconfiguration (called at a training epoch boundary)."""
-        if self._pending is None:
-            return
-        self.plan, self.cores = self._pending
-        self._pending = None
-        bind_current_process(self.cores, self.plan.threads)
 
 
 def bind_current_process(cores: RankCores | None, threads: int) -> None:

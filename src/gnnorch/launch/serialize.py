@@ -13,19 +13,19 @@ from __future__ import annotations
 import io
 import pickle
 from collections import ChainMap
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import cloudpickle
-import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reducers)
 
+from ..compat import torch as compat_torch
 from ..errors import SerializationError
 
 
 class _SharedMemoryPickler(cloudpickle.Pickler):
     # The C pickler reads `dispatch_table` when constructed, so it must be a class attribute.
-    # ForkingPickler's table holds torch's reducers (tensor -> shared-memory file descriptor).
-    dispatch_table = ChainMap(ForkingPickler._extra_reducers, cloudpickle.Pickler.dispatch_table)
+    # ForkingPickler's table holds torch's reducers (tensor -> shared-memory file descriptor);
+    # `gnnorch.compat` finds it (without it tensors travel by value: copied, not shared).
+    dispatch_table = ChainMap(compat_torch.forking_reducers(), cloudpickle.Pickler.dispatch_table)
 
 
 _FIX_HINT = (

@@ -14,6 +14,7 @@ run's hooks) is the runner's business (`gnnorch.execute.rank.RankJob`).
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -44,6 +45,8 @@ def _die_with_parent() -> None:
 
 def main() -> None:
     _die_with_parent()
+    if hasattr(signal, "SIGUSR1"):   # `kill -USR1 <pid>`: every thread's stack to the rank's log
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     spec = json.loads(os.environ["GNNORCH_RANK_SPEC"])
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     multiprocessing.current_process().authkey = authkey  # receives shared-memory handles
@@ -63,6 +66,15 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def _seam_delay() -> None:
+    """Test-only (scripts/soak.py): a random sleep of up to GNNORCH_SEAM_DELAY seconds."""
+    delay = float(os.environ.get("GNNORCH_SEAM_DELAY") or 0)
+    if delay:
+        import random
+
+        time.sleep(random.Random().uniform(0, delay))
 
 
 def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
@@ -92,11 +104,13 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
         if spec["backend"] == "nccl":
             torch.cuda.set_device(0)  # CUDA_VISIBLE_DEVICES holds this rank's GPU only
             comm_device = torch.device("cuda", 0)
+        _seam_delay()
         dist.init_process_group(spec["backend"], store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=spec["collective_timeout"]))
         process = RankProcess(rank=rank, world_size=world, plan=plan, cores=cores,
                               backend=spec["backend"], comm_device=comm_device)
         result, summary = runner(process, fn, args, kwargs)
+        _seam_delay()
         if rank == 0:
             conn.send(("result", serialize.dumps_result(result), summary))
         else:

@@ -11,15 +11,20 @@ Distributed GNN Training Acceleration" (docs/placement.md):
   MRTF sending; `TaskGraph` is what it simulates;
 * `initial_placement` (IFS, a DP over counts), `Metropolis` (ETP), `colocation` (DistDGL),
   `random_placement`;
-* `plan_placement(cluster, profile, seed=...) -> Placement` and `evaluate`.
+* `plan_placement(cluster, profile, seed=...) -> Placement` and `evaluate`;
+* `plan_overview` -- a plan with its co-location baselines and flow schedule, as text or JSON
+  (``python -m gnnorch plan CLUSTER.json PROFILE.json``); `load_cluster` / `load_profile`
+  read the two files (`files`: their schemas).
 """
 from __future__ import annotations
 
 from gnnorch.place.assignment import Assignment, feasible, overload, usage
 from gnnorch.place.baselines import colocation, random_placement
 from gnnorch.place.cluster import GBPS, RESOURCES, Cluster, PlacementError
+from gnnorch.place.files import PlanFileError, load_cluster, load_profile
 from gnnorch.place.initial import initial_placement
 from gnnorch.place.oes import POLICIES, SimResult, simulate
+from gnnorch.place.overview import FlowRecord, PlanOverview, plan_overview
 from gnnorch.place.plan import (PLAN_DEFAULTS, Evaluation, Placement, Scorer, evaluate,
                                 plan_placement)
 from gnnorch.place.profile import Profile, TaskDemand
@@ -30,6 +35,8 @@ __all__ = [
     "Assignment", "feasible", "overload", "usage",
     "colocation", "random_placement",
     "GBPS", "RESOURCES", "Cluster", "PlacementError",
+    "PlanFileError", "load_cluster", "load_profile",
+    "FlowRecord", "PlanOverview", "plan_overview",
     "initial_placement",
     "POLICIES", "SimResult", "simulate",
     "PLAN_DEFAULTS", "Evaluation", "Placement", "Scorer", "evaluate", "plan_placement",

@@ -104,6 +104,9 @@ class Placement:
     search: SearchResult
     options: dict = field(default_factory=dict)
     confirmation: dict | None = None
+    #: the seed of the prediction's draws: `evaluate` another placement with it (and the same
+    #: policy, ``eval_iterations``, ``eval_draws``) to compare on common random numbers
+    eval_seed: int = 0
 
     @property
     def trainer_node(self) -> np.ndarray:
@@ -177,8 +180,9 @@ def plan_placement(cluster: Cluster, profile: Profile, seed: int = 0,
             chosen = starts[name]
         confirmation = {"search_s": times[0], "start_s": times[1],
                         "kept": "search" if chosen is result.best else "start"}
+    eval_seed = int(np.random.default_rng(seeds[3]).integers(2**31))
     prediction = evaluate(cluster, profile, chosen, opt["policy"], opt["eval_iterations"],
-                          opt["eval_draws"], int(np.random.default_rng(seeds[3]).integers(2**31)))
+                          opt["eval_draws"], eval_seed)
     return Placement(cluster=cluster, profile=profile, assignment=chosen, policy=opt["policy"],
                      predicted_iteration_s=prediction.mean, start=name, search=result,
-                     options=opt, confirmation=confirmation)
+                     options=opt, confirmation=confirmation, eval_seed=eval_seed)

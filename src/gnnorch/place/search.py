@@ -22,9 +22,10 @@ depends on the job's time scale. We measure the difference relative to the start
 anneal the temperature geometrically, tau_k = t_start * (t_end / t_start) ** (k / (steps - 1)):
 with the defaults (0.005 -> 0.0001) a placement 0.5 % worse than the current one is accepted
 with probability 1/e at the start, one 0.01 % worse at the end. (On the benchmark's clusters a
-hotter start, 0.03, wandered off and found less in a few hundred steps.) Invariant: the result is the best *feasible* (U <= C)
-placement visited, the start included, so it is never worse (by the scorer) than the start,
-and for a given rng seed the search is deterministic. Scores are memoised per placement.
+hotter start, 0.03, wandered off and found less in a few hundred steps.) Invariant: the result
+is the best *feasible* (U <= C) placement visited, the start included, so it is never worse
+(by the scorer) than the start, and for a given rng seed the search is deterministic. Scores
+are memoised per placement.
 """
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ before the model runs, so it does not overlap with the host matmul.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 from collections import deque
@@ -37,7 +38,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils._pytree import tree_map
+
+from ..compat import CompatError
+from ..compat import torch as compat_torch
+from ..compat.torch import tree_map
 
 __all__ = ["HostBatchFeatures", "DeferredFeatures", "HostLinear", "mark_host_features",
            "transform_rows", "deferred_input", "materialised", "PlacementPlanner", "HOST",
@@ -48,6 +52,14 @@ DEVICE = "device"
 #: device types a HostBatchFeatures defers its copy to
 DEFER_TO = ("cuda",)
 _aten = torch.ops.aten
+# torch's "no __torch_function__ for subclasses" context. Without it (or any other name
+# `compat_torch.host_subclass_reason` checks) `mark_host_features` marks nothing, so neither
+# subclass below is ever built and the stand-ins are never used.
+_DisableSubclass = compat_torch.disable_torch_function_subclass() or contextlib.nullcontext
+
+
+def _unavailable(cls: type, *args: object, **kwargs: object) -> None:
+    raise CompatError(compat_torch.host_subclass_reason())
 
 
 class _Root:
@@ -76,7 +88,8 @@ class DeferredFeatures(Tensor):
     ``alias`` or ``detach`` copies the rows to the device first (once per batch).
     """
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = (compat_torch.disabled_torch_function_impl()
+                          or classmethod(_unavailable))
     _root: _Root
     _start: int
     _stop: int
@@ -85,9 +98,9 @@ class DeferredFeatures(Tensor):
     def __new__(cls, root: _Root, start: int = 0, stop: int | None = None) -> "DeferredFeatures":
         stop = root.host.size(0) if stop is None else stop
         rows = root.host[start:stop]
-        obj = Tensor._make_wrapper_subclass(cls, rows.shape, strides=rows.stride(),
-                                            dtype=rows.dtype, device=root.device,
-                                            requires_grad=False)
+        make = compat_torch.make_wrapper_subclass() or _unavailable
+        obj = make(cls, rows.shape, strides=rows.stride(), dtype=rows.dtype,
+                   device=root.device, requires_grad=False)
         obj._root, obj._start, obj._stop = root, start, stop
         return obj
 
@@ -126,7 +139,7 @@ class DeferredFeatures(Tensor):
         if func in (_aten.alias.default, _aten.detach.default):
             self = args[0]
             return DeferredFeatures(self._root, self._start, self._stop)
-        if func in (_aten._to_copy.default,):
+        if func is compat_torch.aten_to_copy():
             self = args[0]
             device = kwargs.get("device", self.device)
             same = (torch.device(device) == self.device
@@ -134,7 +147,7 @@ class DeferredFeatures(Tensor):
                     and set(kwargs) <= {"device", "dtype", "non_blocking", "layout"})
             if same:
                 return DeferredFeatures(self._root, self._start, self._stop)
-        if func._schema.is_mutable:
+        if compat_torch.op_is_mutable(func):
             for value in (*args, *kwargs.values()):
                 if isinstance(value, DeferredFeatures):
                     value._root.dirty = True
@@ -173,7 +186,7 @@ class HostBatchFeatures(Tensor):
             if target is not None:
                 device, non_blocking = target
                 return DeferredFeatures.defer(_plain(args[0]), device, non_blocking)
-        with torch._C.DisableTorchFunctionSubclass():
+        with _DisableSubclass():
             out = func(*args, **kwargs)
         if func is Tensor.pin_memory and isinstance(out, Tensor):
             return mark_host_features(out)   # pinning keeps the deferral
@@ -182,7 +195,7 @@ class HostBatchFeatures(Tensor):
 
 def _plain(x: Tensor) -> Tensor:
     """The same storage as a plain Tensor."""
-    with torch._C.DisableTorchFunctionSubclass():
+    with _DisableSubclass():
         return x.view(x.shape)
 
 
@@ -199,8 +212,11 @@ def _target(func: Any, args: tuple, kwargs: dict) -> tuple[torch.device, bool] |
         return torch.device(device), non_blocking
     if kwargs.get("copy") or kwargs.get("memory_format") is not None:
         return None
+    parse_to = compat_torch.parse_to()
+    if parse_to is None:
+        return None
     try:
-        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
+        device, dtype, non_blocking, memory_format = parse_to(
             *args[1:], **{k: v for k, v in kwargs.items() if k != "copy"})
     except (TypeError, RuntimeError):
         return None
@@ -212,11 +228,14 @@ def _target(func: Any, args: tuple, kwargs: dict) -> tuple[torch.device, bool] |
 
 def mark_host_features(x: Tensor) -> Tensor:
     """``x`` (a floating CPU tensor) as :class:`HostBatchFeatures`, sharing its storage;
-    anything else unchanged."""
+    anything else unchanged, and everything while torch lacks a name the subclasses need
+    (`gnnorch.compat`: the host transform is then off)."""
+    if compat_torch.host_subclass_reason() is not None:
+        return x
     if (type(x) is not Tensor or x.device.type != "cpu" or not x.is_floating_point()
             or x.requires_grad or x.dim() != 2):
         return x
-    return Tensor._make_subclass(HostBatchFeatures, x)
+    return compat_torch.make_subclass(HostBatchFeatures, x)
 
 
 class HostLinear(torch.autograd.Function):

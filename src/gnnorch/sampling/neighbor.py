@@ -21,6 +21,7 @@ from torch import Tensor
 from torch_geometric.sampler import NeighborSampler, SamplerOutput
 from torch_geometric.sampler.base import DataType, SubgraphType
 
+from gnnorch.compat import pyg as compat_pyg
 from gnnorch.sampling.uniform import new_workspace, sample_neighbors
 
 __all__ = ["FastNeighborSampler"]
@@ -59,35 +60,51 @@ class FastNeighborSampler(NeighborSampler):
         start = time.perf_counter()
         fast = (DataType.from_data(data) == DataType.homogeneous and time_attr is None
                 and weight_attr is None and not disjoint)
+        options = _supported(dict(
+            subgraph_type=subgraph_type, replace=replace, disjoint=disjoint,
+            temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
+            is_sorted=is_sorted, share_memory=share_memory, directed=directed,
+            sample_direction=sample_direction))
         with warnings.catch_warnings():
             if fast:
                 warnings.filterwarnings("ignore", message=_PYG_LIB_WARNING)
-            super().__init__(
-                data, num_neighbors, subgraph_type=subgraph_type, replace=replace,
-                disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-                weight_attr=weight_attr, is_sorted=is_sorted, share_memory=share_memory,
-                directed=directed, sample_direction=sample_direction)
+            super().__init__(data, num_neighbors, **options)
+        if "sample_direction" not in options:   # PyG < 2.7 samples forward only
+            self.sample_direction = sample_direction
         self._exclude: Tensor | None = None
         self._exclude_hops: frozenset[int] = frozenset()
         self._workspaces: list[Tensor] = []
         self.use_pyg = False               # every call to PyG's own _sample (pyg-lib)
+        # the fast path's random source (None: torch's global RNG of the CSC's device); not
+        # pickled: DataLoader workers draw from their own, seeded, global RNG
+        self.generator: torch.Generator | None = None
         self.setup_s = time.perf_counter() - start  # PyG's CSC conversion, mostly
 
     def sample_ours(self, seed: Tensor) -> Any:
         """One call of gnnorch's vectorised sampler on `seed` (whatever `use_pyg` says)."""
-        use_pyg, self.use_pyg = self.use_pyg, False
-        try:
-            return self._sample(seed)
-        finally:
-            self.use_pyg = use_pyg
+        return self._route(seed, None, {}, use_pyg=False)
 
     def sample_pyg(self, seed: Tensor) -> Any:
         """One call of PyG's own sampling backend (pyg-lib when installed) on `seed`."""
-        return super()._sample(seed)
+        return compat_pyg.pyg_sample(self, seed)
+
+    def move_to(self, device: torch.device | str) -> None:
+        """Keep the CSC (``colptr``, ``row``, ``perm``) and the exclusion mask on `device`:
+        the fast path samples there from now on (its results are on `device`)."""
+        device = torch.device(device)
+        self.colptr, self.row = self.colptr.to(device), self.row.to(device)
+        if self.perm is not None:
+            self.perm = self.perm.to(device)
+        if self._exclude is not None:
+            self._exclude = self._exclude.to(device)
+        self._workspaces = []
 
     @property
     def fallback_reason(self) -> str | None:
         """Why sampling goes to PyG's own ``_sample``, or None when the fast path is used."""
+        hook = compat_pyg.sampler_hook_reason()   # PyG would never call ours
+        if hook is not None:
+            return hook
         if self.is_hetero:
             return "heterogeneous graph"
         if self.is_temporal:
@@ -118,17 +135,23 @@ class FastNeighborSampler(NeighborSampler):
         return self._exclude, self._exclude_hops
 
     def _sample(self, seed: Any, seed_time: Any = None, **kwargs: Any) -> Any:
-        """PyG's hook: one sampling call for a seed tensor (or dict, for PyG's path)."""
-        if (self.use_pyg or not isinstance(seed, Tensor) or seed_time is not None
+        """PyG's hook: one sampling call for a seed tensor (or dict, for PyG's path); the hook's
+        shape is checked by `gnnorch.compat.pyg` (`fallback_reason` says when it changed)."""
+        return self._route(seed, seed_time, kwargs, self.use_pyg)
+
+    def _route(self, seed: Any, seed_time: Any, kwargs: dict, use_pyg: bool) -> Any:
+        """The fast path, or PyG's own ``_sample`` when `use_pyg` or the call needs it."""
+        if (use_pyg or not isinstance(seed, Tensor) or seed_time is not None
                 or self.fallback_reason is not None):
-            return super()._sample(seed, seed_time, **kwargs)
+            return compat_pyg.pyg_sample(self, seed, seed_time, **kwargs)
         induced = self.subgraph_type == SubgraphType.induced
         workspace = self._borrow_workspace()
         try:
             out = sample_neighbors(
                 self.colptr, self.row, seed, self.num_neighbors.get_mapped_values(),
                 replace=self.replace, directed=not induced, exclude=self._exclude,
-                exclude_hops=self._exclude_hops, workspace=workspace)
+                exclude_hops=self._exclude_hops, workspace=workspace,
+                generator=self.generator)
         finally:
             self._workspaces.append(workspace)
         row, col = out.row, out.col
@@ -150,4 +173,27 @@ class FastNeighborSampler(NeighborSampler):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_workspaces"] = []
+        state["generator"] = None
         return state
+
+
+_DEFAULTS = {"sample_direction": "forward", "weight_attr": None, "directed": True}
+
+
+def _supported(options: dict[str, Any]) -> dict[str, Any]:
+    """The options the installed PyG's ``NeighborSampler`` takes (``sample_direction``: PyG >=
+    2.7); an option it lacks is dropped at its default and refused otherwise, as PyG would."""
+    accepted = compat_pyg.sampler_parameters()
+    if accepted is None:      # signature unreadable: pass all, PyG raises on what it lacks
+        return options
+    out = {}
+    for name, value in options.items():
+        if name in accepted:
+            out[name] = value
+        elif name not in _DEFAULTS or value != _DEFAULTS[name]:
+            import torch_geometric
+
+            raise TypeError(f"FastNeighborSampler: {name}={value!r} needs a newer PyG "
+                            f"(torch_geometric {torch_geometric.__version__}'s NeighborSampler "
+                            f"does not take {name!r})")
+    return out

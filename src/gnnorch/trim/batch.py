@@ -4,7 +4,9 @@
 its size and seeds, its hop layout (`HopLayout`; None when the batch is not a directional
 neighbour sample, with the reason) and GCN normalisations computed once per batch on the
 *untrimmed* graph: a trimmed GCN layer must normalise by degrees in the whole sampled graph,
-not in the trimmed one.
+not in the trimmed one. A batch sampled with vertices left unexpanded (the historical-embedding
+cache's pruning) carries `extra_degree`: those vertices keep the degree they would have had
+(`gcn_norm_extra`).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ class BatchGraph:
     training: bool = True          # False for batches of evaluation loaders
     # in-edges pruned from the sample per vertex, counted by GCN normalisations (cache)
     extra_degree: Tensor | None = None
-    cache: Any = None              # the historical-embedding cache's per-batch data
+    # what a layer hook put on the batch for itself (the cache's `BatchInfo`); never read here
+    cache: object | None = None
     _aliases: set[int] = dataclasses.field(default_factory=set)
     _storages: set[int] = dataclasses.field(default_factory=set)   # of the aliases
     _norms: dict[tuple, tuple[Tensor, Tensor]] = dataclasses.field(default_factory=dict)
@@ -69,8 +72,6 @@ class BatchGraph:
         key = (improved, add_self_loops, flow, dtype, edge_index.device,
                None if edge_weight is None else id(edge_weight))
         if key not in self._norms and self.extra_degree is not None:
-            from ..cache.degree import gcn_norm_extra
-
             self._norms[key] = gcn_norm_extra(edge_index, edge_weight, self.num_nodes,
                                               improved, add_self_loops, flow, dtype,
                                               self.extra_degree)
@@ -78,3 +79,35 @@ class BatchGraph:
             self._norms[key] = gcn_norm(edge_index, edge_weight, self.num_nodes, improved,
                                         add_self_loops, flow, dtype)
         return self._norms[key]
+
+
+def gcn_norm_extra(edge_index: Tensor, edge_weight: Tensor | None, num_nodes: int,
+                   improved: bool, add_self_loops: bool, flow: str, dtype: torch.dtype,
+                   extra: Tensor) -> tuple[Tensor, Tensor]:
+    """GCN normalisation of a pruned batch: pruned vertices keep the degree they would have had.
+
+    A hot vertex v reached at the last expanded hop is not expanded, so the batch holds none of its
+    in-edges. GCNConv weighs an edge u -> w by 1 / sqrt(deg(u) deg(w)) with degrees counted in the
+    batch graph, so without a correction v, as a *source* of the edges into its shallower
+    neighbours, would count degree 1 (its self-loop) instead of 1 + the edges the sampler would have
+    drawn for it, and every GCN layer would over-weigh the hot vertices. `gcn_norm_extra` is PyG's
+    `gcn_norm` (edge_index tensor path, same operations in the same order) with `extra[v]` added to
+    each vertex's degree; `extra` is the size of v's neighbourhood in the cache's refresh (min(k, d)
+    when sampled, d when full), so pruned batch + cached rows equal the batch with those
+    neighbourhoods.
+    """
+    from torch_geometric.utils import add_remaining_self_loops, scatter
+
+    fill_value = 2.0 if improved else 1.0
+    if add_self_loops:
+        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, fill_value,
+                                                           num_nodes)
+    if edge_weight is None:
+        edge_weight = torch.ones((edge_index.size(1),), dtype=dtype, device=edge_index.device)
+    row, col = edge_index[0], edge_index[1]
+    idx = col if flow == "source_to_target" else row
+    deg = scatter(edge_weight, idx, dim=0, dim_size=num_nodes, reduce="sum")
+    deg = deg + extra.to(device=deg.device, dtype=deg.dtype)
+    deg_inv_sqrt = deg.pow_(-0.5)
+    deg_inv_sqrt.masked_fill_(deg_inv_sqrt == float("inf"), 0)
+    return edge_index, deg_inv_sqrt[row] * edge_weight * deg_inv_sqrt[col]

@@ -25,9 +25,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import contextlib
+
 import torch
 from torch import Tensor
-from torch._C import DisableTorchFunctionSubclass
+
+from ..compat import torch as compat_torch
+
+# torch's "no __torch_function__ for subclasses" context; when torch lacks it (`gnnorch.compat`)
+# no PrefixExact is ever built (`prefix_exact` materialises at once), so the stand-in is unused.
+DisableTorchFunctionSubclass = (compat_torch.disable_torch_function_subclass()
+                                or contextlib.nullcontext)
 
 # Returns the exact (untrimmed) tensor for a prefix-exact root, given why it is needed.
 Materializer = Callable[[str], Tensor]
@@ -44,8 +52,8 @@ _METADATA = frozenset([
     Tensor.get_device, Tensor.data_ptr, Tensor.__hash__, Tensor.untyped_storage,
     Tensor.register_hook, Tensor.retain_grad, Tensor.requires_grad_,
     *_getters("shape", "dtype", "device", "ndim", "requires_grad", "grad_fn", "is_leaf",
-              "layout", "is_cuda", "is_sparse", "is_meta", "names", "grad", "_base",
-              "is_quantized", "is_nested", "output_nr", "_version"),
+              "layout", "is_cuda", "is_sparse", "is_meta", "names", "grad", "is_quantized",
+              "is_nested", "output_nr", *compat_torch.tensor_private_properties()),
 ])
 
 _ELEMENTWISE = frozenset([
@@ -108,9 +116,13 @@ class PrefixExact(Tensor):
             return func(*exact_args, **exact_kwargs)
 
 
-def prefix_exact(value: Tensor, exact_rows: int, materialize: Materializer) -> PrefixExact:
+def prefix_exact(value: Tensor, exact_rows: int, materialize: Materializer) -> Tensor:
     """Wrap a trimmed forward's output `value` (rows [0, exact_rows) exact) so that reading any
-    other row first calls `materialize(reason)`, which returns the untrimmed output."""
+    other row first calls `materialize(reason)`, which returns the untrimmed output. Without
+    torch's `DisableTorchFunctionSubclass` (`gnnorch.compat`) the untrimmed output is returned
+    at once: exact, and trimming switches itself off for the model."""
+    if compat_torch.disable_torch_function_subclass() is None:
+        return materialize(f"{compat_torch.DISABLE_TORCH_FUNCTION_SUBCLASS.name} unavailable")
     out = value.as_subclass(PrefixExact)
     out._gnnorch_exact_rows = exact_rows
     out._gnnorch_materialize = materialize

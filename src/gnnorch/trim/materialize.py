@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ..compat import torch as compat_torch
 from ..errors import TrimmingError, TrimmingWarning
 from .state import ModelState
 
@@ -24,9 +25,19 @@ __all__ = ["parameter_versions", "parameter_snapshot", "materializer", "run_as"]
 Rerun = Callable[[bool, bool, "dict[str, Tensor] | None"], Tensor]
 
 
-def parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
-    """In-place version counters of the model's parameters (an optimizer step bumps them)."""
-    return tuple(p._version for p in model.parameters())
+def parameter_versions(model: torch.nn.Module) -> tuple[int, ...] | None:
+    """In-place version counters of the model's parameters (an optimizer step bumps them);
+    None when torch keeps none (`gnnorch.compat`: parameters are then compared by value)."""
+    return compat_torch.parameter_versions(model)
+
+
+def _changed(model: torch.nn.Module, versions: tuple[int, ...] | None,
+             reference: "dict[str, Tensor] | None") -> bool:
+    """Whether the model's parameters changed in place since `versions` / `reference`."""
+    if versions is not None:
+        return parameter_versions(model) != versions
+    return any(not torch.equal(p.detach(), reference[name])
+               for name, p in model.named_parameters())
 
 
 def parameter_snapshot(model: torch.nn.Module) -> dict[str, Tensor]:
@@ -63,9 +74,10 @@ def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,
     grad, training = torch.is_grad_enabled(), model.training
     versions = parameter_versions(model)
     snapshot = parameter_snapshot(model) if grad and training else None
+    reference = None if versions is not None else (snapshot or parameter_snapshot(model))
 
     def materialize(reason: str) -> Tensor:
-        stale = parameter_versions(model) != versions
+        stale = _changed(model, versions, reference)
         if stale and snapshot is None:
             state.disable("output read beyond the seeds after a change")
             raise TrimmingError(

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import torch
 
-# (module type, whether it mixes rows only in training mode)
-_MIXING: list[tuple[type, bool]] = [
-    (torch.nn.modules.batchnorm._BatchNorm, True),
-    (torch.nn.modules.instancenorm._InstanceNorm, False),
-    (torch.nn.MultiheadAttention, False),
-]
+from ..compat import torch as compat_torch
+
+
+def _torch_mixing() -> list[tuple[type, bool]]:
+    """(module type, whether it mixes rows only in training mode) for torch's own modules."""
+    return ([(cls, True) for cls in compat_torch.batch_norm_types()]
+            + [(cls, False) for cls in compat_torch.instance_norm_types()]
+            + [(torch.nn.MultiheadAttention, False)])
 
 
 def _pyg_mixing() -> list[tuple[type, bool]]:
@@ -57,7 +59,7 @@ def batch_mixing_modules(root: torch.nn.Module, any_mode: bool = False) -> list[
     and not listed."""
     from torch_geometric.nn import MessagePassing
 
-    kinds = _MIXING + _pyg_mixing()
+    kinds = _torch_mixing() + _pyg_mixing()
     inside_layers = {id(m) for layer in root.modules() if isinstance(layer, MessagePassing)
                      for m in layer.modules() if m is not layer}
     found = []

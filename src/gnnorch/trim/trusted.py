@@ -24,9 +24,10 @@ without JumpingKnowledge; with it they are trimmed padded.
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
+
+from ..compat import pyg as compat_pyg
 
 __all__ = ["trusted_model", "trusted_trimming"]
 
@@ -39,13 +40,13 @@ def _types() -> tuple[tuple[type, ...], tuple[type, ...]]:
     from torch_geometric.nn.aggr import SumAggregation
     from torch_geometric.nn.dense.linear import Linear as PyGLinear
     from torch_geometric.nn.models import JumpingKnowledge
-    from torch_geometric.utils._trim_to_layer import TrimToLayer
 
     models = (GraphSAGE, GCN, GIN, GAT)
     modules = (SAGEConv, GCNConv, GINConv, GATConv, MLP, PyGLinear, torch.nn.Linear,
                torch.nn.Dropout, torch.nn.Identity, torch.nn.ModuleList, SumAggregation,
-               MeanAggregation, MaxAggregation, MinAggregation, JumpingKnowledge, TrimToLayer)
-    return models, modules
+               MeanAggregation, MaxAggregation, MinAggregation, JumpingKnowledge)
+    trim = compat_pyg.trim_to_layer_type()   # unrecognised: BasicGNN models are not trusted
+    return models, modules + ((trim,) if trim is not None else ())
 
 
 def _module_ok(module: torch.nn.Module, models: tuple, modules: tuple) -> str | None:
@@ -91,16 +92,16 @@ def trusted_model(model: torch.nn.Module) -> tuple[bool, str]:
 def trusted_trimming(model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, str]:
     """(trusted, why): whether `model(*args, **kwargs)` is trimmed exactly by construction
     (the module docstring's conditions), and the reason either way."""
-    from torch_geometric.nn.models.basic_gnn import BasicGNN
-
     trusted, why = trusted_model(model)
     if not trusted:
         return False, why
-    try:
-        bound = inspect.signature(BasicGNN.forward).bind(model, *args, **kwargs)
-    except TypeError:
+    forward = compat_pyg.basic_gnn_forward()
+    if forward is None:
+        return False, f"BasicGNN.forward unrecognised ({compat_pyg.BASIC_GNN_FORWARD.reason})"
+    bound = compat_pyg.bind_arguments(forward, (model, *args), kwargs)
+    if bound is None:
         return False, "the call does not match BasicGNN.forward"
-    extra = [name for name, value in bound.arguments.items()
+    extra = [name for name, value in bound.items()
              if name not in ("self", "x", "edge_index") and value is not None]
     if extra:
         return False, "the call passes " + ", ".join(extra)

@@ -5,7 +5,8 @@ over short probes of the user's real function, and the tuning report.
 inside ranks and the tuner's hooks), `decide` (pure decisions: does tuning pay, racing),
 `runs` (a probe; the default run that may become the real run), `driver` (`Autotune`: default
 -> search -> race -> train), `report` / `render` / `schema` (TuningReport, table and PNG, JSON
-schema), `simulate` (analytical epoch-time model of large machines). Every run goes through
+schema). (The analytical epoch-time model of large machines that judges the tuner lives in
+scripts/tuner_simulator.py.) Every run goes through
 `gnnorch.execute`. Light imports only here: rank processes import `gnnorch.tune.probe`.
 """
 from .config import TuneConfig

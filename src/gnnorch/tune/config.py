@@ -1,14 +1,16 @@
 """The auto-tuner's knobs (`Runtime(train, tune={...})`), validated once.
 
-Every field has a default chosen for the common case; `TuneConfig.from_option` accepts None, a
-dict of overrides or a `TuneConfig`, and rejects unknown keys with the list of valid ones.
+Every field has a default chosen for the common case, written here only; `TuneConfig.from_option`
+accepts None, a dict of overrides or a `TuneConfig`, and rejects unknown keys with the list of
+valid ones. Everything that acts only when tuning runs lives here (`report_dir` included).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
-from ..options import check_choice, check_int, check_keys, check_number
+from ..options import check_choice, check_int, check_keys, check_number, check_path
 
 ESTIMATORS = ("GP", "RF", "ET", "GBRT")
 ACQ_FUNCS = ("EI", "PI", "LCB", "gp_hedge")
@@ -64,6 +66,11 @@ class TuneConfig:
             this long after it started, it is run to its end with the default configuration,
             untuned, and its output is no longer held back (default 30). Once it has built one,
             the runtime waits for the measured steps however slow the first ones are.
+
+    Output:
+        report_dir: folder where the tuning report is written (``report.json``, atomically,
+            after every probe and every epoch). Default None: the report is kept in memory
+            only (`Runtime.report`).
     """
 
     budget: int = 20
@@ -85,6 +92,7 @@ class TuneConfig:
     assumed_epochs: int = 10
     launch_seconds: float = 5.0
     setup_seconds: float = 30.0
+    report_dir: str | os.PathLike | None = None
 
     def __post_init__(self) -> None:
         def name(field: str) -> str:
@@ -106,6 +114,7 @@ class TuneConfig:
                      high_open=True, lenient=True)
         check_choice(name("estimator"), self.estimator, ESTIMATORS)
         check_choice(name("acq_func"), self.acq_func, ACQ_FUNCS)
+        check_path(name("report_dir"), self.report_dir)
 
     @classmethod
     def from_option(cls, value: Any) -> "TuneConfig":
@@ -121,4 +130,7 @@ class TuneConfig:
         return cls(**value)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["report_dir"] is not None:   # JSON: the report holds its config
+            out["report_dir"] = os.fspath(out["report_dir"])
+        return out

@@ -25,7 +25,7 @@ A small state machine over the report's life (`Phase`):
 
 Trade-off: a probe relaunches the user's function (its set-up, and about 4.5 s of rank
 start-up on this machine for p > 1) instead of switching configurations inside one launch at
-epoch boundaries (`RankContext.reconfigure`): switching is epoch-granular, so measuring k
+epoch boundaries (as ARGO does): switching is epoch-granular, so measuring k
 configurations in one launch would cost k epochs -- ARGO's cost -- while a probe costs a bounded
 number of steps, independent of the epoch length.
 
@@ -234,9 +234,7 @@ class Autotune:
             self.report.apply_race(race(self.report.trials, configs,
                                         self.report.default["config"], cfg.confirm_margin))
         self.bar.close()
-        self.ledger.tuning_seconds = self.ledger.elapsed()
-        if self.ledger.verbose:
-            print(self.ledger.tuned_line(), file=self.ledger.err, flush=True)
+        self.ledger.tuning_seconds = self.ledger.elapsed()   # tuned_line: in the call's summary
         self.ledger.save()
         return Phase.TRAIN, SearchSpace.plan(self.report.best["config"]), None
 

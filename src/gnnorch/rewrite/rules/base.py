@@ -5,7 +5,9 @@ layer type, using the identity ``A (X W^T) = (A X) W^T`` (aggregation is a linea
 rows, the transform a linear map over columns, so they commute). A rule only applies when
 nothing observable depends on the order:
 
-* the layer is exactly the PyG class (a subclass may override ``forward`` or ``message``);
+* the layer is exactly the PyG class (a subclass may override ``forward`` or ``message``) and
+  has every attribute the rule reads (``required_attributes``; another PyG version may lay
+  the layer out differently);
 * its aggregation is ``sum`` or ``mean`` (both linear; ``max``, ``std``, ``lstm`` ... are not);
 * no parameter is still lazy, no propagate/message/aggregate/edge-update hook is registered
   (it would see the other order's tensors) and explain mode is off;
@@ -28,6 +30,8 @@ from torch.nn.parameter import is_lazy
 from torch_geometric.nn.aggr import MeanAggregation, SumAggregation
 from torch_geometric.nn.conv import MessagePassing
 
+from ...compat import pyg as compat_pyg
+from ...compat import torch as compat_torch
 from ..costmodel import Op
 from ..shapes import LayerShape
 
@@ -36,14 +40,6 @@ __all__ = ["Call", "Rule", "hook_reason", "edge_index_reason", "linear_aggr_kind
 
 #: The bound arguments of one layer call, by parameter name (defaults applied).
 Call = dict[str, Any]
-
-_MP_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks",
-             "_message_forward_pre_hooks", "_message_forward_hooks",
-             "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
-             "_message_and_aggregate_forward_pre_hooks",
-             "_message_and_aggregate_forward_hooks",
-             "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
-
 
 @functools.lru_cache(maxsize=None)
 def _forward_signature(layer_type: type[MessagePassing]) -> inspect.Signature:
@@ -61,16 +57,17 @@ def linear_aggr_kind(layer: MessagePassing) -> str | None:
 
 
 def hook_reason(layer: MessagePassing, moved: Iterable[Module]) -> str | None:
-    """Why hooks or explain mode forbid a rewrite right now; None when nothing does."""
-    for name in _MP_HOOKS:
-        if getattr(layer, name, None):
-            hook = name.strip("_").replace("_", " ")
-            return f"{hook} registered: hooks would see the other order"
+    """Why hooks or explain mode forbid a rewrite right now; None when nothing does (hooks
+    that cannot be checked forbid it too: `gnnorch.compat`)."""
+    reason = compat_pyg.message_passing_hooks_reason(layer)
+    if reason is not None:
+        return reason
     if getattr(layer, "explain", None):
         return "explain mode is on"
     for module in moved:
-        if module._forward_hooks or module._forward_pre_hooks:
-            return f"{type(module).__name__} sub-module has forward hooks"
+        reason = compat_torch.hooks_reason(module)
+        if reason is not None:
+            return reason
     return None
 
 
@@ -107,6 +104,8 @@ class Rule(ABC):
     layer_type: ClassVar[type[MessagePassing]]
     original_order: ClassVar[str]
     rewritten_order: ClassVar[str]
+    #: attributes of the layer the rule reads (beyond MessagePassing's own)
+    required_attributes: ClassVar[tuple[str, ...]] = ()
 
     def applicable(self, layer: MessagePassing) -> str | None:
         """None when the layer may be rewritten now, else the reason it is left alone."""
@@ -117,11 +116,19 @@ class Rule(ABC):
         class, aggregation, configuration, lazy parameters."""
         if type(layer) is not self.layer_type:
             return f"{type(layer).__name__} subclasses {self.layer_type.__name__}: not rewritten"
+        missing = compat_pyg.missing_attributes(layer, self.attributes(layer))
+        if missing is not None:
+            return missing
         if linear_aggr_kind(layer) is None:
             return f"aggregation {layer.aggr!r} is not linear (needs sum or mean)"
         if any(is_lazy(p) for p in layer.parameters()):
             return "parameters are not initialised yet (lazy)"
         return self.config_reason(layer)
+
+    def attributes(self, layer: MessagePassing) -> tuple[str, ...]:
+        """The layer attributes this rule reads for this layer (``required_attributes`` by
+        default; a rule whose needs depend on the configuration extends it)."""
+        return self.required_attributes
 
     def dynamic_reason(self, layer: MessagePassing) -> str | None:
         """The part of :meth:`applicable` that may change between calls: hooks, explain."""

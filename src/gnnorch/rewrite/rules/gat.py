@@ -27,6 +27,7 @@ from torch.nn import Module
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
+from ...compat import pyg as compat_pyg
 from ..costmodel import Op
 from ..shapes import LayerShape
 from .base import Call, Rule, backward_expected, requires_grad
@@ -47,10 +48,22 @@ class GATRule(Rule):
     layer_type = GATConv
     original_order = "transform-first"
     rewritten_order = "aggregate-first"
+    required_attributes = ("heads", "lin", "lin_src", "lin_dst", "att_src", "att_dst",
+                           "add_self_loops", "fill_value", "bias", "out_channels")
+
+    def attributes(self, layer: GATConv) -> tuple[str, ...]:
+        # PyG >= 2.6 may add a residual (`res`); a layer of such a version without it is
+        # laid out in a way the rule does not know
+        return self.required_attributes + (("res",) if compat_pyg.gat_has_residual() else ())
 
     def config_reason(self, layer: GATConv) -> str | None:
         if layer.heads != 1:
             return f"GATConv with heads={layer.heads}: only one head is rewritten"
+        return None
+
+    def call_reason(self, layer: GATConv, call: Call) -> str | None:
+        if call["return_attention_weights"] is False:  # PyG < 2.8 returns them for False too
+            return "return_attention_weights=False: PyG versions differ on what it returns"
         return None
 
     def moved_modules(self, layer: GATConv) -> list[Module]:
@@ -95,15 +108,16 @@ class GATRule(Rule):
         x, edge_index, edge_attr, size = (call["x"], call["edge_index"], call["edge_attr"],
                                           call["size"])
         lin_src, lin_dst = _lins(layer)
+        residual = layer.res if compat_pyg.gat_has_residual() else None  # PyG 2.5: none
         res: Tensor | None = None
         if isinstance(x, Tensor):
-            if layer.res is not None:
-                res = layer.res(x)
+            if residual is not None:
+                res = residual(x)
             x_src = x_dst = x
         else:
             x_src, x_dst = x
-            if x_dst is not None and layer.res is not None:
-                res = layer.res(x_dst)
+            if x_dst is not None and residual is not None:
+                res = residual(x_dst)
         # <W x, a> = <x, W^T a>: attention logits in the input space.
         v_src = layer.att_src.view(1, -1) @ lin_src.weight
         alpha_src = x_src @ v_src.view(-1, 1)

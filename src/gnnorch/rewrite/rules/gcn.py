@@ -18,6 +18,7 @@ from torch.nn import Module
 from torch_geometric.nn import GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
+from ...compat import pyg as compat_pyg
 from ..costmodel import Op
 from ..host import transform_rows
 from ..shapes import LayerShape
@@ -32,9 +33,12 @@ class GCNRule(Rule):
     layer_type = GCNConv
     original_order = "transform-first"
     rewritten_order = "aggregate-first"
+    required_attributes = ("lin", "bias", "normalize", "cached", "improved", "add_self_loops",
+                           "flow", "node_dim", "out_channels")
 
     def config_reason(self, layer: GCNConv) -> str | None:
-        return None
+        # the rewrite must share the layer's normalisation cache (a private attribute)
+        return compat_pyg.gcn_cache_reason(layer) if layer.normalize else None
 
     def moved_modules(self, layer: GCNConv) -> list[Module]:
         return [layer.lin]
@@ -93,13 +97,13 @@ class GCNRule(Rule):
         """``Â``'s edges and weights exactly as GCNConv builds them (same cache)."""
         x, edge_index, edge_weight = call["x"], call["edge_index"], call["edge_weight"]
         if layer.normalize:
-            cache = layer._cached_edge_index
+            cache = compat_pyg.gcn_cached(layer)
             if cache is None:
                 edge_index, edge_weight = gcn_norm(
                     edge_index, edge_weight, x.size(layer.node_dim), layer.improved,
                     layer.add_self_loops, layer.flow, x.dtype)
                 if layer.cached:
-                    layer._cached_edge_index = (edge_index, edge_weight)
+                    compat_pyg.set_gcn_cached(layer, (edge_index, edge_weight))
             else:
                 edge_index, edge_weight = cache[0], cache[1]
         return edge_index, edge_weight

@@ -32,6 +32,9 @@ from .base import Call, Rule, backward_expected, linear_aggr_kind, requires_grad
 __all__ = ["GINRule", "split_first_linear"]
 
 _LINEARS = (torch.nn.Linear, PygLinear)
+# what `_mlp_after_first` replays of MLP.forward (the same in PyG 2.5 to 2.8)
+_MLP_ATTRIBUTES = ("lins", "norms", "act", "act_first", "supports_norm_batch", "dropout",
+                   "plain_last")
 
 
 def _mlp_after_first(mlp: MLP) -> Callable[[Tensor], Tensor]:
@@ -72,6 +75,9 @@ def split_first_linear(nn: Module) -> tuple[Module, Callable[[Tensor], Tensor], 
             return x
         return nn[0], rest, [nn, nn[0]]
     if type(nn) is MLP:
+        missing = [n for n in _MLP_ATTRIBUTES if not hasattr(nn, n)]
+        if missing:
+            return f"MLP has no {', '.join(missing)} (another PyG version): not split"
         if type(nn.lins[0]) not in _LINEARS:
             return "MLP's first layer is not a Linear"
         return nn.lins[0], _mlp_after_first(nn), [nn, nn.lins[0]]
@@ -113,6 +119,7 @@ class GINRule(Rule):
     layer_type = GINConv
     original_order = "aggregate-first"
     rewritten_order = "transform-first"
+    required_attributes = ("nn", "eps")
 
     def config_reason(self, layer: GINConv) -> str | None:
         split = split_first_linear(layer.nn)

@@ -18,6 +18,7 @@ from torch import Tensor
 from torch.nn import Module
 from torch_geometric.nn import SAGEConv
 
+from ...compat import torch as compat_torch
 from ..costmodel import Op
 from ..shapes import LayerShape
 from ..host import DeferredFeatures, transform_rows
@@ -36,6 +37,11 @@ class SAGERule(Rule):
     layer_type = SAGEConv
     original_order = "aggregate-first"
     rewritten_order = "transform-first"
+    required_attributes = ("lin_l", "project", "normalize", "root_weight", "out_channels")
+
+    def attributes(self, layer: SAGEConv) -> tuple[str, ...]:
+        return self.required_attributes + (("lin_r",) if getattr(layer, "root_weight", True)
+                                           else ())
 
     def config_reason(self, layer: SAGEConv) -> str | None:
         return None
@@ -103,8 +109,10 @@ class SAGERule(Rule):
     def host_reason(self, layer: SAGEConv, call: Call) -> str | None:
         if layer.project:
             return "project=True transforms the input rows with a ReLU first"
-        if layer.root_weight and (layer.lin_r._forward_hooks or layer.lin_r._forward_pre_hooks):
-            return "lin_r has forward hooks"
+        if layer.root_weight:
+            hooked = compat_torch.hooks_reason(layer.lin_r)
+            if hooked is not None:
+                return f"lin_r: {hooked}"
         return None
 
     def forward_host(self, layer: SAGEConv, call: Call) -> Tensor:

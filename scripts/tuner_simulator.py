@@ -1,6 +1,7 @@
 """An analytical model of one training epoch of sampled-GNN training on a large multi-core CPU,
 as a function of the core plan (p ranks, s sampler cores and t trainer threads per rank), for
-judging the tuner where no such machine is at hand (bench_tuner.py part B).
+judging the tuner where no such machine is at hand (bench_tuner.py part B). A benchmark tool,
+not part of the gnnorch package: it drives the package's `Tuner` and `SearchSpace`.
 
 It is a model, not a measurement: its purpose is a landscape with the mechanisms that make the
 best plan machine- and workload-dependent, so that a search method can be compared against
@@ -51,7 +52,7 @@ from typing import Callable
 
 import numpy as np
 
-from .space import SearchSpace
+from gnnorch.tune.space import SearchSpace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +215,7 @@ def run_bo(space: SearchSpace, measure: Callable[[dict], float], budget: int, se
     """The runtime's tuner with its stopping rule disabled, up to `budget` probes. Returns the
     probe sequence and the rule's inputs at every model proposal (`Tuner.checks`), so
     `stop_index` can replay where the rule would have stopped."""
-    from .tuner import Tuner
+    from gnnorch.tune.tuner import Tuner
 
     tuner = Tuner(space, budget=budget, seed=seed, min_gain=0.0, **tuner_kwargs)
     tuner.observe(start, measure(start), "default")

@@ -1,0 +1,164 @@
+"""Building a NeighborLoader batch from a sampled subgraph, with the attributes gathered where
+they live: on the training device, or in (pinned) host memory.
+
+A `GatherPlan` is made once per loader from its `Data` and the placement decision. For a
+sampler output (``node``, ``row``, ``col``, ``edge``, hop counts, input ids) its `batch` is the
+batch PyG's ``NodeLoader.filter_fn`` makes for the same output, field by field and in the same
+key order (tested against it): every node-level tensor indexed by the sampled nodes along its
+concatenation dimension, ``edge_index = [row; col]``, every edge-level tensor indexed by the
+sampled edges' original ids (``perm[edge]``), the other attributes as they are, then ``n_id``,
+``e_id``, ``batch``, the hop counts, ``input_id``, ``seed_time`` and ``batch_size``, and the
+loader's ``transform``. Where the values live differs:
+
+* ``features="gpu"``: the gathered tensors have a device copy (`ResidentTensors`, one per run,
+  so loaders over the same data share it) and are indexed there;
+* ``"pinned"`` / ``"host"``: they stay on the host (pinned when the device is CUDA and ``pin``);
+  a batch's rows are gathered on the host straight into pinned memory (the caching host
+  allocator reuses a block only once the copies that read it are done) and copied to the
+  device asynchronously on the current (side) stream; names in ``defer`` are left on the host,
+  in their pinned rows (DAHA's host pre-transformation reads them there,
+  `gnnorch.rewrite.host`).
+
+The id fields ``n_id`` and ``e_id`` are returned on the host whatever the device (as
+``input_id`` is): user code indexes host tensors with them, and the host gathers use them.
+Structure (``edge_index``) stays where the sampler produced it (the device when it samples
+there; the host otherwise, then moved by the pipeline's transfer).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "ID_FIELDS"]
+
+#: batch fields kept on the host (ids: user code indexes host tensors with them)
+ID_FIELDS = ("n_id", "e_id", "input_id")
+
+
+def gathered_attributes(data: Any) -> tuple[list[str], list[str]]:
+    """(node-level, edge-level) tensor attributes of a homogeneous `Data` that a batch gathers
+    (PyG's `is_node_attr` / `is_edge_attr`; ``edge_index`` excluded)."""
+    node, edge = [], []
+    for key in data.keys():
+        value = data[key]
+        if key == "edge_index" or not isinstance(value, Tensor):
+            continue
+        if data.is_node_attr(key):
+            node.append(key)
+        elif data.is_edge_attr(key):
+            edge.append(key)
+    return node, edge
+
+
+class ResidentTensors:
+    """Device copies and pinned host copies of data tensors, made once per source tensor and
+    shared by every loader that gathers from it (keyed by the source tensor's identity; the
+    source is kept alive so its identity cannot be reused)."""
+
+    def __init__(self) -> None:
+        self._copies: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}
+        self.bytes_copied = 0
+
+    def _get(self, tensor: Tensor, where: str, make: Callable[[Tensor], Tensor]) -> Tensor:
+        key = (id(tensor), where)
+        found = self._copies.get(key)
+        if found is None:
+            copied = make(tensor)
+            if copied is not tensor:
+                self.bytes_copied += tensor.numel() * tensor.element_size()
+            found = self._copies[key] = (tensor, copied)
+        return found[1]
+
+    def on_device(self, tensor: Tensor, device: torch.device) -> Tensor:
+        return self._get(tensor, str(device), lambda t: t.to(device))
+
+    def pinned(self, tensor: Tensor) -> Tensor:
+        return self._get(tensor, "pinned", lambda t: t if t.is_pinned() else t.pin_memory())
+
+
+class GatherPlan:
+    """Where each gathered attribute of one loader's data lives, and how a batch is built
+    (see the module docstring). ``features``: ``"gpu"``, ``"pinned"`` or ``"host"``."""
+
+    def __init__(self, data: Any, device: torch.device, features: str,
+                 resident: ResidentTensors, pin: bool = True,
+                 defer: tuple[str, ...] = ()) -> None:
+        self.data = data
+        self.device = torch.device(device)
+        self.features = features
+        self.node, self.edge = gathered_attributes(data)
+        self.dims = {k: data.__cat_dim__(k, data[k]) for k in self.node + self.edge}
+        self.pin = pin and self.device.type == "cuda" and features != "gpu"
+        self.defer = tuple(k for k in defer if k in self.node) if features != "gpu" else ()
+        self.sources: dict[str, Tensor] = {}
+        for key in self.node + self.edge:
+            value = data[key]
+            if features == "gpu":
+                value = resident.on_device(value, self.device)
+            elif self.pin:
+                value = resident.pinned(value)
+            self.sources[key] = value
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the gathered attributes (where they live)."""
+        return sum(t.numel() * t.element_size() for t in self.sources.values())
+
+    def batch(self, out: Any, perm: Tensor | None, transform: Callable | None = None) -> Any:
+        """The batch of sampler output `out` (PyG's ``SamplerOutput``); ``perm``: the sampler's
+        CSC edge permutation (None: CSC positions are edge ids)."""
+        node, edge = out.node, out.edge
+        n_id = node.cpu()
+        e_id = None
+        if edge is not None:
+            e_id = edge.long()
+            e_id = perm.to(e_id.device)[e_id] if perm is not None else e_id
+        e_host = e_id.cpu() if e_id is not None else None
+        node, e_id = self._on_sources(node), self._on_sources(e_id)
+        batch = copy.copy(self.data)
+        for key in self.node:
+            batch[key] = self._gather(key, node, n_id)
+        if "num_nodes" in self.data:
+            batch.num_nodes = node.numel()
+        batch.edge_index = torch.stack([out.row, out.col], dim=0)
+        for key in self.edge:
+            batch[key] = None if e_id is None else self._gather(key, e_id, e_host)
+        if "n_id" not in batch:
+            batch.n_id = n_id
+        if e_host is not None and "e_id" not in batch:
+            batch.e_id = e_host
+        batch.batch = out.batch
+        batch.num_sampled_nodes = out.num_sampled_nodes
+        batch.num_sampled_edges = out.num_sampled_edges
+        if getattr(out, "orig_row", None) is not None and out.orig_col is not None:
+            batch._orig_edge_index = torch.stack([out.orig_row, out.orig_col], dim=0)
+        batch.input_id = out.metadata[0]
+        batch.seed_time = out.metadata[1]
+        batch.batch_size = out.metadata[0].size(0)
+        return batch if transform is None else transform(batch)
+
+    def _on_sources(self, index: Tensor | None) -> Tensor | None:
+        """`index` where device-resident sources live (host sampling with device features:
+        copied once per batch, from pinned memory)."""
+        if index is None or self.features != "gpu" or index.device == self.device:
+            return index
+        if self.device.type == "cuda":
+            return index.pin_memory().to(self.device, non_blocking=True)
+        return index.to(self.device)
+
+    def _gather(self, key: str, index: Tensor, index_host: Tensor) -> Tensor:
+        """Rows `index` of attribute `key`: indexed where it lives; host rows go through
+        pinned memory to the device unless deferred."""
+        source, dim = self.sources[key], self.dims[key]
+        if self.features == "gpu":
+            return source.index_select(dim, index)
+        shape = list(source.shape)
+        shape[dim] = index_host.numel()
+        rows = torch.empty(shape, dtype=source.dtype, pin_memory=self.pin)
+        torch.index_select(source, dim, index_host, out=rows)
+        if key in self.defer or self.device.type == "cpu":
+            return rows
+        return rows.to(self.device, non_blocking=self.pin)

@@ -1,0 +1,121 @@
+"""The gradient seam's collectives on flat buckets, and an optimizer's hyper-parameters as data.
+
+`FlatCollectives` averages or broadcasts lists of tensors in place, in buckets of at most
+`BUCKET_BYTES` per (dtype, device), staged through `comm_device` when the group reduces device
+tensors only (nccl). Every rank builds the same buckets from the same list, so the collectives
+match. `hyper_slots` / `hyper_values` / `adopt_hypers` read and write the numeric
+hyper-parameters of an optimizer's param groups (``lr``, ``betas``, ...) in a fixed order, so
+a following rank can take the stepping rank's values (`intercept.join`).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def buckets(tensors: list[torch.Tensor], limit: int = BUCKET_BYTES) -> Iterator[list[torch.Tensor]]:
+    """Group tensors by (dtype, device) into buckets of at most `limit` bytes (one tensor may
+    exceed it alone). Order within a group is preserved, so every rank builds equal buckets."""
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.dtype, t.device), []).append(t)
+    for group in groups.values():
+        bucket: list[torch.Tensor] = []
+        size = 0
+        for t in group:
+            nbytes = t.numel() * t.element_size()
+            if bucket and size + nbytes > limit:
+                yield bucket
+                bucket, size = [], 0
+            bucket.append(t)
+            size += nbytes
+        if bucket:
+            yield bucket
+
+
+def hyper_slots(optimizer: torch.optim.Optimizer) -> list[tuple[int, str, int]]:
+    """(group, key, position) of every numeric hyper-parameter (lr, betas, ...) of `optimizer`,
+    in a fixed order (position -1: a scalar, else the index in a tuple)."""
+    slots = []
+    for g, group in enumerate(optimizer.param_groups):
+        for key in sorted(k for k in group if k != "params"):
+            value = group[key]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                slots.append((g, key, -1))
+            elif isinstance(value, tuple) and all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+                slots += [(g, key, i) for i in range(len(value))]
+    return slots
+
+
+def hyper_values(optimizer: torch.optim.Optimizer,
+                 slots: list[tuple[int, str, int]]) -> list[float]:
+    groups = optimizer.param_groups
+    return [float(groups[g][k] if i < 0 else groups[g][k][i]) for g, k, i in slots]
+
+
+class FlatCollectives:
+    """Bucketed in-place collectives on the default group (see the module docstring)."""
+
+    def __init__(self, world_size: int, comm_device: torch.device | None = None) -> None:
+        self.world_size = world_size
+        self.comm_device = comm_device
+
+    def _flat(self, bucket: list[torch.Tensor], op: str, src: int = 0,
+              contributors: int = 0) -> None:
+        """All-reduce-average over `contributors` (op="mean") or broadcast from `src` in place."""
+        flat = torch.cat([t.detach().reshape(-1) for t in bucket])
+        staged = self.comm_device is not None and flat.device != self.comm_device
+        work = flat.to(self.comm_device) if staged else flat
+        if op == "mean":
+            dist.all_reduce(work)
+            work.div_(contributors or self.world_size)
+        else:
+            dist.broadcast(work, src=src)
+        flat = work.to(flat.device) if staged else work
+        offset = 0
+        with torch.no_grad():
+            for t in bucket:
+                n = t.numel()
+                t.copy_(flat[offset:offset + n].view_as(t))
+                offset += n
+
+    def broadcast(self, tensors: list[torch.Tensor], src: int = 0) -> None:
+        for bucket in buckets(tensors):
+            self._flat(bucket, "broadcast", src=src)
+
+    def average(self, tensors: list[torch.Tensor], contributors: int = 0) -> None:
+        """g <- (1/contributors) * sum over ranks (ranks that do not contribute send zeros)."""
+        for bucket in buckets(tensors):
+            self._flat(bucket, "mean", contributors=contributors)
+
+    def sum_flags(self, flags: torch.Tensor) -> None:
+        """Sum an int tensor over ranks in place."""
+        if self.comm_device is not None:
+            staged = flags.to(self.comm_device)
+            dist.all_reduce(staged)
+            flags.copy_(staged.cpu())
+        else:
+            dist.all_reduce(flags)
+
+    def adopt_hypers(self, optimizer: torch.optim.Optimizer, source: int) -> None:
+        """Every rank takes `source`'s numeric hyper-parameters (a scheduler stepped per batch
+        moves the learning rate only on the ranks that step)."""
+        slots = hyper_slots(optimizer)
+        if not slots:
+            return
+        groups = optimizer.param_groups
+        values = torch.tensor(hyper_values(optimizer, slots), dtype=torch.float64)
+        self.broadcast([values], src=source)
+        for (g, k, i), value in zip(slots, values.tolist()):
+            old = groups[g][k]
+            if i < 0:
+                groups[g][k] = type(old)(value)
+            else:
+                items = list(old)
+                items[i] = type(old[i])(value)
+                groups[g][k] = tuple(items)

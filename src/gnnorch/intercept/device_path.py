@@ -1,0 +1,280 @@
+"""The device data path at the NeighborLoader seam (issue 21): on a training device, a loader's
+graph structure and attributes live there, batches are sampled and gathered there, and batch
+k+1 is prepared while batch k trains.
+
+One `DevicePath` per rank and run, built by `intercept.session` and called by the loader seam
+(`intercept.loader`) at two points:
+
+* `adopt` (a NeighborLoader was built): decide whether the path serves it and how
+  (`gnnorch.device.placement.plan_data_placement`: budget from the device's free memory, or
+  ``budget_bytes``), record the decision in ``state.device`` (`gnnorch.device.state.
+  LoaderDevice`) and in ``stats["device"]``. A served loader builds its batches with a
+  `gnnorch.device.gather.GatherPlan` (its ``filter_fn``); when its structure fits, gnnorch's
+  sampler keeps its CSC on the device and samples there with a generator of its own
+  (`gnnorch.device.seeds`), and the loader runs without worker processes. The user's `data` is
+  never modified: device and pinned copies are the path's (shared by loaders over the same
+  tensors).
+* `feed` (an epoch of such a loader starts): the epoch's batches come through a
+  `gnnorch.device.pipeline.Prefetcher` (depth ``prefetch``) whose producer thread samples,
+  gathers and copies on a side stream (`gnnorch.device.transfer.DeviceTransfer`), while the
+  trainer works on the previous batch; the consumer's stream waits on each batch's event. The
+  first batch of an epoch is drawn in the trainer's thread (the loader's shuffling draws its
+  permutation seed from torch's global RNG there, as in a plain run).
+
+When it serves: ``mode="auto"`` on a CUDA device, ``mode="device"`` always (the CPU as the
+device where the run has none), ``mode="host"`` never. It steps aside, saying why, for
+HeteroData, partitioned features and a class that overrides ``filter_fn``. Training loaders of
+the historical-embedding cache (``cache=True``) are sampled on the host, as NeutronOrch splits
+the work (the cache prunes the host sampler and refreshes hot rows from the host graph), with
+their attributes gathered on the device; the cache's rows live where the model computes them.
+Batches equal those of a plain run drawing from the same sampling generator (tested): same
+fields, values and key order; ``n_id`` / ``e_id`` / ``input_id`` stay on the host, every other
+tensor is on the device.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import weakref
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+from ..device.config import DataPathConfig
+from ..device.gather import ID_FIELDS, GatherPlan, ResidentTensors, gathered_attributes
+from ..device.pipeline import Prefetcher
+from ..device.placement import GPU, plan_data_placement
+from ..device.seeds import SamplingGenerator
+from ..device.state import LoaderDevice
+from ..device.transfer import DeviceTransfer
+from ..launch.context import RankContext
+
+if TYPE_CHECKING:
+    from .feeds import LoaderState
+
+
+class _Served:
+    """A served loader's parts: its gather plan, transfer and (fast-path) sampling generator."""
+
+    def __init__(self, plan: GatherPlan, move: DeviceTransfer,
+                 generator: SamplingGenerator | None, on_device: bool, cached: bool) -> None:
+        self.plan, self.move, self.generator, self.on_device = plan, move, generator, on_device
+        self.cached = cached   # a training loader of the historical-embedding cache
+
+
+class DevicePath:
+    """The device data path of one rank's run (see the module docstring)."""
+
+    def __init__(self, ctx: RankContext, config: DataPathConfig,
+                 device: torch.device | None) -> None:
+        self.ctx, self.config = ctx, config
+        self.device, self.reason = _resolve(config, device)
+        self.resident = ResidentTensors()
+        self.loaders: list[LoaderDevice] = []
+        self._served: weakref.WeakKeyDictionary[Any, _Served] = weakref.WeakKeyDictionary()
+        self._publish()
+
+    @property
+    def active(self) -> bool:
+        return self.device is not None
+
+    # -- adopt ----------------------------------------------------------------------------
+    def adopt(self, loader: Any, state: "LoaderState") -> None:
+        """Decide for a NeighborLoader just built (see the module docstring)."""
+        record = LoaderDevice(key=len(self.loaders), role=state.role,
+                              device=str(self.device) if self.device is not None else "none")
+        self.loaders.append(record)
+        state.device = record
+        aside = self._aside(loader, state)
+        if aside is not None:
+            record.reason = aside
+        else:
+            self._serve(loader, state, record)
+        self._publish()
+
+    def _aside(self, loader: Any, state: "LoaderState") -> str | None:
+        """Why the path does not serve `loader`, or None."""
+        from torch_geometric.data import Data
+        from torch_geometric.loader.node_loader import NodeLoader
+
+        if self.device is None:
+            return self.reason
+        if not isinstance(getattr(loader, "data", None), Data):
+            return f"{type(loader.data).__name__} input: batches are built as PyG builds them"
+        if not isinstance(getattr(loader.data, "edge_index", None), torch.Tensor):
+            return "the data has no edge_index tensor (e.g. adj_t): built as PyG builds them"
+        if getattr(state, "partition", None) is not None:
+            return "its features are partitioned over ranks (partition_features)"
+        if type(loader).filter_fn is not NodeLoader.filter_fn:
+            return f"{type(loader).__name__} overrides filter_fn"
+        return None
+
+    def _serve(self, loader: Any, state: "LoaderState", record: LoaderDevice) -> None:
+        from ..sampling.neighbor import FastNeighborSampler
+
+        assert self.device is not None
+        cfg, data, sampler = self.config, loader.data, loader.node_sampler
+        cuda = self.device.type == "cuda"
+        node, edge = gathered_attributes(data)
+        fast = isinstance(sampler, FastNeighborSampler) and sampler.fallback_reason is None
+        cached = state.role == "train" and self.ctx.options.cache_config is not None
+        why_host = None if fast else (
+            f"its sampler ({type(sampler).__name__}"
+            f"{', ' + sampler.fallback_reason if isinstance(sampler, FastNeighborSampler) else ''}"
+            f") has no device path")
+        if fast and cached:
+            why_host = ("the historical-embedding cache prunes this training loader's sampling "
+                        "and refreshes its hot rows from the host graph (NeutronOrch's split)")
+        free, budget = _budget(self.device, cfg)
+        placement = plan_data_placement(
+            int(data.num_nodes), int(sampler.row.numel()), {k: data[k] for k in node + edge},
+            free_bytes=free, budget_bytes=budget, budget_fraction=cfg.budget_fraction,
+            pin=cfg.pin and cuda, features_host=cfg.features == "host", host_sampling=why_host)
+        on_device = placement.structure == GPU
+        generator, note = None, ""
+        if on_device:
+            if sampler.use_pyg:
+                note = "; gnnorch's sampler replaces pyg-lib, which has no device sampler"
+            sampler.use_pyg = False   # the only device sampler: ours
+            sampler.move_to(self.device)
+            record.bytes_on_device += placement.structure_bytes
+        if fast:
+            generator = SamplingGenerator(sampler.colptr.device, self.ctx.seed, self.ctx.rank,
+                                          record.key)
+        defer = ("x",) if cuda and self.ctx.options.rewrite is not False else ()
+        before = self.resident.bytes_copied
+        plan = GatherPlan(data, self.device, placement.features, self.resident,
+                          pin=cfg.pin, defer=defer)
+        if placement.features == GPU:
+            record.bytes_on_device += self.resident.bytes_copied - before
+        hidden = ID_FIELDS + plan.defer
+        move = DeviceTransfer(self.device, pin=cfg.pin, host_fields=hidden)
+        loader.filter_fn = functools.partial(_build, loader, plan)
+        loader.filter_per_worker = False   # workers (host sampling) return sampler outputs
+        user = state.user_num_workers
+        if on_device:
+            record.num_workers = (f"{'plan' if user is None else f'user ({user})'} -> 0: "
+                                  f"sampled on the device in the pipeline's thread")
+            loader.num_workers = 0
+        else:
+            record.num_workers = "plan" if user is None else f"user ({user})"
+        if cuda:
+            torch.cuda.synchronize(self.device)   # copies made here precede every stream
+        record.served, record.samples_on_device = True, on_device
+        record.placement, record.features, record.deferred = placement, placement.features, \
+            plan.defer
+        record.reason = (f"{'sampled and gathered' if on_device else 'gathered'} for "
+                         f"{self.device} ({placement.reasons[-1]}){note}")
+        self._served[loader] = _Served(plan, move, generator, on_device, cached)
+
+    # -- feed -----------------------------------------------------------------------------
+    def feed(self, iterator: Iterator[Any], loader: Any, state: "LoaderState",
+             training: bool) -> Iterator[Any]:
+        """One epoch's batches of `loader` through the pipeline (unchanged when not served)."""
+        served = self._served.get(loader)
+        record = getattr(state, "device", None)
+        if served is None or not isinstance(record, LoaderDevice) or not record.served:
+            return iterator
+        depth = self.config.prefetch
+        in_process = int(getattr(loader, "num_workers", 0) or 0) == 0
+        record.prefetch_reason = ""
+        if served.generator is not None:
+            loader.node_sampler.generator = served.generator.next_epoch()
+        elif in_process and depth > 0:
+            depth, record.prefetch_reason = 0, ("PyG's sampler draws from torch's global RNG: "
+                                                "sampled in the trainer thread")
+        if served.cached and in_process and depth > 0:
+            depth, record.prefetch_reason = 0, (
+                "the cache changes its pruning mask between in-process batches: each batch is "
+                "sampled when the trainer asks for it")
+        record.prefetch = depth
+        record.epochs += 1
+        return self._pipeline(iter(iterator), served.move, depth, record)
+
+    def _pipeline(self, iterator: Iterator[Any], move: DeviceTransfer, depth: int,
+                  record: LoaderDevice) -> Iterator[Any]:
+        pre: Prefetcher | None = None
+        try:
+            first = _draw(iterator, move)   # trainer thread: the shuffle's global-RNG draw
+            if first is _END:
+                return
+            if depth > 0:   # batch 1 is prepared while the trainer works on batch 0
+                pre = Prefetcher(iterator, transfer=move.transfer, depth=depth,
+                                 ready=move.ready, name="gnnorch-device-path",
+                                 produce_in=move.producing)
+            record.batches += 1
+            yield move.ready(first)
+            while pre is None:
+                batch = _draw(iterator, move)
+                if batch is _END:
+                    return
+                record.batches += 1
+                yield move.ready(batch)
+            for batch in pre:
+                record.batches += 1
+                yield batch
+        finally:
+            if pre is not None:
+                pre.close()
+                record.wait_s += pre.wait_s
+            if move.stream is not None:   # work of dropped batches done before reuse
+                move.stream.synchronize()
+            self._publish()
+
+    # -- report ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return {"mode": self.config.mode, "config": self.config.to_dict(),
+                "device": str(self.device) if self.device is not None else None,
+                "active": self.active, "reason": self.reason,
+                "resident_bytes": self.resident.bytes_copied,
+                "loaders": [r.to_dict() for r in self.loaders]}
+
+    def _publish(self) -> None:
+        self.ctx.stats["device"] = self.stats()
+
+
+_END = object()
+
+
+def _draw(iterator: Iterator[Any], move: DeviceTransfer) -> Any:
+    """The next batch drawn and transferred in this thread, its device work on the side stream
+    like the producer thread's (the sampler's scratch buffers stay on one stream); `_END`
+    at the end."""
+    with move.producing():
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return _END
+        return move.transfer(batch)
+
+
+def _build(loader: Any, plan: GatherPlan, out: Any) -> Any:
+    """A served loader's ``filter_fn``: PyG's hook from sampler output to batch."""
+    transform_out = getattr(loader, "transform_sampler_output", None)
+    if transform_out is not None:
+        out = transform_out(out)
+    return plan.batch(out, loader.node_sampler.edge_permutation,
+                      getattr(loader, "transform", None))
+
+
+def _resolve(config: DataPathConfig,
+             device: torch.device | None) -> tuple[torch.device | None, str]:
+    """(the device the path serves, why) or (None, why not)."""
+    if config.mode == "host":
+        return None, "data_path mode 'host': batches are built on the host as PyG builds them"
+    if config.mode == "device":
+        target = device if device is not None else torch.device("cpu")
+        return target, f"data_path mode 'device': served on {target}"
+    if device is not None and device.type == "cuda":
+        return device, f"the run trains on {device}"
+    return None, ("the run trains on the CPU (mode 'auto' serves CUDA runs; mode 'device' runs "
+                  "the same path with the CPU as the device)")
+
+
+def _budget(device: torch.device, config: DataPathConfig) -> tuple[int | None, int | None]:
+    """(free bytes of the device, the configured budget) for `plan_data_placement`."""
+    if config.budget_bytes is not None:
+        return None, config.budget_bytes
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0]), None
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), None

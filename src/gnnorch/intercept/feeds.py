@@ -1,0 +1,100 @@
+"""What the NeighborLoader seam knows about one loader, and the feeds that plug into it.
+
+`LoaderState` is the seam's record of one intercepted loader. It lives in a mapping the seam
+owns (`NeighborLoaderInterceptor.states`, keyed weakly by the loader), never on the user's
+object. Two feeds plug into the seam as collaborators passed to its constructor:
+
+* the partitioned feature store (`intercept.features_fetch.PartitionManager`): `adopt` rewrites
+  the loader's arguments before PyG's ``__init__``; `feed` fills ``batch.x`` per batch;
+* the GPU data path (`DevicePathHook`, issue 21): `adopt` sees every intercepted loader at the
+  end of its ``__init__`` and records its decision in ``state.device`` (`DeviceDecision`);
+  `feed` wraps the epoch's batches after the partition feed.
+
+The seam's order in ``__iter__`` is fixed: PyG's iterator -> partition feed -> device path
+feed -> announced to the layer seam -> timed. A loader whose ``state.device`` says
+``samples_on_device`` runs without loader workers (``num_workers=0``, no CPU-affinity context),
+whatever the sampler plan or the user's ``num_workers`` says: device tensors cannot be sampled
+in forked workers.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
+
+from .shard import ShardSampler
+
+if TYPE_CHECKING:
+    from torch_geometric.loader import NeighborLoader
+
+    from ..cache.loader import LoaderCache
+    from .features_fetch import Feed
+
+__all__ = ["DeviceDecision", "DevicePathHook", "LoaderState"]
+
+
+class DeviceDecision(Protocol):
+    """The device path's decision about one loader (``LoaderState.device``)."""
+
+    @property
+    def samples_on_device(self) -> bool:
+        """Whether the loader's batches are sampled from device tensors (no loader workers)."""
+
+    def to_dict(self) -> dict:
+        """The decision for the loader's statistics (JSON-serialisable)."""
+
+
+@dataclasses.dataclass
+class LoaderState:
+    """What the runtime knows about one intercepted loader."""
+
+    role: str                      # "train" (shuffle=True: may run training epochs) or "eval"
+    index: int                     # training loaders: order of construction (same on all ranks)
+    global_batch_size: int | None
+    user_num_workers: int | None   # None: the user left num_workers to the runtime
+    epochs: int = 0                # training epochs run
+    eval_epochs: int = 0           # epochs of a shuffle=True loader run as evaluation
+    shard: ShardSampler | None = None
+    backend: str = "pyg"           # which sampler draws its batches
+    backend_reason: str | None = None
+    directional: bool = True       # hop layout meaningful (trimming possible)
+    num_hops: int | None = None
+    cache: LoaderCache | None = None     # training loaders, with the cache on: attached at
+    #                                      their first training epoch
+    sampler_choice: dict | None = None   # sampler="auto": the measured times and the choice
+    setup_s: float | None = None   # gnnorch's sampler: its set-up (PyG's CSC conversion)
+    partition: Feed | None = None  # set when its features come from the partitioned store
+    device: DeviceDecision | None = None  # set by the device path's `adopt`
+
+    @property
+    def samples_on_device(self) -> bool:
+        """Whether the device path samples this loader's batches on the device."""
+        return self.device is not None and self.device.samples_on_device
+
+    def to_dict(self) -> dict:
+        out = {"role": self.role, "index": self.index, "backend": self.backend,
+               "reason": self.backend_reason, "directional": self.directional,
+               "num_hops": self.num_hops,
+               "num_workers": ("plan" if self.user_num_workers is None
+                               else f"user ({self.user_num_workers})"),
+               "sampler_choice": self.sampler_choice, "setup_s": self.setup_s}
+        if self.device is not None:
+            out["device"] = self.device.to_dict()
+            if self.samples_on_device:
+                out["num_workers"] = "0 (sampled on the device)"
+        return out
+
+
+class DevicePathHook(Protocol):
+    """The GPU data path as the NeighborLoader seam calls it (`gnnorch.intercept.device_path`)."""
+
+    def adopt(self, loader: NeighborLoader, state: LoaderState) -> None:
+        """Called at the end of every intercepted ``__init__`` (after PyG's own, the sampler
+        choice, sharding and the partition feed's `adopt`). May move ``loader.data`` /
+        ``loader.neighbor_sampler`` tensors to the device; records its decision in
+        ``state.device`` (left None: the loader runs as without the device path)."""
+
+    def feed(self, iterator: Iterator[Any], loader: NeighborLoader, state: LoaderState,
+             training: bool) -> Iterator[Any]:
+        """One epoch's batches: called in the intercepted ``__iter__`` right after PyG's
+        iterator is made (and after the partition feed), before the batches are announced to
+        the layer seam and timed. Returns the iterator the user's loop consumes."""

@@ -1,0 +1,305 @@
+"""Uneven ranks: what each rank asks of a gradient-seam collective, and what all ranks decide.
+
+Every collective of the gradient seam (`gradsync`) is preceded by a *round*: one small
+all-reduce on a gloo group of its own, in which each rank writes what it is about to do (an
+`Ask`) into its own row of a ``world x FIELDS`` table, so that every rank sees every rank's ask
+and takes the same `decide` decision without another message. A rank asks
+
+* ``STEP``: an optimizer step (the optimizer's index in construction order, its tensors);
+* ``JOIN``: this rank's training epoch ended (it left its loop or the loader ran out); it waits
+  until every rank has ended that epoch;
+* ``FINAL``: the user's function returned; it waits until every rank's has;
+* ``BROADCAST``: a module's first forward or a new optimizer: rank 0's tensors to every rank.
+
+Decisions (the semantics; docs/reliability.md):
+
+* Some ranks ``STEP`` and none ``BROADCAST``: the steppers' gradients are averaged over the
+  steppers only, ``g = (1/c) * sum_{r stepping} g_r`` with ``c`` stepping ranks; every ``JOIN`` /
+  ``FINAL`` rank *follows*: it contributes nothing, receives that average and applies the same
+  optimizer update, so parameters, buffers and optimizer states stay identical on every rank.
+  Steppers that disagree (different optimizers or tensors) cannot be averaged:
+  `UnevenRanksError` on every rank, naming each rank's step.
+* Every rank ``BROADCAST`` with the same tensors: the broadcast runs. Any other round with a
+  ``BROADCAST`` is void: the broadcasting ranks keep that module as their own (it was not built
+  or run on every rank), the others ask again.
+* Nobody steps or broadcasts: ``JOIN`` ranks go on; ``FINAL`` ranks go on when all are ``FINAL``.
+
+A round waits at most the run's ``collective_timeout`` (the side group's timeout); then
+`CollectiveError` names the ranks that did not arrive and where each was last seen (`watching`:
+the run's watchdog publishes every rank's `PROGRESS` in the world's store).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import enum
+import os
+import random
+import time
+from typing import Iterator, Protocol
+
+import torch
+import torch.distributed as dist
+
+from ..errors import CollectiveError, UnevenRanksError
+
+FIELDS = 10
+# test-only (scripts/soak.py): each round starts after a random sleep of up to this many seconds
+SEAM_DELAY = float(os.environ.get("GNNORCH_SEAM_DELAY") or 0)
+_DELAYS = random.Random()
+FIX = ("gnnorch averages the k-th optimizer step of every rank with the k-th of the others "
+       "within a training epoch; make every rank step the same optimizers in the same order "
+       "(a skipped step or an early `break` is fine), or pass processes=1")
+
+
+class Kind(enum.IntEnum):
+    STEP = 1
+    JOIN = 2
+    FINAL = 3
+    BROADCAST = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Ask:
+    """What one rank asks of a round. `epoch` / `step` locate it for messages: training
+    epochs this rank has ended, optimizer steps it took since its last epoch join."""
+
+    kind: Kind
+    optimizer: int = -1      # STEP: index of the optimizer (construction order)
+    tensors: int = 0         # STEP: parameters; BROADCAST: tensors
+    numel: int = 0
+    buffers: int = 0         # STEP: floating-point buffers broadcast after the step
+    hypers: int = 0          # STEP: numeric hyper-parameters of its param groups
+    all_grads: bool = True   # STEP: every parameter has a gradient
+    epoch: int = 0
+    step: int = 0
+    hyper_sum: float = 0.0   # STEP: the sum of those hyper-parameters (do the ranks' differ?)
+
+    def row(self) -> list[float]:
+        return [float(self.kind), float(self.optimizer), float(self.tensors), float(self.numel),
+                float(self.buffers), float(self.hypers), float(self.all_grads),
+                float(self.epoch), float(self.step), float(self.hyper_sum)]
+
+    @classmethod
+    def from_row(cls, row: list[float]) -> "Ask":
+        v = [int(round(x)) for x in row[:FIELDS - 1]]
+        return cls(Kind(v[0]), v[1], v[2], v[3], v[4], v[5], bool(v[6]), v[7], v[8],
+                   float(row[FIELDS - 1]))
+
+    def signature(self) -> tuple[int, ...]:
+        return (self.optimizer, self.tensors, self.numel, self.buffers, self.hypers)
+
+    def where(self) -> str:
+        at = f"step {self.step + 1} of its training epoch {self.epoch + 1}"
+        if self.kind == Kind.STEP:
+            return (f"optimizer #{self.optimizer}'s {at} ({self.tensors} parameters, "
+                    f"{self.numel} values)")
+        if self.kind == Kind.BROADCAST:
+            return f"the broadcast of a new module's {self.tensors} tensors, before {at}"
+        if self.kind == Kind.JOIN:
+            return f"the end of its training epoch {self.epoch} (after {self.step} steps)"
+        return f"the end of the function (after {self.step} steps of its last epoch)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What every rank does after a round (the same on every rank)."""
+
+    action: str                    # "step" | "broadcast" | "void" | "release"
+    asks: tuple[Ask, ...]
+
+    def ranks(self, *kinds: Kind) -> list[int]:
+        return [r for r, a in enumerate(self.asks) if a.kind in kinds]
+
+    @property
+    def steppers(self) -> list[int]:
+        return self.ranks(Kind.STEP)
+
+    @property
+    def followers(self) -> list[int]:
+        return self.ranks(Kind.JOIN, Kind.FINAL)
+
+    @property
+    def source(self) -> int:
+        """The rank whose buffers and hyper-parameters followers adopt: the first stepper."""
+        return self.steppers[0]
+
+    @property
+    def optimizer(self) -> int:
+        return self.asks[self.source].optimizer
+
+    @property
+    def adopt_hypers(self) -> bool:
+        """Whether every rank takes the source's hyper-parameters this step: some rank
+        follows, or the steppers' differ (e.g. a scheduler stepped per batch on one rank only)."""
+        return bool(self.followers) or len({self.asks[r].hyper_sum for r in self.steppers}) > 1
+
+    @property
+    def flags_needed(self) -> bool:
+        """Whether some stepper lacks a gradient (then which parameters have one is summed)."""
+        return not all(self.asks[r].all_grads for r in self.steppers)
+
+    @property
+    def all_final(self) -> bool:
+        return all(a.kind == Kind.FINAL for a in self.asks)
+
+    def released(self, rank: int) -> bool:
+        """Whether a waiting (JOIN / FINAL) rank may go on: nobody steps or broadcasts, and
+        every rank is FINAL (for FINAL), or every rank has ended at least as many training
+        epochs as this one (for JOIN; a FINAL rank has ended all of its own)."""
+        if self.action != "release":
+            return False
+        mine = self.asks[rank]
+        if mine.kind == Kind.FINAL:
+            return self.all_final
+        return all(a.kind == Kind.FINAL or a.epoch >= mine.epoch for a in self.asks)
+
+
+def decide(asks: tuple[Ask, ...]) -> Decision:
+    """The decision of a round (module docstring); raises `UnevenRanksError` when the steppers
+    cannot be averaged together."""
+    kinds = [a.kind for a in asks]
+    if Kind.BROADCAST in kinds:
+        signatures = {(a.tensors, a.numel) for a in asks}
+        if all(k == Kind.BROADCAST for k in kinds) and len(signatures) == 1:
+            return Decision("broadcast", asks)
+        return Decision("void", asks)
+    if Kind.STEP in kinds:
+        decision = Decision("step", asks)
+        if len({asks[r].signature() for r in decision.steppers}) > 1:
+            raise UnevenRanksError(
+                "the ranks' optimizer steps cannot be averaged together: " + "; ".join(
+                    f"rank {r} is at {asks[r].where()}" for r in decision.steppers)
+                + f". {FIX}")
+        return decision
+    return Decision("release", asks)
+
+
+class RunWatch(Protocol):
+    """What the run's watchdog offers a round that waited too long (`execute.watchdog`)."""
+
+    def whereabouts(self) -> dict[int, str]:
+        """Where each rank was last seen (published every beat)."""
+
+    def report(self, text: str) -> str:
+        """Post the run's failure (``"rank r: ..."``, found and raised by this rank) unless one
+        stands, so that the other ranks are stopped; returns the failure that stands."""
+
+
+class Progress:
+    """Where this rank's gradient seam is; updated by the main thread, read by the watchdog."""
+
+    def __init__(self) -> None:
+        self.round = 0
+        self.doing = "has not reached a gnnorch collective yet"
+        self.since = time.monotonic()
+        self.waiting = False
+
+    def describe(self) -> str:
+        state = "waiting in" if self.waiting else "last finished"
+        return (f"{state} gnnorch round {self.round} ({self.doing}) "
+                f"{time.monotonic() - self.since:.1f} s ago")
+
+
+PROGRESS = Progress()
+_WATCH: RunWatch | None = None
+
+
+@contextlib.contextmanager
+def watching(watch: RunWatch) -> Iterator[None]:
+    """Make `watch` the run's watch in this process for the block."""
+    global _WATCH
+    previous, _WATCH = _WATCH, watch
+    try:
+        yield
+    finally:
+        _WATCH = previous
+
+
+class Rounds:
+    """The rounds of one run in one rank: a gloo side group whose timeout is the bound, the
+    round counter, and the conversion of a collective's failure into a gnnorch error."""
+
+    def __init__(self, rank: int, world_size: int, bound: float) -> None:
+        self.rank, self.world_size, self.bound = rank, world_size, bound
+        self.group = dist.new_group(backend="gloo",
+                                    timeout=datetime.timedelta(seconds=bound))
+        self.count = 0
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group(self.group)
+
+    def round(self, ask: Ask) -> Decision:
+        """Every rank's ask for the next round, and the decision."""
+        if SEAM_DELAY:
+            time.sleep(_DELAYS.uniform(0, SEAM_DELAY))
+        table = torch.zeros(self.world_size, FIELDS, dtype=torch.float64)
+        table[self.rank] = torch.tensor(ask.row(), dtype=torch.float64)
+        self.count += 1
+        with self.collective(ask.where()):
+            dist.all_reduce(table, group=self.group)
+        return decide(tuple(Ask.from_row(row) for row in table.tolist()))
+
+    def agree(self, values: tuple[int, ...], what: str) -> None:
+        """Every rank's `values` (the optimizer a step round uses, as each rank holds it) must
+        be equal; else `UnevenRanksError` on every rank."""
+        table = torch.zeros(self.world_size, len(values), dtype=torch.float64)
+        table[self.rank] = torch.tensor(values, dtype=torch.float64)
+        with self.collective(what):
+            dist.all_reduce(table, group=self.group)
+        rows = [tuple(int(round(x)) for x in row) for row in table.tolist()]
+        if len(set(rows)) > 1:
+            held = "; ".join(
+                f"rank {r} holds " + (f"optimizer #{row[0]} with {row[1]} parameters "
+                                      f"({row[2]} values)" if row[0] >= 0 else "no such optimizer")
+                for r, row in enumerate(rows))
+            raise UnevenRanksError(f"the ranks cannot all apply {what}: {held}. {FIX}")
+
+    @contextlib.contextmanager
+    def collective(self, what: str) -> Iterator[None]:
+        """Run one collective of this rank (`what`), converting its failure: past the bound, a
+        `CollectiveError` naming the ranks that did not arrive; a peer gone, one naming it."""
+        PROGRESS.doing, PROGRESS.since, PROGRESS.waiting = what, time.monotonic(), True
+        PROGRESS.round = self.count
+        start = time.monotonic()
+        try:
+            yield
+        except (RuntimeError, dist.DistError) as exc:
+            if isinstance(exc, (CollectiveError, UnevenRanksError)):
+                raise
+            raise self._failure(what, time.monotonic() - start, exc) from exc
+        finally:
+            PROGRESS.waiting, PROGRESS.since = False, time.monotonic()
+
+    def _failure(self, what: str, waited: float, exc: BaseException) -> CollectiveError:
+        timed_out = waited >= 0.9 * self.bound or "timed out" in str(exc).lower()
+        places = {}
+        if _WATCH is not None:
+            with contextlib.suppress(Exception):
+                places = _WATCH.whereabouts()
+        others = [r for r in range(self.world_size) if r != self.rank]
+        seen = "; ".join(f"rank {r} {places[r]}" for r in others if r in places)
+        seen = f" Last seen: {seen}." if seen else ""
+        if timed_out:
+            absent = [r for r in others if not places.get(r, "").startswith(
+                f"waiting in gnnorch round {self.count}")] or others
+            names = ", ".join(map(str, absent))
+            text = (f"rank{'s' if len(absent) > 1 else ''} {names} did not reach gnnorch's "
+                    f"collective within {self.bound:g} s: rank {self.rank} waited in round "
+                    f"{self.count} ({what})."
+                    f"{seen} A rank that stops stepping its optimizer (a long evaluation on "
+                    f"one rank, a sleep, a deadlock in the training function) holds the others; "
+                    f"if that is expected, raise the bound: launch={{'collective_timeout': "
+                    f"seconds}}")
+            failed = absent[0]
+        else:
+            text = (f"rank {self.rank}'s {what} failed: another rank left the world in the "
+                    f"middle of it (it died, or its function ended with an error).{seen} "
+                    f"({type(exc).__name__}: {str(exc)[:300]})")
+            failed = self.rank
+        if _WATCH is not None and timed_out:
+            with contextlib.suppress(Exception):
+                _WATCH.report(f"rank {failed}: {text}")
+        return CollectiveError(text)

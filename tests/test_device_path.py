@@ -1,0 +1,480 @@
+"""The device data path (issue 21) with the CPU as the device: placement, sampling on the
+"device" CSC with the path's own generator, gathering, the prefetch thread, the identity
+transfer; batches and losses equal to the plain path drawing from the same generator. CUDA
+checks are marked `gpu`."""
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import GraphSAGE
+
+import gnnorch
+from gnnorch.datasets.synthetic import power_law_graph
+from gnnorch.device.config import DataPathConfig
+from gnnorch.device.seeds import sampling_seed
+from gnnorch.intercept.device_path import DevicePath
+from gnnorch.launch.context import RankContext
+from gnnorch.launch.plan import CorePlan
+from gnnorch.run_options import RunOptions
+from gnnorch.sampling.neighbor import FastNeighborSampler
+
+SEED = 7
+FANOUT = [4, 3]
+
+
+def _graph(num_nodes=500, seed=0):
+    data = power_law_graph(num_nodes=num_nodes, avg_degree=8.0, num_features=16,
+                           num_classes=4, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    data.edge_attr = torch.randn(data.edge_index.size(1), 3, generator=gen)
+    return data
+
+
+DATA = _graph()
+
+
+def _ctx(config, **options):
+    return RankContext(rank=0, world_size=1, plan=CorePlan(1, 0, 1), cores=None, seed=SEED,
+                       options=RunOptions(data_path=config, **options))
+
+
+def _state(role="train"):
+    return types.SimpleNamespace(role=role, index=0, user_num_workers=0, partition=None,
+                                 device=None)
+
+
+def _loader(data=DATA, batch_size=32):
+    sampler = FastNeighborSampler(data, num_neighbors=FANOUT)
+    return NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
+                          batch_size=batch_size, shuffle=True, num_workers=0,
+                          neighbor_sampler=sampler)
+
+
+def _served(config, data=DATA, batch_size=32, device=None, **options):
+    ctx = _ctx(config, **options)
+    path = DevicePath(ctx, config, device)
+    loader, state = _loader(data, batch_size), _state()
+    path.adopt(loader, state)
+    return ctx, path, loader, state
+
+
+def _plain_epoch(loader, epoch, key=0, shuffle_seed=11):
+    """One epoch of the plain path, sampling with the generator the policy gives."""
+    loader.node_sampler.generator = torch.Generator().manual_seed(
+        sampling_seed(SEED, 0, key, epoch))
+    torch.manual_seed(shuffle_seed)
+    return list(loader)
+
+
+def _device_epoch(path, loader, state, shuffle_seed=11):
+    torch.manual_seed(shuffle_seed)
+    return list(path.feed(iter(loader), loader, state, True))
+
+
+def _assert_same_batch(got, want):
+    assert list(got.keys()) == list(want.keys())
+    for key in want.keys():
+        a, b = got[key], want[key]
+        if isinstance(b, torch.Tensor):
+            assert isinstance(a, torch.Tensor) and a.dtype == b.dtype, key
+            assert torch.equal(a.cpu(), b), key
+        else:
+            assert a == b, key
+
+
+def _no_pipeline_thread():
+    gc.collect()
+    deadline = time.time() + 2
+    while time.time() < deadline:
+        if not any(t.name == "gnnorch-device-path" for t in threading.enumerate()):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# --------------------------------------------------------------------------- decisions
+def test_placement_decided_and_in_stats():
+    ctx, path, loader, state = _served(DataPathConfig(mode="device"))
+    record = state.device
+    assert record.served and record.samples_on_device and record.features == "gpu"
+    assert loader.num_workers == 0 and loader.node_sampler.generator is None
+    stats = ctx.stats["device"]
+    entry = stats["loaders"][0]
+    assert stats["active"] and stats["device"] == "cpu"
+    assert entry["placement"]["structure"] == "gpu" and entry["placement"]["features"] == "gpu"
+    assert entry["placement"]["budget_bytes"] > 0 and len(entry["placement"]["reasons"]) == 2
+    assert "sampled and gathered" in entry["reason"] and "-> 0" in entry["num_workers"]
+    assert entry["bytes_on_device"] > 0
+
+
+def test_budget_and_features_host_decide_where_data_lives():
+    small = DataPathConfig(mode="device", budget_bytes=16)
+    _, _, _, state = _served(small)
+    assert state.device.served and not state.device.samples_on_device
+    assert state.device.features == "host"           # no pinning on a CPU device
+    assert "exceeds" in state.device.placement.reasons[0]
+    _, _, loader, state = _served(DataPathConfig(mode="device", features="host"))
+    assert state.device.samples_on_device and state.device.features == "host"
+    assert "features='host'" in state.device.placement.reasons[1]
+
+
+def test_modes_that_do_not_serve():
+    for config, why in ((DataPathConfig(mode="host"), "mode 'host'"),
+                        (DataPathConfig(mode="auto"), "trains on the CPU")):
+        ctx, path, loader, state = _served(config)
+        assert not state.device.served and why in state.device.reason
+        it = iter(loader)
+        assert path.feed(it, loader, state, True) is it        # untouched
+        assert ctx.stats["device"]["loaders"][0]["served"] is False
+
+
+# --------------------------------------------------------------------------- same batches
+@pytest.mark.parametrize("config", [
+    DataPathConfig(mode="device"),
+    DataPathConfig(mode="device", prefetch=0),
+    DataPathConfig(mode="device", features="host", prefetch=3),
+    DataPathConfig(mode="device", budget_bytes=16),            # structure and features host
+])
+def test_same_batches_as_the_plain_path(config):
+    _, path, loader, state = _served(config)
+    plain = _loader()
+    for epoch in range(2):
+        want = _plain_epoch(plain, epoch)
+        got = _device_epoch(path, loader, state)
+        assert len(got) == len(want) == len(loader)
+        for g, w in zip(got, want):
+            _assert_same_batch(g, w)
+    assert state.device.epochs == 2 and state.device.batches == 2 * len(loader)
+    assert _no_pipeline_thread()
+
+
+def test_host_sampling_with_device_features_gives_the_same_batches():
+    # a budget that holds the features (~38 KB) but not the CSC (~68 KB)
+    data = power_law_graph(num_nodes=500, avg_degree=8.0, num_features=16, num_classes=4)
+    features = sum(data[k].numel() * data[k].element_size()
+                   for k in ("x", "y", "train_mask", "val_mask", "test_mask"))
+    config = DataPathConfig(mode="device", budget_bytes=features + 1024)
+    _, path, loader, state = _served(config, data=data)
+    assert not state.device.samples_on_device and state.device.features == "gpu"
+    plain = _loader(data)
+    for epoch in range(2):
+        want = _plain_epoch(plain, epoch)
+        got = _device_epoch(path, loader, state)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _assert_same_batch(g, w)
+
+
+def test_host_side_uses_of_batch_fields():
+    _, path, loader, state = _served(DataPathConfig(mode="device"))
+    host_table = torch.arange(DATA.num_nodes) * 10
+    for batch in path.feed(iter(loader), loader, state, True):
+        assert batch.n_id.device.type == "cpu" and batch.e_id.device.type == "cpu"
+        assert batch.input_id.device.type == "cpu"
+        assert torch.equal(host_table[batch.n_id], batch.n_id * 10)
+        assert batch.y.tolist() == DATA.y[batch.n_id].tolist()
+        assert (batch.x.cpu().numpy() == DATA.x[batch.n_id].numpy()).all()
+        assert torch.equal(batch.edge_attr, DATA.edge_attr[batch.e_id])
+        assert batch.to("cpu") is batch or torch.equal(batch.to("cpu").x, batch.x)
+
+
+def test_user_data_is_not_modified():
+    data = _graph(300, seed=3)
+    before = {k: data[k] for k in data.keys()}
+    _, path, loader, state = _served(DataPathConfig(mode="device", features="host"), data=data)
+    list(path.feed(iter(loader), loader, state, True))
+    assert loader.data is data
+    assert all(data[k] is before[k] for k in before)
+
+
+def _train_losses(batches_of_epoch, epochs=2):
+    torch.manual_seed(0)
+    model = GraphSAGE(16, 32, 2, 4, dropout=0.3)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for epoch in range(epochs):
+        model.train()
+        for batch in batches_of_epoch(epoch):
+            batch = batch.to("cpu")
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses
+
+
+def test_same_losses_as_the_plain_path():
+    _, path, loader, state = _served(DataPathConfig(mode="device", prefetch=2))
+    plain = _loader()
+
+    def plain_epoch(epoch):
+        plain.node_sampler.generator = torch.Generator().manual_seed(
+            sampling_seed(SEED, 0, 0, epoch))
+        return iter(plain)
+
+    want = _train_losses(plain_epoch)
+    got = _train_losses(lambda epoch: path.feed(iter(loader), loader, state, True))
+    assert got == want and len(got) == 2 * len(loader)
+
+
+# --------------------------------------------------------------------------- pipeline
+def _counting(loader, fail_at=None):
+    sampler = loader.node_sampler
+    original = sampler.sample_from_nodes
+    calls = []
+
+    def sample_from_nodes(inputs, **kwargs):
+        calls.append(threading.current_thread().name)
+        if fail_at is not None and len(calls) == fail_at:
+            raise RuntimeError("sampling failed at batch 3")
+        return original(inputs, **kwargs)
+
+    sampler.sample_from_nodes = sample_from_nodes
+    return calls
+
+
+def test_back_pressure_and_threads():
+    _, path, loader, state = _served(DataPathConfig(mode="device", prefetch=2), batch_size=8)
+    calls = _counting(loader)
+    it = path.feed(iter(loader), loader, state, True)
+    next(it)
+    time.sleep(0.3)
+    # batch 0 drawn in the trainer thread, then at most depth queued + one in the producer
+    assert 2 <= len(calls) <= 1 + 2 + 1
+    assert calls[0] == threading.current_thread().name
+    assert set(calls[1:]) == {"gnnorch-device-path"}
+    del it
+    assert _no_pipeline_thread()
+
+
+def test_break_leaves_no_thread_and_next_epoch_repeats():
+    config = DataPathConfig(mode="device", prefetch=3)
+    _, path, loader, state = _served(config, batch_size=8)
+    for i, _ in enumerate(path.feed(iter(loader), loader, state, True)):
+        if i == 2:
+            break
+    assert _no_pipeline_thread()
+    assert state.device.epochs == 1
+    second = _device_epoch(path, loader, state)
+    # a fresh path whose first epoch ran to the end: the same second epoch
+    _, path2, loader2, state2 = _served(DataPathConfig(mode="device", prefetch=0),
+                                         batch_size=8)
+    _device_epoch(path2, loader2, state2)
+    again = _device_epoch(path2, loader2, state2)
+    for g, w in zip(second, again):
+        _assert_same_batch(g, w)
+
+
+def test_errors_arrive_in_place():
+    _, path, loader, state = _served(DataPathConfig(mode="device", prefetch=2), batch_size=8)
+    _counting(loader, fail_at=3)
+    got = []
+    with pytest.raises(RuntimeError, match="sampling failed at batch 3"):
+        for batch in path.feed(iter(loader), loader, state, True):
+            got.append(batch)
+    assert len(got) == 2
+    assert _no_pipeline_thread()
+
+
+def test_wait_time_and_prefetch_in_stats():
+    ctx, path, loader, state = _served(DataPathConfig(mode="device", prefetch=2), batch_size=8)
+    for _ in path.feed(iter(loader), loader, state, True):
+        time.sleep(0.002)
+    entry = ctx.stats["device"]["loaders"][0]
+    assert entry["prefetch"] == 2 and entry["epochs"] == 1
+    assert entry["batches"] == len(loader) and entry["wait_s"] >= 0.0
+
+
+# --------------------------------------------------------------------------- the runtime
+def _train_under_runtime(data, epochs=2):
+    loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
+                            batch_size=32, shuffle=True)
+    torch.manual_seed(0)
+    model = GraphSAGE(16, 32, 2, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses, ids_on_host = [], True
+    for _ in range(epochs):
+        for batch in loader:
+            batch = batch.to("cpu")
+            ids_on_host &= batch.n_id.device.type == "cpu"
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses, ids_on_host
+
+
+def test_runtime_serves_loaders_with_the_cpu_as_the_device():
+    runs = {}
+    for depth in (0, 3):
+        runtime = gnnorch.Runtime(_train_under_runtime, processes=1, seed=SEED,
+                                  data_path={"mode": "device", "prefetch": depth})
+        runs[depth] = runtime(DATA)
+        stats = runtime.last_run.stats[0]["device"]
+        assert stats["active"] and stats["loaders"][0]["served"]
+        assert stats["loaders"][0]["samples_on_device"]
+        assert stats["loaders"][0]["epochs"] == 2
+    # sampling ahead does not change what a fixed seed gives
+    assert runs[0] == runs[3] and runs[0][1]
+
+
+def test_two_ranks_each_serve_their_own_shard():
+    runtime = gnnorch.Runtime(_train_under_runtime, processes=2, seed=SEED,
+                              data_path="device")
+    losses, ids_on_host = runtime(DATA)
+    assert ids_on_host and all(l == l for l in losses)
+    records = [runtime.last_run.stats[r]["device"]["loaders"][0] for r in (0, 1)]
+    for record in records:
+        assert record["served"] and record["samples_on_device"] and record["epochs"] == 2
+    assert records[0]["batches"] == records[1]["batches"] > 0
+
+
+def _train_with_eval(data, epochs=3):
+    loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
+                            batch_size=32, shuffle=True)
+    evaluation = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.test_mask,
+                                batch_size=64)
+    torch.manual_seed(0)
+    model = GraphSAGE(16, 32, 2, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for batch in evaluation:
+            pred = model(batch.x, batch.edge_index)[:batch.batch_size].argmax(-1)
+            correct += int((pred == batch.y[:batch.batch_size]).sum())
+    return losses, correct / int(data.test_mask.sum())
+
+
+def test_cache_composes_with_the_device_path():
+    runtime = gnnorch.Runtime(_train_with_eval, processes=1, seed=SEED, cache=True,
+                              data_path="device")
+    losses, accuracy = runtime(DATA)
+    assert all(l == l for l in losses) and 0.0 <= accuracy <= 1.0
+    stats = runtime.last_run.stats[0]
+    train, evaluation = stats["device"]["loaders"]
+    assert train["served"] and not train["samples_on_device"] and train["features"] == "gpu"
+    assert "historical-embedding cache" in train["placement"]["reasons"][0]
+    assert train["prefetch"] == 0 and "pruning mask" in train["prefetch_reason"]
+    assert evaluation["served"] and evaluation["samples_on_device"]
+    assert evaluation["role"] == "eval" and evaluation["prefetch"] == 2
+    assert stats["cache"]["status"] in ("active", "off")
+
+
+# --------------------------------------------------------------------------- CUDA
+def _sample_counts(device, draws=6000):
+    from gnnorch.sampling.uniform import sample_neighbors
+
+    # node 0 has in-neighbours 1..10; fanout 3 without replacement: 120 equally likely subsets
+    colptr = torch.tensor([0, 10] + [10] * 10, device=device)
+    row = torch.arange(1, 11, device=device)
+    seeds = torch.zeros(draws, dtype=torch.long, device=device)
+    gen = torch.Generator(device=device).manual_seed(1)
+    out = sample_neighbors(colptr, row, seeds, [3], generator=gen)
+    src = out.node[out.row].view(draws, 3).sort(dim=1).values.cpu()
+    keys = (src[:, 0] * 100 + src[:, 1] * 10 + src[:, 2]).tolist()
+    counts = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+@pytest.mark.gpu
+def test_cuda_sampling_draws_the_cpu_distribution():
+    from scipy.stats import chi2_contingency, chisquare
+
+    cuda, cpu = _sample_counts("cuda"), _sample_counts("cpu")
+    assert len(cuda) == len(cpu) == 120
+    keys = sorted(cpu)
+    assert chisquare([cuda[k] for k in keys]).pvalue > 1e-3          # uniform subsets
+    table = [[cuda[k] for k in keys], [cpu[k] for k in keys]]
+    assert chi2_contingency(table).pvalue > 1e-3                     # same distribution
+
+
+@pytest.mark.gpu
+def test_cuda_pinned_features_equal_the_host_rows():
+    device = torch.device("cuda", torch.cuda.current_device())
+    config = DataPathConfig(mode="auto", features="host")
+    _, path, loader, state = _served(config, device=device, rewrite=False)
+    assert state.device.samples_on_device and state.device.features == "pinned"
+    plan = path._served[loader].plan
+    assert all(t.is_pinned() for t in plan.sources.values())
+    for batch in path.feed(iter(loader), loader, state, True):
+        assert batch.x.is_cuda and batch.edge_index.is_cuda
+        assert batch.n_id.device.type == "cpu"
+        assert torch.equal(batch.x.cpu(), DATA.x[batch.n_id])
+        assert torch.equal(batch.edge_attr.cpu(), DATA.edge_attr[batch.e_id])
+    assert _no_pipeline_thread()
+
+
+@pytest.mark.gpu
+def test_cuda_losses_equal_the_plain_path():
+    device = torch.device("cuda", torch.cuda.current_device())
+    # structure on the host (same CPU generator as the plain path), features on the GPU:
+    # a budget that holds the features (~38 KB) but not the CSC (~68 KB)
+    data = power_law_graph(num_nodes=500, avg_degree=8.0, num_features=16, num_classes=4)
+    features = sum(data[k].numel() * data[k].element_size()
+                   for k in ("x", "y", "train_mask", "val_mask", "test_mask"))
+    config = DataPathConfig(mode="auto", budget_bytes=features + 1024)
+    _, path, loader, state = _served(config, data=data, device=device, rewrite=False)
+    assert not state.device.samples_on_device and state.device.features == "gpu"
+    plain = _loader(data)
+
+    def run(epoch_batches):
+        torch.manual_seed(0)
+        model = GraphSAGE(16, 32, 2, 4).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        losses = []
+        for epoch in range(2):
+            for batch in epoch_batches(epoch):
+                batch = batch.to(device)
+                opt.zero_grad()
+                out = model(batch.x, batch.edge_index)[:batch.batch_size]
+                loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        return losses
+
+    def plain_epoch(epoch):
+        plain.node_sampler.generator = torch.Generator().manual_seed(
+            sampling_seed(SEED, 0, 0, epoch))
+        return iter(plain)
+
+    want = run(plain_epoch)
+    got = run(lambda epoch: path.feed(iter(loader), loader, state, True))
+    assert len(got) == len(want)
+    assert torch.allclose(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_cuda_features_host_leave_x_pinned_for_the_host_transform():
+    device = torch.device("cuda", torch.cuda.current_device())
+    config = DataPathConfig(mode="auto", features="host")
+    _, path, loader, state = _served(config, device=device)      # rewrites on: DAHA may run
+    assert state.device.deferred == ("x",)
+    for batch in path.feed(iter(loader), loader, state, True):
+        assert batch.x.device.type == "cpu" and batch.x.is_pinned()
+        assert batch.y.is_cuda and batch.edge_index.is_cuda
+        assert torch.equal(batch.x, DATA.x[batch.n_id])
