@@ -332,7 +332,7 @@ def accuracy_study(args: argparse.Namespace) -> dict:
                                          fanout=(10, 5), hidden=128, lr=0.003))
                 opts = dict(processes=1, autotune=False, seed=seed)
                 if args.threads:
-                    opts["threads"] = args.threads
+                    opts["launch"] = {"threads": args.threads}
                 if args.no_rewrite:
                     opts["rewrite"] = False
                 exact = gnnorch.Runtime(train, **opts)(

@@ -27,9 +27,16 @@ HeteroData, partitioned features and a class that overrides ``filter_fn``. Train
 the historical-embedding cache (``cache=True``) are sampled on the host, as NeutronOrch splits
 the work (the cache prunes the host sampler and refreshes hot rows from the host graph), with
 their attributes gathered on the device; the cache's rows live where the model computes them.
+A loader whose structure stays on the host (it does not fit the budget, its sampler has no
+device path, or the cache) keeps the user's ``num_workers``: workers sample, the pipeline's
+thread gathers. Where features stay on the host of a CUDA run with rewrites on, ``x`` is left
+in its pinned rows for DAHA's host pre-transformation (`gnnorch.rewrite.host`: the loader seam
+marks it, the rewrite engine decides per layer) and every other attribute is copied.
+
 Batches equal those of a plain run drawing from the same sampling generator (tested): same
 fields, values and key order; ``n_id`` / ``e_id`` / ``input_id`` stay on the host, every other
-tensor is on the device.
+tensor is on the device. What is left on a served loader after the run: its ``filter_fn``
+(an instance attribute) and its sampler's CSC, on the device.
 """
 from __future__ import annotations
 
