@@ -4,6 +4,7 @@ leftover processes.
 
     python scripts/soak.py --runs 300 --deadline 90 [--out soak.json] [--seed 0]
                            [--patterns persistent,break,...] [--delay 0.05]
+    python scripts/soak.py --report a.json,b.json     # one table over several soaks' JSON
 
 Each run calls ``gnnorch.Runtime(pattern, processes=2, ...)(cora, ...)`` in this process under
 a SIGALRM deadline (gnnorch stops its ranks when the call it waits in raises). Seam delays:
@@ -73,7 +74,7 @@ def persistent(data, delay):
     loader, model, optimizer = _parts(data, num_workers=1, persistent_workers=True)
     evaluate = NeighborLoader(data, num_neighbors=[-1], batch_size=512, num_workers=1,
                               persistent_workers=True)
-    for _ in range(3):
+    for _ in range(2):
         model.train()
         for batch in loader:
             _train_step(model, optimizer, batch)
@@ -293,7 +294,16 @@ def main() -> None:
     parser.add_argument("--out", default="soak.json")
     parser.add_argument("--stop-at", type=float, default=None,
                         help="UTC epoch seconds after which no new run starts")
+    parser.add_argument("--report", default=None,
+                        help="comma-separated soak JSON files: print their combined table")
     args = parser.parse_args()
+    if args.report:
+        runs = [json.loads(Path(p).read_text()) for p in args.report.split(",")]
+        records = [r for run in runs for r in run["records"]]
+        wall = sum(run["wall_s"] for run in runs)
+        print(f"{len(records)} runs in {len(runs)} soak(s), {wall:.0f} s of soak wall time")
+        print(table(records))
+        return
     names = args.patterns.split(",")
     unknown = set(names) - set(PATTERNS)
     if unknown:

@@ -215,3 +215,45 @@ def test_cache_modules_stay_small_and_read_only_their_own_attributes(path):
                      if a.name.startswith("gnnorch.")]
         for name in names:
             assert name.split(".")[0] not in HIGHER, f"line {node.lineno}: imports {name}"
+
+
+def test_a_batch_carries_the_pruning_mask_it_was_sampled_with():
+    """The sampler tags each output with its mask version, a device-path batch carries it
+    (`sampled_exclusion`), and the cache labels the batch by it, not by the mask now: a batch
+    drawn before activation is not pruned, one pruned by the live hot set is; one pruned by an
+    earlier hot set cannot be served (an error, never a silent mislabel)."""
+    from torch_geometric.sampler import NodeSamplerInput
+
+    from gnnorch.cache.loader import LoaderCache
+    from gnnorch.device.gather import GatherPlan, ResidentTensors, sampled_exclusion
+    from gnnorch.sampling.neighbor import FastNeighborSampler
+
+    data = cora()
+    sampler = FastNeighborSampler(data, num_neighbors=[3, 2])
+    plan = GatherPlan(data, torch.device("cpu"), "gpu", ResidentTensors())
+
+    def batch():
+        out = sampler.sample_from_nodes(NodeSamplerInput(torch.arange(8), torch.arange(8)))
+        return plan.batch(out, sampler.edge_permutation)
+
+    before = batch()                                     # no mask yet (version 0)
+    mask = torch.zeros(data.num_nodes, dtype=torch.bool)
+    mask[:200] = True
+    sampler.set_exclusion(mask, {1})
+    first = batch()                                      # the first hot set (version 1)
+    sampler.set_exclusion(~mask, {1})
+    live = batch()                                       # the live hot set (version 2)
+    assert [sampled_exclusion(b) for b in (before, first, live)] == [0, 1, 2]
+    assert sampled_exclusion(data) is None and "_exclusion_version" not in live.keys()
+
+    with pytest.warns(gnnorch.CacheWarning):
+        lc = LoaderCache(types.SimpleNamespace(config=CacheConfig()), None, 0, "a test")
+    lc.hot = types.SimpleNamespace(mask_version=2, pruning_versions={1, 2}, exclusion_on=True)
+    assert lc.pruned(live) and not lc.pruned(before)
+    with pytest.raises(RuntimeError, match="earlier hot set"):
+        lc.pruned(first)
+    del live._store.__dict__["_exclusion_version"]       # a batch PyG built: the mask now
+    lc.workers = 0
+    assert lc.pruned(live)
+    lc.hot.exclusion_on = False
+    assert not lc.pruned(live)

@@ -652,6 +652,25 @@ def test_loader_and_basic_gnn_signatures_fail_closed(monkeypatch):
     assert not ok and "BasicGNN.forward unrecognised" in why
 
 
+def test_orig_edge_index_is_set_only_where_pyg_sets_it(monkeypatch):
+    from torch_geometric.data import Data
+    from torch_geometric.loader.node_loader import NodeLoader
+
+    batch, edges = Data(), torch.tensor([[0], [1]])
+    compat_pyg.set_orig_edge_index(batch, edges)
+    assert torch.equal(batch._orig_edge_index, edges)
+
+    def filter_fn(self, out):   # a PyG whose loader no longer keeps the original edges
+        return out
+
+    monkeypatch.setattr(NodeLoader, "filter_fn", filter_fn)
+    compat.reset()
+    batch = Data()
+    compat_pyg.set_orig_edge_index(batch, edges)
+    assert getattr(batch, "_orig_edge_index", None) is None
+    assert any("_orig_edge_index" in key for key in compat.unavailable())
+
+
 # -- torch.distributed ------------------------------------------------------------------------
 def test_process_group_names_fail_closed(monkeypatch):
     from torch.distributed import distributed_c10d
@@ -669,7 +688,8 @@ def test_process_group_names_fail_closed(monkeypatch):
 def test_process_group_names_resolve_in_a_real_group(tmp_path):
     import torch.distributed as dist
 
-    assert not dist.is_initialized()
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
                             world_size=1, timeout=datetime.timedelta(seconds=123))
     try:
@@ -680,3 +700,43 @@ def test_process_group_names_resolve_in_a_real_group(tmp_path):
     finally:
         dist.destroy_process_group()
     assert not any("distributed_c10d" in k for k in compat.unavailable())
+
+
+# -- in a run: the reasons reach the rank's statistics -------------------------------------
+def test_a_run_reports_missing_names_and_trims_nothing_without_trim_to_layer(monkeypatch):
+    import torch.nn.functional as F
+    from torch_geometric.utils import _trim_to_layer
+
+    import gnnorch
+    from helpers import cora
+
+    def train(data):
+        from torch_geometric.loader import NeighborLoader
+        from torch_geometric.nn import GraphSAGE
+
+        torch.manual_seed(0)
+        loader = NeighborLoader(data, num_neighbors=[5, 5], batch_size=512,
+                                input_nodes=data.train_mask, shuffle=True)
+        model = GraphSAGE(data.num_features, 16, num_layers=2, out_channels=7)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+        return True
+
+    monkeypatch.delattr(_trim_to_layer, "TrimToLayer")
+    compat.reset()
+    from gnnorch.trim import trusted
+    trusted._types.cache_clear()
+    try:
+        runtime = gnnorch.Runtime(train, processes=1, autotune=False)
+        assert runtime(cora()) is True
+    finally:
+        trusted._types.cache_clear()
+    stats = runtime.last_run.stats[0]
+    assert "torch_geometric.utils._trim_to_layer.TrimToLayer" in stats["compat"]
+    models = stats["trim"]["models"]
+    assert models and not any(m["trimmed"] for m in models)
+    assert stats["trim"]["rows_computed"] == stats["trim"]["rows_untrimmed"]

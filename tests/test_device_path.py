@@ -376,10 +376,138 @@ def test_cache_composes_with_the_device_path():
     train, evaluation = stats["device"]["loaders"]
     assert train["served"] and not train["samples_on_device"] and train["features"] == "gpu"
     assert "historical-embedding cache" in train["placement"]["reasons"][0]
-    assert train["prefetch"] == 0 and "pruning mask" in train["prefetch_reason"]
+    assert train["prefetch"] == 2 and train["prefetch_reason"] == ""
     assert evaluation["served"] and evaluation["samples_on_device"]
     assert evaluation["role"] == "eval" and evaluation["prefetch"] == 2
     assert stats["cache"]["status"] in ("active", "off")
+
+
+def test_cache_loaders_prefetch_with_the_same_losses():
+    """A cache training loader drawn ahead: each batch carries the mask it was sampled with,
+    nothing is drawn ahead while admission is pending, so prefetch 2 gives exactly the losses
+    of prefetch 0 (refreshes on demand: the background thread's timing would vary them); the
+    staleness bound holds with the background refresher too (debug: a forward that would use
+    a row over the bound raises `StalenessError`)."""
+    from gnnorch.cache import CacheConfig
+
+    runs, stats = {}, {}
+    for depth, overlap in ((0, "off"), (2, "off"), ("thread", "thread")):
+        runtime = gnnorch.Runtime(
+            _train_with_eval, processes=1, seed=SEED,
+            cache=CacheConfig(staleness=2, hot_ratio=0.2, overlap=overlap,
+                              debug=overlap == "thread"),
+            data_path={"mode": "device", "prefetch": 2 if depth == "thread" else depth})
+        runs[depth] = runtime(DATA)
+        stats[depth] = runtime.last_run.stats[0]
+    for depth in (0, 2, "thread"):
+        cache, train = stats[depth]["cache"], stats[depth]["device"]["loaders"][0]
+        assert cache["status"] == "active" and cache["pruned_batches"] > 0
+        assert cache["max_staleness_seen"] <= 2 and cache["overlap"] in ("off", "thread")
+        assert train["prefetch"] == (2 if depth == "thread" else depth)
+        assert train["epochs"] == 3
+    assert stats["thread"]["cache"]["overlap"] == "thread"
+    assert stats["thread"]["cache"]["background_refreshes"] > 0
+    assert stats[0]["cache"]["pruned_batches"] == stats[2]["cache"]["pruned_batches"]
+    assert runs[0] == runs[2]
+
+
+def _train_and_keep(data):
+    train = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
+                           batch_size=32, shuffle=True, num_workers=0)
+    evaluation = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.test_mask,
+                                batch_size=64, num_workers=0)
+    for loader in (train, evaluation):
+        for _ in loader:
+            pass
+    return train, evaluation
+
+
+def test_loaders_kept_after_the_run_are_plain_pyg_loaders():
+    """The run's end gives every served loader back (`DevicePath.close`): no instance
+    filter_fn, its own filter_per_worker / num_workers, the sampler's CSC where it was, with
+    its own generator; it then draws the batches a loader built outside the runtime draws."""
+    for config in ({"mode": "device"}, {"mode": "device", "features": "host"}):
+        runtime = gnnorch.Runtime(_train_and_keep, processes=1, seed=SEED, data_path=config)
+        kept = runtime(DATA)
+        assert all(r["served"] for r in runtime.last_run.stats[0]["device"]["loaders"])
+        for loader, mask, size, shuffle in zip(kept, (DATA.train_mask, DATA.test_mask),
+                                               (32, 64), (True, False)):
+            plain = NeighborLoader(DATA, num_neighbors=FANOUT, input_nodes=mask,
+                                   batch_size=size, shuffle=shuffle, num_workers=0,
+                                   neighbor_sampler=FastNeighborSampler(DATA, FANOUT))
+            assert "filter_fn" not in loader.__dict__
+            assert loader.filter_per_worker == plain.filter_per_worker
+            assert loader.num_workers == 0
+            sampler = loader.node_sampler
+            assert sampler.generator is None and not sampler.use_pyg
+            assert sampler.colptr.device.type == "cpu" and sampler.row.device.type == "cpu"
+            torch.manual_seed(3)
+            got = list(loader)
+            torch.manual_seed(3)
+            want = list(plain)
+            assert len(got) == len(want) > 0
+            for a, b in zip(got, want):
+                _assert_same_batch(a, b)
+                assert "_exclusion_version" not in a._store.__dict__
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_every_backend_hands_the_rank_its_training_device(monkeypatch):
+    """A CUDA run trains, and its data path serves, on the rank's GPU whatever its group's
+    backend: `RankJob.device` reaches `session` from every backend, a bare "cuda" read as the
+    rank's current CUDA device (cuda:LOCAL_RANK in a torchrun world, here faked as 2)."""
+    from gnnorch.execute import backends, world_run
+    from gnnorch.execute import rank as rank_module
+    from gnnorch.execute.request import Request
+    from gnnorch.launch.config import LaunchConfig
+    from gnnorch.launch.context import RankProcess
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    plan, gpu = CorePlan(1, 0, 1), torch.device("cuda", 2)
+    job = rank_module.RankJob(RunOptions(), SEED, device="cuda")
+    assert job.training_device(RankProcess(0, 1, plan, None)) == gpu     # gloo / one rank
+    nccl = RankProcess(0, 1, plan, None, "nccl", torch.device("cuda", 1))
+    assert job.training_device(nccl) == torch.device("cuda", 1)
+    assert rank_module.RankJob(RunOptions(), SEED).training_device(nccl) == \
+        torch.device("cuda", 1)
+    assert rank_module.RankJob(RunOptions(), SEED).training_device(
+        RankProcess(0, 1, plan, None)) is None
+
+    seen = []
+
+    def run_session(ctx, fn, args, kwargs, hooks=(), comm_device=None, device=None):
+        seen.append(device)
+        return fn(*args, **kwargs)
+
+    monkeypatch.setattr(rank_module, "run_session", run_session)
+    request = Request(len, ("ab",), device="cuda", launch=LaunchConfig(bind=False))
+    assert backends.InProcess().run(plan, request)[0] == 2
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                        "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29555"}.items():
+        monkeypatch.setenv(name, value)
+    assert world_run.run_in_world(plan, request)[0] == 2      # ExistingWorld (torchrun)
+    assert seen == [gpu, gpu]
+
+    jobs = []
+
+    class Group:   # RankProcesses' ranks run the job they are sent
+        def __init__(self, spec):
+            pass
+
+        def run(self, watched, fn, args, kwargs):
+            jobs.append(watched.job)
+            raise _Stop
+
+    monkeypatch.setattr(backends, "RankGroup", Group)
+    with pytest.raises(_Stop):
+        backends.RankProcesses().run(CorePlan(2, 0, 1), request)
+    assert jobs[0].training_device(RankProcess(1, 2, plan, None, "gloo")) == gpu
 
 
 # --------------------------------------------------------------------------- CUDA
@@ -478,3 +606,20 @@ def test_cuda_features_host_leave_x_pinned_for_the_host_transform():
         assert batch.x.device.type == "cpu" and batch.x.is_pinned()
         assert batch.y.is_cuda and batch.edge_index.is_cuda
         assert torch.equal(batch.x, DATA.x[batch.n_id])
+
+
+@pytest.mark.gpu
+def test_cuda_loaders_kept_after_the_run_hold_no_device_tensor():
+    """After a CUDA run (its CSC sampled on the GPU), a loader the user kept has its sampler
+    back on the host and builds its batches as PyG does: every tensor on the host."""
+    runtime = gnnorch.Runtime(_train_and_keep, processes=1, seed=SEED, device="cuda")
+    train, evaluation = runtime(DATA)
+    records = runtime.last_run.stats[0]["device"]["loaders"]
+    assert records[0]["served"] and records[0]["samples_on_device"]
+    for loader in (train, evaluation):
+        sampler = loader.node_sampler
+        assert "filter_fn" not in loader.__dict__ and sampler.generator is None
+        assert not sampler.colptr.is_cuda and not sampler.row.is_cuda
+        batch = next(iter(loader))
+        values = batch.to_dict().values()
+        assert not any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)

@@ -99,3 +99,21 @@ def test_rank0_output_live_other_ranks_to_log_files(capsys, tmp_path):
     log = (tmp_path / "rank1.log").read_text()
     assert "hello from rank 1" in log and "warning from rank 1" in log
     assert runtime.last_run.log_dir == tmp_path
+
+
+def freeze_rank_one():
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)   # alive but frozen: no error, no exit, no beat
+    time.sleep(60)
+
+
+def test_a_frozen_rank_fails_the_run_within_its_heartbeat_bound():
+    """The ranks' watchdogs beat in the launch's store; a rank silent past min(60 s,
+    collective_timeout) is posted, and the supervisor fails the launch naming it."""
+    start = time.monotonic()
+    with pytest.raises(gnnorch.RankFailedError, match=r"rank 1: died or stopped responding "
+                                                      r"\(no heartbeat for [\d.]+ s"):
+        gnnorch.Runtime(freeze_rank_one, processes=2, launch={"collective_timeout": 6})()
+    # + two ranks' start-up on a loaded 2-core machine (measured up to ~25 s); rank 0 sleeps
+    # 60 s, so a missed detection would end in a CollectiveError from its final round instead
+    assert time.monotonic() - start < 6 + 3 + 40

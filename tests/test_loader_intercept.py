@@ -139,6 +139,9 @@ def test_a_device_path_plugs_into_the_loader_seam():
                 batch.fed = True
                 yield batch
 
+        def close(self):
+            calls.append(("close",))
+
     data = cora()
     ctx = RankContext(rank=0, world_size=1, plan=CorePlan(1, 1, 1), cores=None, seed=0,
                       options=RunOptions(rewrite=False))
@@ -149,7 +152,7 @@ def test_a_device_path_plugs_into_the_loader_seam():
         loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.train_mask,
                                 batch_size=70, shuffle=True)
         batches = list(loader)
-    assert calls == [("adopt", "train", 1), ("feed", 0, True)]
+    assert calls == [("adopt", "train", 1), ("feed", 0, True), ("close",)]
     assert len(batches) == 2 and all(batch.fed for batch in batches)
     assert [g is not None for g in announced] == [True, True, False]
     record = ctx.stats["sampler"]["loaders"][0]

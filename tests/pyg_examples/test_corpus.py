@@ -74,16 +74,40 @@ def _run_once(case: Case, mode: str, seed: int):
     return gnnorch.Runtime(case.train, **options)(*args, **kwargs)
 
 
+def _dump_stacks() -> int:
+    """Ask every rank process and loader worker below this process to write every thread's
+    stack to its stderr (`gnnorch.launch.worker` registers faulthandler on SIGUSR1; loader
+    workers forked from a rank inherit it): rank 0's reaches this test's output, the others'
+    their ``rank<r>.log``. Returns how many processes were asked."""
+    import psutil
+
+    asked = 0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "gnnorch.launch.worker" in " ".join(proc.cmdline()) or \
+                    proc.name() == "pt_data_worker":
+                os.kill(proc.pid, signal.SIGUSR1)
+                asked += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            pass
+    if asked:
+        time.sleep(2)
+    return asked
+
+
 @contextlib.contextmanager
 def _deadline(case: Case, mode: str):
-    """Raise TimeoutError in this (main) thread after ``case.time_limit`` seconds.
+    """Raise TimeoutError in this (main) thread after ``case.time_limit`` seconds, after the
+    stacks of every rank and loader worker were dumped (a hang says where it is).
 
     gnnorch stops its rank processes when the call it is waiting in raises.
     """
 
     def expired(signum, frame):
+        asked = _dump_stacks()
         raise TimeoutError(f"{case.name} [{mode}] did not finish within {case.time_limit:.0f} s "
-                           f"(hang?)")
+                           f"(hang?); stacks of {asked} rank / loader processes dumped to their "
+                           f"stderr (rank 0: above; other ranks: their rank<r>.log)")
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, case.time_limit)

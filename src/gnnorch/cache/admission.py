@@ -7,22 +7,31 @@ recorded call by call (`Admission.record`). At its end (`Admission.decide`) the 
 make one layer call per sampled hop (K = L >= 2) and every layer must be `pruning_safe`; and a
 check on that batch must find the refresh computation equal to the layer's own output for
 vertices whose in-edges all come from the last hop. With p > 1 ranks the decision is agreed
-(all ranks admit or none). The outcome is a `Served` (what the rest of the cache works with) or
+(all ranks admit or none). The outcome is a `ServedModel` (what the rest of the cache works with) or
 the reason the cache stays off.
 """
 from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor
 
+from ..trim.batch import BatchGraph
 from ..trim.layer_types import pruning_safe, recomputable
 from .config import CacheConfig
 from .refresh import LayerCall, Neighbourhoods, Refresher
 from .stats import CacheStats
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.nn import MessagePassing
+
+    from ..sampling.neighbor import FastNeighborSampler
+    from .loader import LayerCallView
 
 VERIFY_RTOL = 1e-4
 VERIFY_ATOL = 1e-5
@@ -34,8 +43,8 @@ class LoaderSpec:
     """What the cache needs of a training loader it may serve (sampled by gnnorch's
     `FastNeighborSampler`, with a raw feature matrix)."""
 
-    sampler: Any          # the loader's FastNeighborSampler
-    data: Any             # the loader's graph (data.x: raw features)
+    sampler: FastNeighborSampler   # the loader's sampler
+    data: Data                     # the loader's graph (data.x: raw features)
     fanouts: list[int]
     seeds: Tensor         # the loader's input vertices
     batch_size: int
@@ -45,7 +54,7 @@ class LoaderSpec:
         return len(self.fanouts)
 
     @classmethod
-    def of(cls, loader: Any) -> "LoaderSpec":
+    def of(cls, loader: NeighborLoader) -> "LoaderSpec":
         sampler = loader.node_sampler
         data = getattr(loader, "data", None)
         seeds = loader.input_data.node
@@ -56,15 +65,18 @@ class LoaderSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class Served:
-    """What admission learnt of the model the cache serves."""
+class ServedModel:
+    """What admission learnt of the model the cache serves (the invariant: `layer` is the
+    first MessagePassing call of `model` on a batch, and `trainer_refresher` computes its rows
+    as that layer does, checked on the admitted batch)."""
 
-    model: "weakref.ref[Any]"   # the model (outermost module) whose bottom layer is cached
-    layer: Any                  # its bottom layer
+    model: "weakref.ref[torch.nn.Module]"   # the model (outermost module) whose bottom layer
+    #                                         is cached
+    layer: MessagePassing       # its bottom layer
     layers: int                 # K: its MessagePassing calls per forward (= the loader's hops)
     degree_fix: bool            # some layer is a normalising GCNConv: pruned degrees count
     aggregate: bool             # store="aggregate" (GCN rows finished with current weights)
-    sync: Refresher             # the trainer thread's refresher (made for the check)
+    trainer_refresher: Refresher   # computes rows in the trainer thread (made for the check)
 
 
 @dataclasses.dataclass
@@ -72,7 +84,7 @@ class _Call:
     """What the inspection keeps of one layer call of the first forward."""
 
     index: int
-    layer: Any
+    layer: MessagePassing
     extras: list[str]
     raw_input: bool
 
@@ -86,20 +98,21 @@ class Admission:
         self.config = config
         self.stats = stats
         self.seed = seed                      # of the trainer refresher's neighbourhoods
-        self.candidate: Any = None            # the model whose first forward is recorded
+        self.candidate: torch.nn.Module | None = None   # the model whose first forward is
+        #                                                 recorded
         self._calls: list[_Call] = []
         self._first: tuple[Tensor, Tensor] | None = None  # the bottom call's (x, edge_index)
         # findings of `_structural_reason`
-        self._layer: Any = None
+        self._layer: MessagePassing | None = None
         self._degree_fix = False
         self._aggregate = False
-        self._sync: Refresher | None = None   # made by `_verify`
+        self._refresher: Refresher | None = None   # made by `_verify`
 
     def reset(self) -> None:
         """Forget the recorded forward (the cache is off)."""
         self.candidate, self._calls, self._first = None, [], None
 
-    def record(self, call: Any) -> None:
+    def record(self, call: LayerCallView) -> None:
         """A layer call of a forward on one of the loader's training batches (`HookedCall`)."""
         if self.candidate is None:
             self.candidate = call.model
@@ -116,8 +129,9 @@ class Admission:
             self._first = (call.x, call.edge_index)
         self._calls.append(_Call(call.index, call.layer, extras, raw))
 
-    def decide(self, model: Any, calls: int, graph: Any, unpatched: LayerCall,
-               agree: Callable[[str | None], str | None]) -> Served | str:
+    def decide(self, model: torch.nn.Module, calls: int, graph: BatchGraph,
+               unpatched: LayerCall,
+               agree: Callable[[str | None], str | None]) -> ServedModel | str:
         """After the candidate's first forward (`calls` layer calls on `graph`): what the cache
         serves, or why it cannot (agreed over ranks by `agree`)."""
         reason = self._structural_reason(calls, graph)
@@ -127,12 +141,12 @@ class Admission:
         reason = agree(reason)
         if reason is not None:
             return reason
-        assert self._sync is not None
+        assert self._refresher is not None
         self.stats.info["verify_max_abs_diff"] = detail
-        return Served(weakref.ref(model), self._layer, calls, self._degree_fix,
-                      self._aggregate, self._sync)
+        return ServedModel(weakref.ref(model), self._layer, calls, self._degree_fix,
+                      self._aggregate, self._refresher)
 
-    def _structural_reason(self, calls: int, graph: Any) -> str | None:
+    def _structural_reason(self, calls: int, graph: BatchGraph) -> str | None:
         recorded = sorted(self._calls, key=lambda c: c.index)
         hops = self.spec.hops
         if graph is None or graph.layout is None or graph.n_id is None:
@@ -182,7 +196,7 @@ class Admission:
             return "the loader's data has no raw feature matrix data.x"
         return None
 
-    def _verify(self, graph: Any, unpatched: LayerCall) -> tuple[str | None, float | None]:
+    def _verify(self, graph: BatchGraph, unpatched: LayerCall) -> tuple[str | None, float | None]:
         """The refresh computation vs the layer's own output on the first (unpruned) batch, for
         hop L-1 vertices, on their in-edges in that batch (in eval mode, no gradient). Makes the
         trainer thread's refresher."""
@@ -199,10 +213,10 @@ class Admission:
         test = has.nonzero().view(-1)[:VERIFY_VERTICES]
         hood = Neighbourhoods(sampler.colptr, sampler.row, spec.fanouts[-1],
                               bool(sampler.replace), False, self.seed)
-        sync = Refresher(self._layer, spec.data.x, hood, self.config.chunk_rows,
+        refresher = Refresher(self._layer, spec.data.x, hood, self.config.chunk_rows,
                          self._aggregate, unpatched=unpatched)
-        self._sync = sync
-        sync.snapshot()
+        self._refresher = refresher
+        refresher.snapshot()
         if test.numel() == 0:
             return None, None
         n_id = graph.n_id.cpu()
@@ -210,9 +224,9 @@ class Admission:
         local = torch.full((graph.num_nodes,), -1, dtype=torch.long)
         local[test] = torch.arange(test.numel())
         degrees = graph.cache.degrees(graph) if self._degree_fix else None
-        mine = sync.compute_on(n_id[test], n_id[src[keep]], local[dst[keep]], degrees)
+        mine = refresher.compute_on(n_id[test], n_id[src[keep]], local[dst[keep]], degrees)
         with torch.no_grad():
-            ref = sync.own_output(x, edge_index)[test.to(x.device)]
+            ref = refresher.own_output(x, edge_index)[test.to(x.device)]
         if not (isinstance(ref, Tensor) and ref.shape == mine.shape):
             return "the bottom layer's output is not one row per vertex", None
         diff = float((ref - mine.to(ref.dtype)).abs().max()) if ref.numel() else 0.0

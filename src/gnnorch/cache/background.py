@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from .admission import LoaderSpec, Served
+from .admission import LoaderSpec, ServedModel
 from .config import CacheConfig
 from .hotset import HotSet
 from .refresh import BatchDegrees, LayerCall, Neighbourhoods, Refresher
@@ -51,17 +51,17 @@ class _Job:
 class BackgroundRefresh:
     """Refreshes rows of the hot set's store in a worker thread (see the module docstring)."""
 
-    def __init__(self, spec: LoaderSpec, config: CacheConfig, served: Served, hot: HotSet,
+    def __init__(self, spec: LoaderSpec, config: CacheConfig, served: ServedModel, hot: HotSet,
                  stats: CacheStats, seed: int, unpatched: LayerCall,
                  pool: Callable[[], concurrent.futures.Executor]) -> None:
         assert hot.store is not None
         sampler = spec.sampler
         hood = Neighbourhoods(sampler.colptr, sampler.row, spec.fanouts[-1],
-                              bool(sampler.replace), hot.sync.hood.full, seed + 2)
+                              bool(sampler.replace), hot.trainer_refresher.hood.full, seed + 2)
         self.refresher = Refresher(served.layer, spec.data.x, hood, config.chunk_rows,
                                    served.aggregate, unpatched=unpatched)
         self.refresher.snapshot()
-        self.refresher.linear = hot.sync.linear
+        self.refresher.linear = hot.trainer_refresher.linear
         self.refresher.compute(hot.store.hot_ids[:1])  # first call in the trainer thread
         device = self.refresher.device
         self.stream = torch.cuda.Stream(device=device) if device.type == "cuda" else None
@@ -99,7 +99,8 @@ class BackgroundRefresh:
         self._job = _Job(future, slots, step, store)
 
     def _background(self, ids: Tensor,
-                    degrees: BatchDegrees | None) -> tuple[tuple[Tensor, Any], float, Any]:
+                    degrees: BatchDegrees | None
+                    ) -> tuple[tuple[Tensor, Tensor | None], float, torch.cuda.Event | None]:
         """The job itself, in the worker thread: ((rows, aux), seconds, CUDA event or None)."""
         start = time.perf_counter()
         event = None

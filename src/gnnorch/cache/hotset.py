@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from .admission import LoaderSpec, Served
+from .admission import LoaderSpec, ServedModel
 from .auto import RatioSearch, ratio_grid
 from .config import CacheConfig
 from .hotness import count_hotness, estimate_hotness, in_degree, top_fraction
@@ -41,15 +41,20 @@ class HotSet:
     Constructing it computes the hotness and decides how rows are refreshed; `install` makes
     a set live."""
 
-    def __init__(self, spec: LoaderSpec, config: CacheConfig, served: Served,
+    def __init__(self, spec: LoaderSpec, config: CacheConfig, served: ServedModel,
                  stats: CacheStats, seed: int) -> None:
         self.spec = spec
         self.config = config
-        self.sync = served.sync                # computes rows in the trainer thread
+        # computes rows in the trainer thread (on-demand refreshes and installs)
+        self.trainer_refresher = served.trainer_refresher
         self.stats = stats
         self.store: EmbeddingStore | None = None   # the live hot set's rows (after `install`)
         self.extra_size: Tensor | None = None  # per store slot: in-edges of its neighbourhood
         self.exclusion_on = False              # the sampler prunes the hot set now
+        # the sampler's `exclusion_version` of the live mask, and every version whose mask
+        # pruned a hot set (a batch carries the version it was sampled with)
+        self.mask_version: int | None = None
+        self.pruning_versions: set[int] = set()
         self.pending_ratio: float | None = None  # chosen by the search, for the next epoch
         sampler = spec.sampler
         colptr, row = sampler.colptr, sampler.row
@@ -71,7 +76,7 @@ class HotSet:
         self.initial = top_fraction(self.scores, ratio)   # the first hot set
         self._decide_refresh(served)
 
-    def _decide_refresh(self, served: Served) -> None:
+    def _decide_refresh(self, served: ServedModel) -> None:
         """The refresh neighbourhood (sample or full) and whether cached rows carry the
         weights' exact gradient (`gradient="linear"`), from the first hot set."""
         cfg = self.config
@@ -80,13 +85,13 @@ class HotSet:
         sampled = deg.clamp_max(k) if k >= 0 else deg
         full = cfg.refresh == "full" or k < 0 or (
             cfg.refresh == "auto" and float(deg.sum()) <= cfg.full_factor * float(sampled.sum()))
-        self.sync.hood.full = full
+        self.trainer_refresher.hood.full = full
         parts = linear_parts(served.layer) if not served.aggregate else None
         if cfg.gradient != "none" and parts is not None:
-            self.sync.linear = parts[2]
+            self.trainer_refresher.linear = parts[2]
         info = self.stats.info
         info["gradient"] = ("exact (aggregate rows)" if served.aggregate else
-                            "linear" if self.sync.linear is not None else "none")
+                            "linear" if self.trainer_refresher.linear is not None else "none")
         info["refresh_neighbourhood"] = "full" if full else f"sample {k}"
 
     def install(self, hot: Tensor, step: int, degrees: BatchDegrees | None) -> None:
@@ -103,14 +108,17 @@ class HotSet:
                             old.version[old.slots_of(ids)],
                             old.read_aux(old.slots_of(ids)) if old.aux is not None else None)
         self.store = store
-        self.extra_size = self.sync.hood.size(store.hot_ids)
+        self.extra_size = self.trainer_refresher.hood.size(store.hot_ids)
         missing = (store.version < 0).nonzero().view(-1)
         if missing.numel():
             self.refresh_now(missing, step, degrees)
         # an empty hot set (hot_ratio="auto" at 0): the exact fast path, nothing pruned
         self.exclusion_on = len(store) > 0
-        self.spec.sampler.set_exclusion(store.mask if self.exclusion_on else None,
-                                        {self.spec.hops - 1})
+        sampler = self.spec.sampler
+        sampler.set_exclusion(store.mask if self.exclusion_on else None, {self.spec.hops - 1})
+        self.mask_version = sampler.exclusion_version
+        if self.exclusion_on:
+            self.pruning_versions.add(self.mask_version)
         self.stats.info["hot_ratio"] = len(store) / store.num_nodes
 
     def switch_ratio(self, ratio: float, step: int, degrees: BatchDegrees | None) -> None:
@@ -120,8 +128,8 @@ class HotSet:
         """Recompute the rows of `slots` in the trainer thread with the current weights."""
         assert self.store is not None
         start = time.perf_counter()
-        self.sync.snapshot()
-        values, aux = self.sync.compute(self.store.hot_ids[slots], degrees)
+        self.trainer_refresher.snapshot()
+        values, aux = self.trainer_refresher.compute(self.store.hot_ids[slots], degrees)
         self.store.write(slots, values, step, aux)
         self.stats.counters["refreshes"] += 1
         self.stats.counters["refresh_rows"] += slots.numel()

@@ -10,6 +10,16 @@ dispatches to. Its status is pending -> active | off (`CacheStatus`):
   the bottom-layer swap (`BottomSwap`) and, with `overlap="thread"`, the background refresher
   (`BackgroundRefresh`);
 * off: training is exact (batches are still counted for the report).
+
+Which batches were pruned: a batch built by the device path carries the sampler's mask version
+it was sampled with (`gnnorch.device.gather.sampled_exclusion`, set at sampling time), so one
+drawn ahead of the trainer is labelled by the mask that pruned it; other batches are labelled
+by the mask their sampler had when they were drawn (on demand: the current one; loader
+workers: the one copied at the epoch start). Invariant: a pruned batch is served by the hot set
+it was pruned with. So the mask changes only where no batch sampled with the old one is still
+to come: a new hot ratio waits for the next epoch start when the epoch's batches come from
+workers or are drawn ahead (`may_draw_ahead`), and nothing is drawn ahead while admission is
+pending (its activation sets the first mask at the first forward).
 """
 from __future__ import annotations
 
@@ -22,9 +32,10 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import torch
 from torch import Tensor
 
+from ..device.gather import sampled_exclusion
 from ..trim.batch import BatchGraph
 from ..trim.state import Mode, ModelState
-from .admission import Admission, LoaderSpec, Served
+from .admission import Admission, LoaderSpec, ServedModel
 from .background import BackgroundRefresh, choose_overlap
 from .config import CacheConfig
 from .hotset import HotSet, StepTimes
@@ -121,8 +132,9 @@ class LoaderCache:
                           if self.spec is not None else None)
         self.workers = 0                  # the current epoch's loader workers
         self.epoch_pruned = False         # the pruning mask the workers copied at its start
+        self.ahead = False                # this epoch's batches are drawn ahead of the trainer
         # made at activation
-        self.served: Served | None = None
+        self.served: ServedModel | None = None
         self.hot: HotSet | None = None
         self.background: BackgroundRefresh | None = None
         self.swap: BottomSwap | None = None
@@ -164,7 +176,7 @@ class LoaderCache:
         degrees = graph.cache.degrees(graph) if outcome.degree_fix else None
         self._activate(outcome, degrees, unpatched)
 
-    def _activate(self, served: Served, degrees: BatchDegrees | None,
+    def _activate(self, served: ServedModel, degrees: BatchDegrees | None,
                   unpatched: LayerCall) -> None:
         """Choose the hot set, fill its store, start pruning (and the background refresher)."""
         assert self.spec is not None
@@ -197,6 +209,19 @@ class LoaderCache:
             self.hot.pending_ratio = None
         self.workers = int(getattr(loader, "num_workers", 0) or 0)
         self.epoch_pruned = self.hot is not None and self.hot.exclusion_on
+        self.ahead = False
+
+    def may_draw_ahead(self) -> bool:
+        """Asked before a batch of the current training epoch is drawn ahead of the trainer
+        (the device path's pipeline). False while admission is pending: its activation sets
+        the sampler's mask at the first forward, so batches are drawn on demand until then
+        (the same batches whatever the prefetch depth). Otherwise True, and until the next
+        `epoch_start` a new hot ratio waits for it (a batch drawn ahead must be served by the
+        hot set it was pruned with)."""
+        if self.status is CacheStatus.PENDING:
+            return False
+        self.ahead = True
+        return True
 
     def pruned_now(self) -> bool:
         """Whether the batch just drawn was sampled with the hot set excluded: in-process
@@ -205,10 +230,25 @@ class LoaderCache:
             return self.epoch_pruned
         return self.hot is not None and self.hot.exclusion_on
 
+    def pruned(self, batch: Any) -> bool:
+        """Whether `batch` was sampled with the live hot set excluded (the module docstring):
+        by the mask version it carries, else by `pruned_now`."""
+        version = sampled_exclusion(batch)
+        if version is None:
+            return self.pruned_now()
+        hot = self.hot
+        if hot is None or version not in hot.pruning_versions:
+            return False
+        if version != hot.mask_version:
+            raise RuntimeError(
+                f"gnnorch cache: a batch pruned with an earlier hot set (mask version "
+                f"{version}, live {hot.mask_version}) reached the cache")
+        return True
+
     def annotate(self, graph: BatchGraph, batch: Any) -> None:
         """A batch was drawn (`graph`: its `BatchGraph`): put a `BatchInfo` on it, count it
         and, on a pruned batch, give GCN layers the pruned vertices' degrees."""
-        info = BatchInfo(self, getattr(batch, "x", None), self.pruned_now())
+        info = BatchInfo(self, getattr(batch, "x", None), self.pruned(batch))
         graph.cache = info
         layout = graph.layout
         if layout is None:
@@ -255,8 +295,9 @@ class LoaderCache:
         ratio = self.hot.observe(timer)
         if ratio is None:
             return
-        if self.workers > 0:
-            self.hot.pending_ratio = ratio  # workers sample the rest of this epoch as they are
+        if self.workers > 0 or self.ahead:
+            # workers, or batches drawn ahead, sample the rest of this epoch with this mask
+            self.hot.pending_ratio = ratio
         else:
             self._switch_ratio(ratio)
 
@@ -280,7 +321,7 @@ def report(lc: LoaderCache) -> dict:
     served = lc.served
     spec = lc.spec
     aggregate = served is not None and served.aggregate
-    refreshers = [r for r in (served.sync if served is not None else None,
+    refreshers = [r for r in (served.trainer_refresher if served is not None else None,
                               lc.background.refresher if lc.background is not None else None)
                   if r]
     search = lc.hot.search if lc.hot is not None else None

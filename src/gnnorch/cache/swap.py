@@ -15,26 +15,30 @@ the weights their exact gradient.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from ..errors import StalenessError
+from ..trim.hops import LayerBounds
 from ..trim.layer_types import pair_recomputable, self_looping
 from ..trim.state import Mode
-from .admission import Served
+from .admission import ServedModel
 from .background import BackgroundRefresh
 from .config import CacheConfig
 from .hotset import HotSet
 from .refresh import BatchDegrees, CachedLinearRows, InterleaveRows, linear_parts
 from .stats import CacheStats
 
+if TYPE_CHECKING:
+    from .loader import BatchInfo, LayerCallView
+
 
 class BottomSwap:
     """The served bottom layer's call on each training batch (see the module docstring)."""
 
-    def __init__(self, config: CacheConfig, served: Served, hot: HotSet,
+    def __init__(self, config: CacheConfig, served: ServedModel, hot: HotSet,
                  background: BackgroundRefresh | None, stats: CacheStats,
                  degrees: BatchDegrees | None) -> None:
         self.config = config
@@ -45,7 +49,7 @@ class BottomSwap:
         self.stats = stats
         self.last_degrees = degrees   # GCN: the latest batch's degrees (for refreshes)
 
-    def bottom(self, call: Any, info: Any, step: int) -> Any:
+    def bottom(self, call: LayerCallView, info: BatchInfo, step: int) -> Tensor:
         """The bottom layer's call (`HookedCall`) on a training batch (`info`: its `BatchInfo`)
         when `step` optimizer steps are done."""
         store = self.hot.store
@@ -74,12 +78,12 @@ class BottomSwap:
             out = out.index_put((rows.to(out.device),), values)
         return out
 
-    def _hot_values(self, call: Any, rows: Tensor, slots: Tensor, dtype: torch.dtype,
+    def _hot_values(self, call: LayerCallView, rows: Tensor, slots: Tensor, dtype: torch.dtype,
                     device: torch.device) -> Tensor:
         """The stored rows; with gradient="linear" they carry the weights' exact gradient."""
         store = self.hot.store
         values = store.read(slots).to(device=device, dtype=dtype)
-        if self.hot.sync.linear is None or not torch.is_grad_enabled():
+        if self.hot.trainer_refresher.linear is None or not torch.is_grad_enabled():
             return values
         lin_a, lin_r, _ = linear_parts(call.layer)
         agg = store.read_aux(slots).to(device=device, dtype=dtype)
@@ -87,7 +91,8 @@ class BottomSwap:
         return CachedLinearRows.apply(values, agg, root, lin_a.weight, lin_a.bias,
                                       lin_r.weight if lin_r is not None else None)
 
-    def _cold_call(self, call: Any, rows: Tensor, slots: Tensor, bounds: Any,
+    def _cold_call(self, call: LayerCallView, rows: Tensor, slots: Tensor,
+                   bounds: LayerBounds,
                    pruned: bool) -> Tensor:
         """The trimmed bottom layer on its *cold* destination rows only, hot rows from the
         store: what the seam's trimmed call computes, without transforming the hot rows.

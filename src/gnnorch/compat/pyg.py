@@ -22,7 +22,8 @@ from .registry import CompatError, Missing, Probe
 __all__ = ["trim_to_layer_type", "self_trimming", "sampler_hook_reason", "pyg_sample",
            "sampler_parameters", "message_passing_hooks_reason", "gcn_cache_reason",
            "gcn_cached", "set_gcn_cached", "gat_has_residual", "missing_attributes",
-           "loader_arguments", "basic_gnn_forward", "bind_arguments", "MESSAGE_PASSING_HOOKS"]
+           "loader_arguments", "basic_gnn_forward", "bind_arguments", "MESSAGE_PASSING_HOOKS",
+           "set_orig_edge_index"]
 
 
 def _parameters(fn: Any) -> list[str]:
@@ -234,6 +235,29 @@ def gat_has_residual() -> bool:
     """Whether this PyG's GATConv may carry a residual (``res``); True when unknown, so that
     a layer lacking ``res`` is declined rather than rewritten without it."""
     return GAT_RESIDUAL.get() is not False
+
+
+# -- the loader's batch: the original edges of a bidirectional subgraph ---------------------
+
+def _orig_edge_index() -> bool:
+    from torch_geometric.loader.node_loader import NodeLoader
+
+    if "._orig_edge_index = " not in inspect.getsource(NodeLoader.filter_fn):
+        raise Missing("PyG's NodeLoader.filter_fn no longer sets _orig_edge_index")
+    return True
+
+
+ORIG_EDGE_INDEX = Probe(
+    "torch_geometric.loader.node_loader.NodeLoader.filter_fn (data._orig_edge_index)",
+    "device/gather.py", "batches gathered by gnnorch carry no _orig_edge_index (as PyG's "
+    "would not)", _orig_edge_index)
+
+
+def set_orig_edge_index(batch: Any, edge_index: Any) -> None:
+    """Give a batch gnnorch built the original (pre-bidirectional) edges where PyG's own
+    loader puts them (``batch._orig_edge_index``); nothing when PyG no longer does."""
+    if ORIG_EDGE_INDEX.get():
+        batch._orig_edge_index = edge_index
 
 
 # -- layer attributes and argument binding --------------------------------------------------

@@ -32,10 +32,26 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "ID_FIELDS"]
+from ..compat.pyg import set_orig_edge_index
+
+__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "ID_FIELDS",
+           "sampled_exclusion"]
 
 #: batch fields kept on the host (ids: user code indexes host tensors with them)
 ID_FIELDS = ("n_id", "e_id", "input_id")
+
+#: where a batch carries its sampler's ``exclusion_version`` (a private attribute of the
+#: batch's storage, not one of its keys: the batch's fields are PyG's)
+_EXCLUSION = "_exclusion_version"
+
+
+def sampled_exclusion(batch: Any) -> int | None:
+    """The ``exclusion_version`` of the sampler's pruning mask that `batch` was sampled with
+    (`gnnorch.sampling.neighbor.FastNeighborSampler`), or None when the batch does not carry it
+    (not built by a `GatherPlan`, or sampled by another sampler). Set at sampling time, so a
+    batch drawn ahead of the trainer says which mask pruned it, whatever the mask is now."""
+    value = getattr(batch, _EXCLUSION, None)
+    return value if isinstance(value, int) else None
 
 
 def gathered_attributes(data: Any) -> tuple[list[str], list[str]]:
@@ -134,10 +150,13 @@ class GatherPlan:
         batch.num_sampled_nodes = out.num_sampled_nodes
         batch.num_sampled_edges = out.num_sampled_edges
         if getattr(out, "orig_row", None) is not None and out.orig_col is not None:
-            batch._orig_edge_index = torch.stack([out.orig_row, out.orig_col], dim=0)
+            set_orig_edge_index(batch, torch.stack([out.orig_row, out.orig_col], dim=0))
         batch.input_id = out.metadata[0]
         batch.seed_time = out.metadata[1]
         batch.batch_size = out.metadata[0].size(0)
+        version = getattr(out, "exclusion_version", None)
+        if isinstance(version, int):
+            setattr(batch, _EXCLUSION, version)   # see `sampled_exclusion`
         return batch if transform is None else transform(batch)
 
     def _on_sources(self, index: Tensor | None) -> Tensor | None:

@@ -33,7 +33,7 @@ from .info import RunInfo
 from .output import OutputCapture
 from .rank import RankJob
 from .request import Request
-from .watched import WatchedJob
+from .watched import WatchedJob, failure_key
 from .world_run import run_in_world
 
 
@@ -81,14 +81,15 @@ class RankProcesses(Backend):
         log_dir.mkdir(parents=True, exist_ok=True)
         job = RankJob(request.options, request.seed, tuple(hooks),
                       decisions=_export_decisions(request, log_dir),
-                      rng_state=torch.get_rng_state())
+                      rng_state=torch.get_rng_state(), device=request.device)
+        token = secrets.token_hex(8)
         spec = LaunchSpec(plan=plan, cores=cores, log_dir=log_dir,
                           backend="nccl" if request.device == "cuda" else "gloo",
                           gpus=_gpus(plan, request.device),
                           start_timeout=request.start_timeout,
                           collective_timeout=request.collective_timeout,
-                          rank0_log=muted(hooks))
-        watched = WatchedJob(job, secrets.token_hex(8), request.collective_timeout)
+                          rank0_log=muted(hooks), failure_key=failure_key(token))
+        watched = WatchedJob(job, token, request.collective_timeout)
         result = RankGroup(spec).run(watched, request.fn, request.args, request.kwargs)
         return result.value, RunInfo.from_summaries(plan, cores, request.device, log_dir,
                                                     result.wall_seconds, request.options,

@@ -51,11 +51,20 @@ class RankJob:
         return value, ctx.summary()
 
     def training_device(self, process: RankProcess) -> torch.device | None:
-        """The device this rank trains on (None: the CPU): its collectives' device when it has
-        one (nccl), else the run's device."""
+        """The device this rank trains on (None: the CPU), which `session` hands to the GPU
+        data path: its collectives' device when it has one (nccl); else the run's device, a
+        bare ``"cuda"`` being this process's current CUDA device, which the launcher made the
+        rank's own (cuda:LOCAL_RANK in a torchrun world, `execute.world.join`; cuda:0 under a
+        per-rank CUDA_VISIBLE_DEVICES in our rank processes), so a CUDA run whose group is
+        gloo trains, and is served, on the rank's GPU. Every backend passes `device`."""
         if process.comm_device is not None:
             return process.comm_device
-        return None if self.device == "cpu" else torch.device(self.device)
+        if self.device == "cpu":
+            return None
+        device = torch.device(self.device)
+        if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+            device = torch.device("cuda", torch.cuda.current_device())
+        return device
 
 
 def run_session(ctx: RankContext, fn: Callable, args: tuple, kwargs: dict,

@@ -47,6 +47,11 @@ SILENT = "died or stopped responding"
 STOP_SIGNAL = getattr(signal, "SIGUSR2", None)
 
 
+def failure_key(token: str) -> str:
+    """The store key (from the store's root) where the run `token`'s failure is posted."""
+    return f"gnnorch/watchdog/{token}/failed"
+
+
 class RankStopped(Exception):
     """Raised in a rank's main thread when another rank's failure was posted."""
 
@@ -69,7 +74,7 @@ class Watchdog:
 
     def __init__(self, store: dist.Store, token: str, rank: int, size: int, dead_after: float,
                  interval: float = INTERVAL, grace: float = GRACE, stops: bool = True) -> None:
-        self.store = dist.PrefixStore(f"gnnorch/watchdog/{token}/", store)
+        self.store = dist.PrefixStore(f"gnnorch/watchdog/{token}", store)   # keys: <prefix>/k
         self.rank, self.size = rank, size
         self.stops = stops                  # stop this rank when another's failure is posted
         self.reported = False               # this rank's main thread posted the failure

@@ -16,7 +16,9 @@ from ..intercept import join
 from ..launch.context import RankProcess
 from . import world
 from .rank import RankJob
-from .watchdog import Watchdog, own_client
+from .watchdog import Watchdog, failure_key, own_client
+
+__all__ = ["WatchedJob", "failure_key", "DEAD_AFTER_SECONDS"]
 
 # a live rank's heartbeat is never silent this long; a silent rank is posted after it
 DEAD_AFTER_SECONDS = 60.0

@@ -27,6 +27,10 @@ HeteroData, partitioned features and a class that overrides ``filter_fn``. Train
 the historical-embedding cache (``cache=True``) are sampled on the host, as NeutronOrch splits
 the work (the cache prunes the host sampler and refreshes hot rows from the host graph), with
 their attributes gathered on the device; the cache's rows live where the model computes them.
+They prefetch too: each batch carries the pruning mask it was sampled with (`gnnorch.device.
+gather.sampled_exclusion`), and the pipeline draws ahead only once the cache allows it
+(`cache.loader.LoaderCache.may_draw_ahead`: not while admission is pending), so a fixed seed
+gives the same batches whatever the depth.
 A loader whose structure stays on the host (it does not fit the budget, its sampler has no
 device path, or the cache) keeps the user's ``num_workers``: workers sample, the pipeline's
 thread gathers. Where features stay on the host of a CUDA run with rewrites on, ``x`` is left
@@ -35,15 +39,15 @@ marks it, the rewrite engine decides per layer) and every other attribute is cop
 
 Batches equal those of a plain run drawing from the same sampling generator (tested): same
 fields, values and key order; ``n_id`` / ``e_id`` / ``input_id`` stay on the host, every other
-tensor is on the device. What is left on a served loader after the run: its ``filter_fn``
-(an instance attribute) and its sampler's CSC, on the device.
+tensor is on the device. Nothing is left on a served loader after the run: `close` (at the
+session's end) restores what serving changed on it.
 """
 from __future__ import annotations
 
 import functools
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -57,16 +61,57 @@ from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
 
 if TYPE_CHECKING:
+    from torch_geometric.loader import NeighborLoader
+
     from .feeds import LoaderState
 
 
+_ABSENT = object()
+
+
+class _Undo:
+    """What serving changed on a user's loader, as it was before (`DevicePath.close` puts it
+    back): the instance ``filter_fn`` (absent: PyG's method), ``filter_per_worker``,
+    ``num_workers``, and its sampler's device, ``use_pyg`` and generator."""
+
+    def __init__(self, loader: NeighborLoader) -> None:
+        sampler = loader.node_sampler
+        self.filter_fn = loader.__dict__.get("filter_fn", _ABSENT)
+        self.filter_per_worker = loader.filter_per_worker
+        self.num_workers = loader.num_workers
+        colptr = getattr(sampler, "colptr", None)
+        self.sampler_device = colptr.device if isinstance(colptr, torch.Tensor) else None
+        self.use_pyg = getattr(sampler, "use_pyg", None)
+        self.generator = getattr(sampler, "generator", None)
+
+    def restore(self, loader: NeighborLoader) -> None:
+        if self.filter_fn is _ABSENT:
+            loader.__dict__.pop("filter_fn", None)
+        else:
+            loader.filter_fn = self.filter_fn
+        loader.filter_per_worker = self.filter_per_worker
+        loader.num_workers = self.num_workers
+        sampler = loader.node_sampler
+        colptr = getattr(sampler, "colptr", None)
+        if (self.sampler_device is not None and isinstance(colptr, torch.Tensor)
+                and colptr.device != self.sampler_device):
+            sampler.move_to(self.sampler_device)
+        if self.use_pyg is not None:
+            sampler.use_pyg = self.use_pyg
+        if hasattr(sampler, "generator"):
+            sampler.generator = self.generator
+
+
 class _Served:
-    """A served loader's parts: its gather plan, transfer and (fast-path) sampling generator."""
+    """A served loader's parts: its gather plan, transfer and (fast-path) sampling generator,
+    and what serving changed on it (`undo`)."""
 
     def __init__(self, plan: GatherPlan, move: DeviceTransfer,
-                 generator: SamplingGenerator | None, on_device: bool, cached: bool) -> None:
+                 generator: SamplingGenerator | None, on_device: bool, cached: bool,
+                 undo: _Undo) -> None:
         self.plan, self.move, self.generator, self.on_device = plan, move, generator, on_device
         self.cached = cached   # a training loader of the historical-embedding cache
+        self.undo = undo
 
 
 class DevicePath:
@@ -78,7 +123,8 @@ class DevicePath:
         self.device, self.reason = _resolve(config, device)
         self.resident = ResidentTensors()
         self.loaders: list[LoaderDevice] = []
-        self._served: weakref.WeakKeyDictionary[Any, _Served] = weakref.WeakKeyDictionary()
+        self._served: weakref.WeakKeyDictionary[NeighborLoader, _Served] = \
+            weakref.WeakKeyDictionary()
         self._publish()
 
     @property
@@ -86,7 +132,7 @@ class DevicePath:
         return self.device is not None
 
     # -- adopt ----------------------------------------------------------------------------
-    def adopt(self, loader: Any, state: "LoaderState") -> None:
+    def adopt(self, loader: NeighborLoader, state: "LoaderState") -> None:
         """Decide for a NeighborLoader just built (see the module docstring)."""
         record = LoaderDevice(key=len(self.loaders), role=state.role,
                               device=str(self.device) if self.device is not None else "none")
@@ -99,7 +145,7 @@ class DevicePath:
             self._serve(loader, state, record)
         self._publish()
 
-    def _aside(self, loader: Any, state: "LoaderState") -> str | None:
+    def _aside(self, loader: NeighborLoader, state: "LoaderState") -> str | None:
         """Why the path does not serve `loader`, or None."""
         from torch_geometric.data import Data
         from torch_geometric.loader.node_loader import NodeLoader
@@ -116,7 +162,8 @@ class DevicePath:
             return f"{type(loader).__name__} overrides filter_fn"
         return None
 
-    def _serve(self, loader: Any, state: "LoaderState", record: LoaderDevice) -> None:
+    def _serve(self, loader: NeighborLoader, state: "LoaderState",
+               record: LoaderDevice) -> None:
         from ..sampling.neighbor import FastNeighborSampler
 
         assert self.device is not None
@@ -124,6 +171,7 @@ class DevicePath:
         cuda = self.device.type == "cuda"
         node, edge = gathered_attributes(data)
         fast = isinstance(sampler, FastNeighborSampler) and sampler.fallback_reason is None
+        undo = _Undo(loader)
         cached = state.role == "train" and self.ctx.options.cache_config is not None
         why_host = None if fast else (
             f"its sampler ({type(sampler).__name__}"
@@ -172,10 +220,21 @@ class DevicePath:
             plan.defer
         record.reason = (f"{'sampled and gathered' if on_device else 'gathered'} for "
                          f"{self.device} ({placement.reasons[-1]}){note}")
-        self._served[loader] = _Served(plan, move, generator, on_device, cached)
+        self._served[loader] = _Served(plan, move, generator, on_device, cached, undo)
+
+    # -- the run's end --------------------------------------------------------------------
+    def close(self) -> None:
+        """The session ends: every served loader still alive is given back as it was before
+        `adopt` (`_Undo`: PyG's ``filter_fn``, the loader's ``filter_per_worker`` and
+        ``num_workers``, its sampler's CSC on the device it came from, ``use_pyg`` and
+        generator), so a loader the user keeps iterates as a plain PyG loader. The path's
+        device and pinned copies go with it."""
+        for loader, served in list(self._served.items()):
+            served.undo.restore(loader)
+        self._served.clear()
 
     # -- feed -----------------------------------------------------------------------------
-    def feed(self, iterator: Iterator[Any], loader: Any, state: "LoaderState",
+    def feed(self, iterator: Iterator[Any], loader: NeighborLoader, state: "LoaderState",
              training: bool) -> Iterator[Any]:
         """One epoch's batches of `loader` through the pipeline (unchanged when not served)."""
         served = self._served.get(loader)
@@ -190,34 +249,31 @@ class DevicePath:
         elif in_process and depth > 0:
             depth, record.prefetch_reason = 0, ("PyG's sampler draws from torch's global RNG: "
                                                 "sampled in the trainer thread")
-        if served.cached and in_process and depth > 0:
-            depth, record.prefetch_reason = 0, (
-                "the cache changes its pruning mask between in-process batches: each batch is "
-                "sampled when the trainer asks for it")
+        cache = state.cache if served.cached and training else None
+        ahead = cache.may_draw_ahead if cache is not None else _always
         record.prefetch = depth
         record.epochs += 1
-        return self._pipeline(iter(iterator), served.move, depth, record)
+        return self._pipeline(iter(iterator), served.move, depth, record, ahead)
 
     def _pipeline(self, iterator: Iterator[Any], move: DeviceTransfer, depth: int,
-                  record: LoaderDevice) -> Iterator[Any]:
+                  record: LoaderDevice, ahead: Callable[[], bool]) -> Iterator[Any]:
+        """The epoch's batches: drawn in the trainer's thread until `ahead()` allows drawing
+        ahead (a cache's pending admission says no: batches are drawn on demand until it has
+        set its pruning mask), then by a `Prefetcher` of depth `depth` (0: never)."""
         pre: Prefetcher | None = None
         try:
-            first = _draw(iterator, move)   # trainer thread: the shuffle's global-RNG draw
-            if first is _END:
-                return
-            if depth > 0:   # batch 1 is prepared while the trainer works on batch 0
-                pre = Prefetcher(iterator, transfer=move.transfer, depth=depth,
-                                 ready=move.ready, name="gnnorch-device-path",
-                                 produce_in=move.producing)
-            record.batches += 1
-            yield move.ready(first)
-            while pre is None:
-                batch = _draw(iterator, move)
-                if batch is _END:
-                    return
+            batch = _draw(iterator, move)   # trainer thread: the shuffle's global-RNG draw
+            while batch is not _END:
+                if depth > 0 and ahead():   # batch k+1 prepared while batch k trains
+                    pre = Prefetcher(iterator, transfer=move.transfer, depth=depth,
+                                     ready=move.ready, name="gnnorch-device-path",
+                                     produce_in=move.producing)
                 record.batches += 1
                 yield move.ready(batch)
-            for batch in pre:
+                if pre is not None:
+                    break
+                batch = _draw(iterator, move)
+            for batch in pre if pre is not None else ():
                 record.batches += 1
                 yield batch
         finally:
@@ -243,6 +299,10 @@ class DevicePath:
 _END = object()
 
 
+def _always() -> bool:
+    return True
+
+
 def _draw(iterator: Iterator[Any], move: DeviceTransfer) -> Any:
     """The next batch drawn and transferred in this thread, its device work on the side stream
     like the producer thread's (the sampler's scratch buffers stay on one stream); `_END`
@@ -255,7 +315,7 @@ def _draw(iterator: Iterator[Any], move: DeviceTransfer) -> Any:
         return move.transfer(batch)
 
 
-def _build(loader: Any, plan: GatherPlan, out: Any) -> Any:
+def _build(loader: NeighborLoader, plan: GatherPlan, out: Any) -> Any:
     """A served loader's ``filter_fn``: PyG's hook from sampler output to batch."""
     transform_out = getattr(loader, "transform_sampler_output", None)
     if transform_out is not None:

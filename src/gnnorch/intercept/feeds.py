@@ -8,7 +8,8 @@ object. Two feeds plug into the seam as collaborators passed to its constructor:
   the loader's arguments before PyG's ``__init__``; `feed` fills ``batch.x`` per batch;
 * the GPU data path (`DevicePathHook`, issue 21): `adopt` sees every intercepted loader at the
   end of its ``__init__`` and records its decision in ``state.device`` (`DeviceDecision`);
-  `feed` wraps the epoch's batches after the partition feed.
+  `feed` wraps the epoch's batches after the partition feed; `close` (the session's end)
+  gives every loader it changed back as PyG built it.
 
 The seam's order in ``__iter__`` is fixed: PyG's iterator -> partition feed -> device path
 feed -> announced to the layer seam -> timed. A loader whose ``state.device`` says
@@ -98,3 +99,9 @@ class DevicePathHook(Protocol):
         """One epoch's batches: called in the intercepted ``__iter__`` right after PyG's
         iterator is made (and after the partition feed), before the batches are announced to
         the layer seam and timed. Returns the iterator the user's loop consumes."""
+
+    def close(self) -> None:
+        """Called once when the session ends (also when the user's function raised): every
+        loader `adopt` changed is given back as PyG built it (no device tensor, no instance
+        ``filter_fn``, its own ``num_workers``), so a loader the user keeps after the run
+        iterates as a plain PyG loader."""

@@ -223,13 +223,25 @@ class Rounds:
 
     def __init__(self, rank: int, world_size: int, bound: float) -> None:
         self.rank, self.world_size, self.bound = rank, world_size, bound
-        self.group = dist.new_group(backend="gloo",
-                                    timeout=datetime.timedelta(seconds=bound))
+        self._group: dist.ProcessGroup | None = None
         self.count = 0
 
+    @property
+    def group(self) -> dist.ProcessGroup:
+        """The side group, made at the run's first round: every rank makes one then, and a run
+        without rounds (the user's own distribution) makes none. (Made at the start of every
+        run instead, a rank whose run had no round could destroy it while another rank was
+        still connecting to it: gloo's "Connection closed by peer".)"""
+        if self._group is None:
+            self._group = dist.new_group(backend="gloo",
+                                         timeout=datetime.timedelta(seconds=self.bound))
+        return self._group
+
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group(self.group)
+        if self._group is not None:
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group(self._group)
+            self._group = None
 
     def round(self, ask: Ask) -> Decision:
         """Every rank's ask for the next round, and the decision."""

@@ -102,6 +102,8 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
         layer_seam = _layer_seam(ctx, stack, cache)
         path = (device_path(ctx) if device_path is not None
                 else _device_path(ctx, device or comm_device))
+        if path is not None:   # (after the seams are removed) loaders given back as built
+            stack.callback(path.close)
         loaders = NeighborLoaderInterceptor(ctx, layer_seam=layer_seam, cache=cache,
                                             partition=partition, distribution=distribution,
                                             device_path=path)

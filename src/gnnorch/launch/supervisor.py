@@ -3,7 +3,9 @@
 Invariants: on return or on any exception (a rank's error, a rank's death, Ctrl-C, a start
 time-out), no rank process and none of its DataLoader workers is left behind: each rank leads its
 own process group, which is terminated, then killed. A rank's death is noticed within a poll
-interval (0.2 s). Rank 0's stdout/stderr are forwarded live to the caller's `sys.stdout` /
+interval (0.2 s); a failure the ranks' watchdogs post in the launch's store (`failure_key`: a
+rank silent past its heartbeat bound, e.g. frozen) fails the launch 3 s later if no rank has
+reported an error by then (every gnnorch collective is bounded as well: docs/reliability.md). Rank 0's stdout/stderr are forwarded live to the caller's `sys.stdout` /
 `sys.stderr` (or, with `LaunchSpec.rank0_log`, written to `<log_dir>/rank0.log`); other ranks
 write to `<log_dir>/rank<r>.log`.
 
@@ -33,6 +35,7 @@ from . import serialize
 from .plan import CorePlan, RankCores
 
 POLL_SECONDS = 0.2
+POSTED_GRACE_SECONDS = 3.0   # a posted failure waits this long for the rank's own error
 TERMINATE_GRACE_SECONDS = 3.0
 
 
@@ -48,6 +51,9 @@ class LaunchSpec:
     start_timeout: float = 120.0
     collective_timeout: float = 1800.0
     rank0_log: bool = False           # rank 0's output to <log_dir>/rank0.log, not the caller
+    # a key of the launch's store where a rank's watchdog posts the run's failure ("rank r:
+    # why", e.g. a rank silent past its heartbeat bound: frozen, not dead); None: not watched
+    failure_key: str | None = None
 
 
 @dataclasses.dataclass
@@ -120,7 +126,7 @@ class RankGroup:
                     self._wait_exit(r, timeout=5)
                     raise self._death(r) from None
             del payloads
-            value = self._watch()
+            value = self._watch(store)
             summaries = {r.rank: (r.final[2] if r.rank == 0 else r.final[1]) for r in self.ranks}
             return LaunchResult(value, summaries, time.perf_counter() - start)
         finally:
@@ -209,9 +215,12 @@ class RankGroup:
             pending.discard(rank)
 
     # -- watch ----------------------------------------------------------------------------
-    def _watch(self) -> Any:
-        """Receive each rank's final message; raise at the first error or death."""
+    def _watch(self, store: Any = None) -> Any:
+        """Receive each rank's final message; raise at the first error or death, or when a
+        failure posted at `spec.failure_key` is not followed by a rank's error within
+        `POSTED_GRACE_SECONDS` (the rank it names may be frozen: it reports nothing)."""
         waiting = {r.conn: r for r in self.ranks if r.conn is not None}
+        posted_at: float | None = None
         while waiting:
             for conn in wait(list(waiting), timeout=POLL_SECONDS):
                 r = waiting.pop(conn)
@@ -224,6 +233,7 @@ class RankGroup:
                 if r.final[0] == "error":
                     raise self._remote_error(r)
             self._check_deaths(exclude_finished=True)
+            posted_at = self._check_posted(store, posted_at)
         for r in self.ranks:
             self._wait_exit(r)
         for r in self.ranks:
@@ -231,6 +241,25 @@ class RankGroup:
                 t.join(timeout=5)
         value_bytes = self.ranks[0].final[1]
         return serialize.loads(value_bytes)
+
+    def _check_posted(self, store: Any, posted_at: float | None) -> float | None:
+        key = self.spec.failure_key
+        if key is None or store is None:
+            return None
+        try:
+            if not store.check([key]):
+                return None
+            posted = store.get(key).decode(errors="replace")
+        except Exception:  # noqa: BLE001 - the store is this process's own: never expected
+            return posted_at
+        now = time.monotonic()
+        if posted_at is None:
+            return now
+        if now - posted_at > POSTED_GRACE_SECONDS:
+            raise RankFailedError(f"{posted} (posted by the ranks' watchdog; no rank reported an "
+                                  f"error within {POSTED_GRACE_SECONDS:g} s); the other ranks "
+                                  f"were stopped")
+        return posted_at
 
     def _check_deaths(self, exclude_finished: bool = False) -> None:
         for r in self.ranks:

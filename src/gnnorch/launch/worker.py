@@ -9,7 +9,13 @@ It sends exactly one final message: ("result", bytes, summary) from rank 0, ("do
 from the others, or ("error", exception bytes | None, type name, message, traceback text).
 
 This module knows processes only: what a rank does with the user's function (the seams, the
-run's hooks) is the runner's business (`gnnorch.execute.rank.RankJob`).
+run's hooks) is the runner's business (`gnnorch.execute.rank.RankJob`, under the run's watchdog:
+`gnnorch.execute.watched`).
+
+Diagnosis: ``kill -USR1 <pid>`` makes a rank (and the loader workers it forked) write every
+thread's stack to its stderr (rank 0: the caller's; others: ``<log_dir>/rank<r>.log``).
+``GNNORCH_SEAM_DELAY`` (seconds, test-only: scripts/soak.py) adds a random sleep before the
+rank joins its group and before it reports.
 """
 from __future__ import annotations
 

@@ -78,6 +78,9 @@ class FastNeighborSampler(NeighborSampler):
         # the fast path's random source (None: torch's global RNG of the CSC's device); not
         # pickled: DataLoader workers draw from their own, seeded, global RNG
         self.generator: torch.Generator | None = None
+        # counts `set_exclusion` calls; each fast-path output carries the count it sampled
+        # with (``out.exclusion_version``), so a batch drawn ahead says which mask pruned it
+        self.exclusion_version = 0
         self.setup_s = time.perf_counter() - start  # PyG's CSC conversion, mostly
 
     def sample_ours(self, seed: Tensor) -> Any:
@@ -118,8 +121,10 @@ class FastNeighborSampler(NeighborSampler):
     def set_exclusion(self, mask: Tensor | None, hops: Iterable[int] = ()) -> None:
         """Nodes in ``mask`` (bool ``[num_nodes]``) are not expanded at the listed hops.
 
-        Hop 0 is the seeds' hop. ``mask=None`` clears the exclusion.
+        Hop 0 is the seeds' hop. ``mask=None`` clears the exclusion. Not to be called while
+        another thread samples (outputs are tagged with `exclusion_version`).
         """
+        self.exclusion_version += 1
         if mask is None:
             self._exclude, self._exclude_hops = None, frozenset()
             return
@@ -145,6 +150,7 @@ class FastNeighborSampler(NeighborSampler):
                 or self.fallback_reason is not None):
             return compat_pyg.pyg_sample(self, seed, seed_time, **kwargs)
         induced = self.subgraph_type == SubgraphType.induced
+        version = self.exclusion_version
         workspace = self._borrow_workspace()
         try:
             out = sample_neighbors(
@@ -158,10 +164,12 @@ class FastNeighborSampler(NeighborSampler):
         if self.sample_direction == "backward":
             row, col = col, row
         # PyG reports no hop counts for induced subgraphs (their edges are not hop-ordered).
-        return SamplerOutput(
+        result = SamplerOutput(
             node=out.node, row=row, col=col, edge=out.edge, batch=None,
             num_sampled_nodes=None if induced else out.num_sampled_nodes,
             num_sampled_edges=out.num_sampled_edges)
+        result.exclusion_version = version   # the mask it was sampled with (see __init__)
+        return result
 
     def _borrow_workspace(self) -> Tensor:
         """A free all -1 global-to-local buffer (``list.pop`` is atomic across threads)."""
