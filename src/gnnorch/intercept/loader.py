@@ -43,7 +43,6 @@ the user imported the name, and user subclasses are intercepted through `super()
 from __future__ import annotations
 
 import contextlib
-import inspect
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
