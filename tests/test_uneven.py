@@ -214,7 +214,11 @@ def test_a_sleeping_rank_fails_a_torchrun_world_within_the_bound(tmp_path):
     assert kind == "CollectiveError" and float(seconds) < 5 + 15, (kind, seconds)
     assert message.startswith("rank 1 did not reach gnnorch's collective within 5 s"), message
     output = "\n".join(text for _, text in results)
-    assert re.search(r"stopping this process: rank 1: rank 1 did not reach", output), output
+    # the sleeper is stopped by its watchdog (the failure rank 0 posted, or the store gone), or
+    # first by torchrun's own agent once rank 0's node left (a race; both end it within bounds)
+    stopped = (r"stopping this process: (rank 1: rank 1 did not reach|the world's store is "
+               r"unreachable)|Sending process \d+ closing signal SIGTERM")
+    assert re.search(stopped, output), output
 
 
 def test_gnnorch_errors_are_gnnorch_errors():
