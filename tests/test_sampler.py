@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import pickle
 import random
 
@@ -118,23 +119,29 @@ def _max_z(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((diff[~exact].abs() / se[~exact]).max()) if (~exact).any() else 0.0
 
 
-def _ours(colptr, row, seeds, fanout, replace, gen):
-    ws = new_workspace(colptr.numel() - 1)
+def _ours(colptr, row, seeds, fanout, replace, gen, method="auto"):
+    ws = new_workspace(colptr.numel() - 1, colptr.device)
     return lambda: sample_neighbors(colptr, row, seeds, fanout, replace=replace,
-                                    generator=gen, workspace=ws).edge
+                                    generator=gen, workspace=ws, method=method).edge
+
+
+#: both exact ways to draw k-subsets (gnnorch.sampling.uniform's docstring)
+METHOD = pytest.mark.parametrize("method", ["floyd", "wide"])
 
 
 CONFIGS = [([-1], False), ([3], False), ([3], True), ([1], False), ([2, 2], False),
            ([2, 2], True), ([4, -1], False)]
 
 
+@METHOD
 @pytest.mark.parametrize("fanout,replace", CONFIGS)
-def test_inclusion_matches_exact_reference(mixed, fanout, replace):
+def test_inclusion_matches_exact_reference(mixed, fanout, replace, method):
     _, colptr, row = mixed
     seeds, draws = torch.arange(0, 9), 2000
     rng = random.Random(1)
     ours = _counts(draws, row.numel(),
-                   _ours(colptr, row, seeds, fanout, replace, torch.Generator().manual_seed(1)))
+                   _ours(colptr, row, seeds, fanout, replace, torch.Generator().manual_seed(1),
+                         method))
     ref = _counts(draws, row.numel(), lambda: _reference_sample(
         colptr, row, seeds.tolist(), fanout, replace, rng))
     assert _max_z(ours, ref) <= Z_MAX
@@ -156,19 +163,73 @@ def test_inclusion_matches_torch_sparse(mixed, fanout, replace):
     assert _max_z(ours, ref) <= Z_MAX
 
 
-def test_subset_law_is_uniform():
-    """All C(5, 2) = 10 in-edge pairs of a degree-5 node equally likely (chi-square, df=9)."""
-    colptr, row = torch.tensor([0, 5] + [5] * 5), torch.tensor([1, 2, 3, 4, 5])
-    draws, gen = 4000, torch.Generator().manual_seed(3)
-    ws = new_workspace(6)
-    seen = collections.Counter(
-        tuple(sorted(sample_neighbors(colptr, row, torch.tensor([0]), [2], generator=gen,
-                                      workspace=ws).edge.tolist()))
-        for _ in range(draws))
-    assert set(seen) == set(itertools.combinations(range(5), 2))
-    expected = draws / 10
-    chi2 = sum((c - expected) ** 2 / expected for c in seen.values())
-    assert chi2 < 27.88  # 0.999 quantile of chi-square with 9 degrees of freedom
+#: 0.999 quantiles of chi-square by degrees of freedom
+CHI2_999 = {9: 27.88, 14: 36.12, 44: 78.75}
+
+
+def _subset_law_chi2(draw, degree: int, k: int, draws: int) -> float:
+    """Chi-square statistic of the k-subsets `draw()` returns (sorted offsets of one node of
+    in-degree `degree`) against the uniform law on all C(degree, k) subsets."""
+    seen = collections.Counter(tuple(sorted(draw())) for _ in range(draws))
+    subsets = list(itertools.combinations(range(degree), k))
+    assert set(seen) == set(subsets)
+    expected = draws / len(subsets)
+    return sum((c - expected) ** 2 / expected for c in seen.values())
+
+
+@METHOD
+@pytest.mark.parametrize("degree,k", [(5, 2), (6, 2), (10, 2)])
+def test_subset_law_is_uniform(degree, k, method):
+    """All C(degree, k) in-edge subsets of one node equally likely (chi-square). With the
+    "wide" draw, degree 5 and 6 are keyed candidates (d <= 4k) and 10 i.i.d. draws (d > 4k)."""
+    colptr = torch.tensor([0, degree] + [degree] * degree)
+    row = torch.arange(1, degree + 1)
+    gen, ws = torch.Generator().manual_seed(3), new_workspace(degree + 1)
+    chi2 = _subset_law_chi2(
+        lambda: sample_neighbors(colptr, row, torch.tensor([0]), [k], generator=gen,
+                                 workspace=ws, method=method).edge.tolist(),
+        degree, k, 4000 if degree < 10 else 9000)
+    assert chi2 < CHI2_999[math.comb(degree, k) - 1]
+
+
+def test_wide_redraw_keeps_the_law_uniform():
+    """Width k: rows of degree > k keep their first k distinct draws, and a row with fewer
+    (frequent here) is redrawn with Floyd's algorithm; the law stays uniform, every row gets
+    exactly k distinct offsets, owners stay grouped."""
+    from gnnorch.sampling.uniform import _wide_subsets
+
+    gen = torch.Generator().manual_seed(9)
+    deg = torch.tensor([6, 1, 6, 0, 3])
+    redrawn = []
+
+    def draw():
+        owner, offset = _wide_subsets(deg, 2, gen, width=2)
+        assert torch.equal(owner, torch.tensor([0, 0, 1, 2, 2, 4, 4]))
+        first, second = offset[:2].tolist(), offset[3:5].tolist()
+        assert len(set(first)) == 2 and offset[2] == 0 and len(set(offset[5:].tolist())) == 2
+        redrawn.append(first)
+        return second
+
+    chi2 = _subset_law_chi2(draw, 6, 2, 6000)
+    assert chi2 < CHI2_999[14]
+    chi2 = _subset_law_chi2(iter(redrawn).__next__, 6, 2, 6000)
+    assert chi2 < CHI2_999[14]
+
+
+def test_wide_keeps_low_degree_nodes_in_csc_order():
+    """Nodes with degree <= k keep every in-edge, in CSC order (as PyG does)."""
+    from gnnorch.sampling.uniform import _wide_subsets
+
+    owner, offset = _wide_subsets(torch.tensor([3, 0, 2, 7]), 4,
+                                  torch.Generator().manual_seed(0))
+    assert owner.tolist()[:5] == [0, 0, 0, 2, 2] and offset.tolist()[:5] == [0, 1, 2, 0, 1]
+    assert owner.tolist()[5:] == [3] * 4 and len(set(offset.tolist()[5:])) == 4
+
+
+def test_unknown_method_is_refused(mixed):
+    _, colptr, row = mixed
+    with pytest.raises(ValueError, match="method must be one of"):
+        sample_neighbors(colptr, row, torch.tensor([0]), [2], method="fast")
 
 
 # --------------------------------------------------------------------------- structure
@@ -212,13 +273,14 @@ def _check_structure(colptr, row, seeds, fanout, replace, out, exclude=None, hop
             assert out.edge[e0:e1].unique().numel() == e1 - e0
 
 
+@METHOD
 @pytest.mark.parametrize("fanout,replace", [([15, 10, 5], False), ([5, 5], True),
                                             ([-1, 3], False), ([0, 4], False)])
-def test_structure(medium, fanout, replace):
+def test_structure(medium, fanout, replace, method):
     _, colptr, row, _ = medium
     seeds = torch.randperm(3000, generator=torch.Generator().manual_seed(4))[:64]
     out = sample_neighbors(colptr, row, seeds, fanout, replace=replace,
-                           generator=torch.Generator().manual_seed(5))
+                           generator=torch.Generator().manual_seed(5), method=method)
     _check_structure(colptr, row, seeds, fanout, replace, out)
 
 
@@ -420,3 +482,34 @@ def test_cuda_matches_structure(medium):
     cpu = type(out)(*(t.cpu() for t in (out.node, out.row, out.col, out.edge)),
                     out.num_sampled_nodes, out.num_sampled_edges)
     _check_structure(colptr, row, seeds, [10, 5], False, cpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("degree,k", [(5, 2), (10, 2)])
+def test_cuda_subset_law_is_uniform(degree, k):
+    """On CUDA the default draw is "wide": the same uniform k-subset law."""
+    dev = torch.device("cuda")
+    colptr = torch.tensor([0, degree] + [degree] * degree, device=dev)
+    row = torch.arange(1, degree + 1, device=dev)
+    gen = torch.Generator(device=dev).manual_seed(3)
+    ws = new_workspace(degree + 1, dev)
+    chi2 = _subset_law_chi2(
+        lambda: sample_neighbors(colptr, row, torch.tensor([0], device=dev), [k],
+                                 generator=gen, workspace=ws).edge.tolist(),
+        degree, k, 4000 if degree < 10 else 9000)
+    assert chi2 < CHI2_999[math.comb(degree, k) - 1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fanout,replace", CONFIGS)
+def test_cuda_inclusion_matches_exact_reference(mixed, fanout, replace):
+    _, colptr, row = mixed
+    dev = torch.device("cuda")
+    seeds, draws = torch.arange(0, 9), 2000
+    rng = random.Random(1)
+    gen = torch.Generator(device=dev).manual_seed(1)
+    sample = _ours(colptr.to(dev), row.to(dev), seeds.to(dev), fanout, replace, gen)
+    ours = _counts(draws, row.numel(), lambda: sample().cpu())
+    ref = _counts(draws, row.numel(), lambda: _reference_sample(
+        colptr, row, seeds.tolist(), fanout, replace, rng))
+    assert _max_z(ours, ref) <= Z_MAX
