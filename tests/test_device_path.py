@@ -623,3 +623,63 @@ def test_cuda_loaders_kept_after_the_run_hold_no_device_tensor():
         batch = next(iter(loader))
         values = batch.to_dict().values()
         assert not any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)
+
+
+# --------------------------------------------------------------------------- found late
+def test_device_found_at_first_forward_serves_from_the_next_epoch():
+    """mode="auto" on a CPU run: nothing served; once the model is found on a device
+    (`model_found_on`, here the CPU standing in for CUDA through the internal flag), a loader
+    built before is served from its next epoch, with the same batches as the plain path."""
+    config = DataPathConfig(mode="auto")
+    ctx, path, loader, state = _served(config)
+    assert not state.device.served and path._watch is None   # no GPU visible: no watch
+    path.model_found_on(torch.device("cpu"))                   # a CPU model: nothing changes
+    assert path.device is None and not path._late
+    path.device, path._late = torch.device("cpu"), True        # as model_found_on(cuda) sets
+    path.epoch_start(loader, state)
+    assert state.device.served and state.device.samples_on_device
+    assert "from its epoch 0 (0-based) on" in state.device.reason
+    got = _device_epoch(path, loader, state)
+    path.close()
+    want = _plain_epoch(_loader(), 0)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        _assert_same_batch(a, b)
+
+
+def test_first_model_watch_reports_cuda_parameters_once(monkeypatch):
+    """The watch passes over modules without MessagePassing, reports the first GNN's
+    parameter device when it is CUDA, and removes itself at that forward whatever it found."""
+    from gnnorch.intercept.model_watch import FirstModelWatch
+
+    found = []
+    watch = FirstModelWatch(found.append)
+    try:
+        torch.nn.Linear(2, 2)(torch.randn(1, 2))
+        assert watch.watching and not found
+        model = GraphSAGE(4, 8, num_layers=1)
+        model(torch.randn(3, 4), torch.tensor([[0, 1], [1, 2]]))
+        assert not watch.watching and not found               # CPU parameters: nothing found
+    finally:
+        watch.remove()
+    watch = FirstModelWatch(found.append)
+    try:
+        fake = torch.device("cuda", 0)
+        monkeypatch.setattr(torch.nn.Module, "parameters",
+                            lambda self, recurse=True: iter([types.SimpleNamespace(device=fake)]))
+        watch._pre(GraphSAGE(4, 8, num_layers=1), ())
+        assert found == [fake] and not watch.watching
+    finally:
+        watch.remove()
+
+
+def test_auto_path_watches_only_when_a_gpu_is_visible(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    _, path, _, _ = _served(DataPathConfig(mode="auto"))
+    try:
+        assert path._watch is not None and path._watch.watching
+    finally:
+        path.close()
+    assert not path._watch.watching
+    _, path, _, _ = _served(DataPathConfig(mode="host"))
+    assert path._watch is None

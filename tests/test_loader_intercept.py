@@ -112,7 +112,7 @@ def test_loader_untouched_outside_runtime():
 
 def test_a_device_path_plugs_into_the_loader_seam():
     """The device path (`intercept.feeds.DevicePathHook`) sees every loader at the end of its
-    __init__ and wraps each epoch's batches before the layer seam hears of them; a loader it
+    __init__, hears of each epoch before its iterator is made, and wraps each epoch's batches before the layer seam hears of them; a loader it
     samples on the device runs without workers, whatever the plan says; its decision is in
     the loader's stats."""
     from gnnorch.intercept.session import active, session
@@ -133,6 +133,9 @@ def test_a_device_path_plugs_into_the_loader_seam():
             calls.append(("adopt", state.role, loader.num_workers))
             state.device = Decision()
 
+        def epoch_start(self, loader, state):
+            calls.append(("epoch_start", loader.num_workers))
+
         def feed(self, iterator, loader, state, training):
             calls.append(("feed", loader.num_workers, training))
             for batch in iterator:
@@ -152,7 +155,7 @@ def test_a_device_path_plugs_into_the_loader_seam():
         loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.train_mask,
                                 batch_size=70, shuffle=True)
         batches = list(loader)
-    assert calls == [("adopt", "train", 1), ("feed", 0, True), ("close",)]
+    assert calls == [("adopt", "train", 1), ("epoch_start", 0), ("feed", 0, True), ("close",)]
     assert len(batches) == 2 and all(batch.fed for batch in batches)
     assert [g is not None for g in announced] == [True, True, False]
     record = ctx.stats["sampler"]["loaders"][0]

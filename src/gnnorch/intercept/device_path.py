@@ -22,7 +22,12 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
   permutation seed from torch's global RNG there, as in a plain run).
 
 When it serves: ``mode="auto"`` on a CUDA device, ``mode="device"`` always (the CPU as the
-device where the run has none), ``mode="host"`` never. It steps aside, saying why, for
+device where the run has none), ``mode="host"`` never. A ``mode="auto"`` run whose device says
+the CPU while a GPU is visible watches for the first forward of a module holding a
+MessagePassing layer (`FirstModelWatch`, one global forward pre-hook, removed at once): if its
+parameters are on a CUDA device, the path serves that device from then on (`model_found_on`):
+loaders built afterwards at `adopt`, loaders built before at the start of their next epoch
+(`epoch_start`; an epoch already running stays as it started). It steps aside, saying why, for
 HeteroData, partitioned features and a class that overrides ``filter_fn``. Training loaders of
 the historical-embedding cache (``cache=True``) are sampled on the host, as NeutronOrch splits
 the work (the cache prunes the host sampler and refreshes hot rows from the host graph), with
@@ -59,6 +64,7 @@ from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
+from .model_watch import FirstModelWatch
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
@@ -125,6 +131,10 @@ class DevicePath:
         self.loaders: list[LoaderDevice] = []
         self._served: weakref.WeakKeyDictionary[NeighborLoader, _Served] = \
             weakref.WeakKeyDictionary()
+        self._late = False   # the device was found at the model's first forward
+        self._watch = (FirstModelWatch(self.model_found_on)
+                       if config.mode == "auto" and self.device is None
+                       and torch.cuda.is_available() else None)
         self._publish()
 
     @property
@@ -222,6 +232,34 @@ class DevicePath:
                          f"{self.device} ({placement.reasons[-1]}){note}")
         self._served[loader] = _Served(plan, move, generator, on_device, cached, undo)
 
+    # -- a device found late -------------------------------------------------------------
+    def model_found_on(self, device: torch.device) -> None:
+        """The model's parameters were found on `device` at its first forward while the run's
+        device said the CPU (``mode="auto"``): serve `device` from now on (module docstring).
+        A CPU device, another mode or a path that already serves a device: nothing changes."""
+        if self.device is not None or self.config.mode != "auto" or device.type == "cpu":
+            return
+        self.device, self._late = device, True
+        self.reason = (f"the model's parameters were found on {device} at its first forward "
+                       f"(the run's device said the CPU): served from each loader's next epoch")
+        self._publish()
+
+    def epoch_start(self, loader: NeighborLoader, state: "LoaderState") -> None:
+        """Before an epoch's iterator is made: a loader adopted before the device was found
+        (`model_found_on`) is decided again and served from this epoch on."""
+        record = state.device
+        if (not self._late or loader in self._served or not isinstance(record, LoaderDevice)
+                or record.served or record.device != "none"):
+            return
+        record.device = str(self.device)
+        aside = self._aside(loader, state)
+        if aside is not None:
+            record.reason = aside
+        else:
+            self._serve(loader, state, record)
+            record.reason += f"; served from its epoch {_epochs_before(state)} (0-based) on"
+        self._publish()
+
     # -- the run's end --------------------------------------------------------------------
     def close(self) -> None:
         """The session ends: every served loader still alive is given back as it was before
@@ -229,6 +267,8 @@ class DevicePath:
         ``num_workers``, its sampler's CSC on the device it came from, ``use_pyg`` and
         generator), so a loader the user keeps iterates as a plain PyG loader. The path's
         device and pinned copies go with it."""
+        if self._watch is not None:
+            self._watch.remove()
         for loader, served in list(self._served.items()):
             served.undo.restore(loader)
         self._served.clear()
@@ -297,6 +337,11 @@ class DevicePath:
 
 
 _END = object()
+
+
+def _epochs_before(state: "LoaderState") -> int:
+    """Epochs the loader ran before this one (training and evaluation)."""
+    return int(getattr(state, "epochs", 0) or 0) + int(getattr(state, "eval_epochs", 0) or 0)
 
 
 def _always() -> bool:

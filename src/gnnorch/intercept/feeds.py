@@ -8,7 +8,7 @@ object. Two feeds plug into the seam as collaborators passed to its constructor:
   the loader's arguments before PyG's ``__init__``; `feed` fills ``batch.x`` per batch;
 * the GPU data path (`DevicePathHook`, issue 21): `adopt` sees every intercepted loader at the
   end of its ``__init__`` and records its decision in ``state.device`` (`DeviceDecision`);
-  `feed` wraps the epoch's batches after the partition feed; `close` (the session's end)
+  `epoch_start` may decide again before an epoch's iterator is made; `feed` wraps the epoch's batches after the partition feed; `close` (the session's end)
   gives every loader it changed back as PyG built it.
 
 The seam's order in ``__iter__`` is fixed: PyG's iterator -> partition feed -> device path
@@ -93,6 +93,11 @@ class DevicePathHook(Protocol):
         choice, sharding and the partition feed's `adopt`). May move ``loader.data`` /
         ``loader.neighbor_sampler`` tensors to the device; records its decision in
         ``state.device`` (left None: the loader runs as without the device path)."""
+
+    def epoch_start(self, loader: NeighborLoader, state: LoaderState) -> None:
+        """Called in the intercepted ``__iter__`` before the epoch's iterator is made (before
+        ``state.samples_on_device`` decides the loader's workers): may decide again for a
+        loader it stepped aside from (a device found after the loader was built)."""
 
     def feed(self, iterator: Iterator[Any], loader: NeighborLoader, state: LoaderState,
              training: bool) -> Iterator[Any]:

@@ -234,6 +234,8 @@ class NeighborLoaderInterceptor:
             _set_sharded(loader, state, training)
         if training and state.cache is None and self.cache is not None:  # first epoch
             state.cache = self.cache.attach(loader, state)
+        if self.device_path is not None and state.device is not None:
+            self.device_path.epoch_start(loader, state)
         plan_workers = (state.user_num_workers is None and not loader.persistent_workers
                         and not state.samples_on_device)
         if state.samples_on_device:
