@@ -333,7 +333,7 @@ def _train(data):
 
 def test_option_validation():
     for bad in ("yes", 1, None, 0.5, ["hot_budget_mb"]):
-        with pytest.raises(ValueError, match="partition_features must be True, False, a dict"):
+        with pytest.raises(ValueError, match="partition_features must be True, False, a gnnorch.PartitionConfig or a dict"):
             gnnorch.Runtime(_train, partition_features=bad)
     with pytest.raises(TypeError, match=r"partition_features got unexpected setting\(s\) "
                                         r"\['hot_budget'\]; valid settings are: hot_budget_mb"):

@@ -71,7 +71,7 @@ def test_autotune_defaults():
     ({"tune": {"budjet": 3}}, TypeError, "valid settings are: budget"),
     ({"tune": {"budget": 0}}, ValueError, r"tune\['budget'\] must be an integer >= 1"),
     ({"tune": {"estimator": "XGB"}}, ValueError, "estimator"),
-    ({"tune": 5}, ValueError, "tune must be a dict"),
+    ({"tune": 5}, ValueError, "tune must be None, a gnnorch.TuneConfig or a dict"),
     ({"verbose": 1}, ValueError, "verbose must be True or False"),
     ({"tune": {"report_dir": 3}}, ValueError, r"tune\['report_dir'\] must be a folder path"),
 ])

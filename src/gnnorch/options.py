@@ -12,9 +12,12 @@ used in arithmetic, not sent to rank processes as JSON or to the standard librar
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
+
+C = TypeVar("C")
 
 
 def check_keys(where: str, given: Iterable[str], valid: Iterable[str],
@@ -96,3 +99,24 @@ def check_path(name: str, value: Any, allow_none: bool = True) -> None:
     if not isinstance(value, (str, os.PathLike)):
         raise ValueError(f"{name} must be a folder path{' or None' if allow_none else ''}, "
                          f"got {value!r}")
+
+
+def config_option(option: str, value: Any, cls: type[C], *, default: tuple = (None,),
+                  off: tuple = (), accepts: str = "None") -> C | None:
+    """The configuration the keyword `option` asks for, `cls` being a config dataclass:
+    `value` itself when it is a `cls`; a `cls` of a dict of its fields (`TypeError` naming an
+    unknown one, `check_keys`); ``cls()`` for a value in `default` and None for a value in
+    `off` (both compared by identity: True, False, None); anything else is a `ValueError` that
+    says what the keyword takes (`accepts`, e.g. "True, False")."""
+    if any(value is v for v in off):
+        return None
+    if any(value is v for v in default):
+        return cls()
+    if isinstance(value, cls):
+        return value
+    fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        check_keys(option, value, fields, what="setting")
+        return cls(**value)
+    raise ValueError(f"{option} must be {accepts}, a gnnorch.{cls.__name__} or a dict of its "
+                     f"fields ({', '.join(fields)}), got {value!r}")

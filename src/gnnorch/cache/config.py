@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..options import check_bool, check_choice, check_int, check_keys, check_number
+from ..options import (check_bool, check_choice, check_int, check_keys, check_number,
+                       config_option)
 
 HOTNESS = ("estimate", "count")
 STORE = ("auto", "output", "aggregate")
@@ -113,13 +114,5 @@ class CacheConfig:
 def resolve_cache(cache: Any) -> CacheConfig | None:
     """The run's cache configuration from ``Runtime(cache=...)``, or None when the cache is off:
     False/None (off), True (defaults), a `CacheConfig` or a dict of its fields."""
-    if cache is None or cache is False:
-        return None
-    if cache is True:
-        return CacheConfig()
-    if isinstance(cache, CacheConfig):
-        return cache
-    if isinstance(cache, dict):
-        return CacheConfig.from_dict(cache)
-    raise ValueError(f"cache must be True, False, a gnnorch.CacheConfig or a dict of its "
-                     f"fields, got {cache!r}")
+    return config_option("cache", cache, CacheConfig, default=(True,), off=(None, False),
+                         accepts="True, False")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..options import check_bool, check_choice, check_int, check_keys, check_number
+from ..options import check_bool, check_choice, check_int, check_keys, check_number, config_option
 
 MODES = ("auto", "device", "host")
 FEATURES = ("auto", "host")
@@ -71,13 +71,7 @@ def resolve_data_path(value: Any) -> DataPathConfig:
     """The run's data-path configuration from ``Runtime(data_path=...)``: None (defaults), a
     mode string (``"auto"`` / ``"device"`` / ``"host"``), a `DataPathConfig` or a dict of its
     fields."""
-    if value is None:
-        return DataPathConfig()
-    if isinstance(value, DataPathConfig):
-        return value
     if isinstance(value, str):
         return DataPathConfig(mode=value)
-    if isinstance(value, dict):
-        return DataPathConfig.from_dict(value)
-    raise ValueError(f"data_path must be None, one of {MODES}, a gnnorch.DataPathConfig or a "
-                     f"dict of its fields, got {value!r}")
+    return config_option("data_path", value, DataPathConfig,
+                         accepts=f"None, one of {MODES}")

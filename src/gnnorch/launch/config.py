@@ -15,7 +15,8 @@ import dataclasses
 import os
 from typing import Any
 
-from ..options import check_bool, check_choice, check_int, check_keys, check_number, check_path
+from ..options import (check_bool, check_choice, check_int, check_keys, check_number, check_path,
+                       config_option)
 
 ALLOCATORS = ("tuned", "default")   # glibc malloc settings (gnnorch.launch.allocator)
 PLAN_FIELDS = ("sampler_cores", "threads")   # the core-plan dimensions a LaunchConfig holds
@@ -83,14 +84,7 @@ class LaunchConfig:
     @classmethod
     def from_option(cls, value: Any) -> "LaunchConfig":
         """``Runtime(launch=...)``: None (defaults), a `LaunchConfig` or a dict of its fields."""
-        if value is None:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, dict):
-            return cls.from_dict(value)
-        raise ValueError(f"launch must be None, a gnnorch.LaunchConfig or a dict of its fields "
-                         f"({', '.join(FIELDS)}), got {value!r}")
+        return config_option("launch", value, cls)
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(LaunchConfig))

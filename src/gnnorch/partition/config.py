@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..options import check_bool, check_choice, check_int, check_keys, check_number
+from ..options import check_bool, check_choice, check_int, check_keys, check_number, config_option
 
 HOTNESS = ("sampling", "degree")
 OPTION = "partition_features"
@@ -74,14 +74,5 @@ FIELDS = tuple(f.name for f in dataclasses.fields(PartitionConfig))
 def resolve_partition(value: Any) -> PartitionConfig | None:
     """The configuration `value` (the option) asks for; None when off. Raises `TypeError`
     for unknown dict keys and `ValueError` for anything else that is not allowed."""
-    if value is False:
-        return None
-    if value is True:
-        return PartitionConfig()
-    if isinstance(value, PartitionConfig):
-        return value
-    if isinstance(value, dict):
-        return PartitionConfig.from_dict(value)
-    raise ValueError(f"{OPTION} must be True, False, a dict of PartitionConfig fields "
-                     f"({', '.join(FIELDS)}) or a gnnorch.partition.PartitionConfig, got "
-                     f"{value!r}")
+    return config_option(OPTION, value, PartitionConfig, default=(True,), off=(False,),
+                         accepts="True, False")

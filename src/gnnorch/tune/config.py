@@ -10,7 +10,7 @@ import dataclasses
 import os
 from typing import Any
 
-from ..options import check_choice, check_int, check_keys, check_number, check_path
+from ..options import check_choice, check_int, check_number, check_path, config_option
 
 ESTIMATORS = ("GP", "RF", "ET", "GBRT")
 ACQ_FUNCS = ("EI", "PI", "LCB", "gp_hedge")
@@ -119,15 +119,7 @@ class TuneConfig:
     @classmethod
     def from_option(cls, value: Any) -> "TuneConfig":
         """None -> defaults; a dict -> defaults overridden; a TuneConfig -> itself."""
-        if value is None:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if not isinstance(value, dict):
-            raise ValueError(f"tune must be a dict of tuner settings or a TuneConfig, "
-                             f"got {type(value).__name__}")
-        check_keys("tune", value, [f.name for f in dataclasses.fields(cls)], what="setting")
-        return cls(**value)
+        return config_option("tune", value, cls)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
