@@ -19,7 +19,6 @@ import ast
 import datetime
 import importlib
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,7 +28,8 @@ from gnnorch.compat import distributed as compat_distributed
 from gnnorch.compat import pyg as compat_pyg
 from gnnorch.compat import torch as compat_torch
 
-ROOT = Path(__file__).resolve().parents[1] / "src" / "gnnorch"
+from source_tree import ROOT
+from source_tree import modules as _modules
 ROOTS = ("torch", "torch_geometric", "multiprocessing")
 
 
@@ -193,15 +193,6 @@ def _violations(source: str, denied: frozenset[str]) -> list[tuple[int, str]]:
     checker.visit(tree)
     return checker.found
 
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
 
 
 def test_no_private_torch_or_pyg_name_outside_compat():

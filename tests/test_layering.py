@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = "gnnorch"
-ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
+from source_tree import PACKAGE, ROOT
+from source_tree import modules as _modules
+from source_tree import resolve as _resolve
+from source_tree import walk as _walk
 
 # longest matching prefix (relative to the package) wins
 FLOORS = {
@@ -49,39 +51,9 @@ ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_CYCLES: set[frozenset] = set()
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
-
-def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    if node.level == 0:
-        return node.module or ""
-    base = module.split(".") if is_package else module.split(".")[:-1]
-    if node.level > 1:
-        base = base[:len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
-
-
-def _type_checking(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
-def _walk(node: ast.AST):
-    """ast.walk, minus the bodies of ``if TYPE_CHECKING:`` (their ``else`` is kept)."""
-    yield node
-    children = node.orelse if _type_checking(node) else ast.iter_child_nodes(node)
-    for child in children:
-        yield from _walk(child)
 
 
 def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:

@@ -20,8 +20,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = "gnnorch"
-ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
+from source_tree import PACKAGE
+from source_tree import modules as _modules
+from source_tree import resolve as _resolve
+from source_tree import walk as _walk
 ENTRY_POINTS = (PACKAGE, f"{PACKAGE}.cli", f"{PACKAGE}.__main__")
 # Modules a user's own script imports by name besides ``gnnorch`` itself: the bundled datasets
 # (``from gnnorch.datasets import load_cora`` in examples/ and the README). The test below
@@ -29,38 +31,8 @@ ENTRY_POINTS = (PACKAGE, f"{PACKAGE}.cli", f"{PACKAGE}.__main__")
 USER_IMPORTS = (f"{PACKAGE}.datasets",)
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
 
 
-def _type_checking(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
-def _walk(node: ast.AST):
-    """ast.walk, minus the bodies of ``if TYPE_CHECKING:`` (their ``else`` is kept)."""
-    yield node
-    children = node.orelse if _type_checking(node) else ast.iter_child_nodes(node)
-    for child in children:
-        yield from _walk(child)
-
-
-def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    if node.level == 0:
-        return node.module or ""
-    base = module.split(".") if is_package else module.split(".")[:-1]
-    if node.level > 1:
-        base = base[:len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _with_parents(name: str, known: dict[str, Path]) -> set[str]:
