@@ -256,3 +256,64 @@ def test_transfer_skips_host_fields_and_runs_on_its_stream():
     for got, want in zip(out, batches):
         assert got.x.is_cuda and not got.n_id.is_cuda
         assert torch.equal(got.x.cpu(), want.x)
+
+
+# --------------------------------------------------------------------------- device twins
+def test_a_twinned_host_tensor_moves_to_its_twin_and_is_plain_otherwise():
+    """`device.twin`: ``.to(twin's device)`` returns the twin (no copy); every other use is a
+    plain CPU tensor; pickling and deep copies give the plain tensor."""
+    import copy
+    import pickle
+
+    from gnnorch.device.twin import DeviceTwinned, device_twin, twinned
+
+    host = torch.arange(6)
+    twin = torch.empty(6, dtype=torch.long, device="meta")
+    ids = twinned(host, twin)
+    assert isinstance(ids, DeviceTwinned) and device_twin(ids) is twin
+    assert ids.to("meta") is twin and ids.to(torch.device("meta"), non_blocking=True) is twin
+    assert ids.to("meta", dtype=torch.int32).dtype == torch.int32        # a conversion: copied
+    assert ids.to("meta", copy=True) is not twin
+    rows = torch.randn(10, 3)
+    assert torch.equal(rows[ids], rows[host]) and type(rows[ids]) is torch.Tensor
+    assert type(ids + 1) is torch.Tensor and ids.tolist() == host.tolist()
+    assert (ids.numpy() == host.numpy()).all()
+    for copied in (copy.deepcopy(ids), pickle.loads(pickle.dumps(ids))):
+        assert type(copied) is torch.Tensor and torch.equal(copied, host)
+    # nothing to twin: the host tensor comes back as it is
+    assert twinned(host, torch.arange(6)) is host                        # a CPU "twin"
+    assert twinned(host, torch.empty(5, dtype=torch.long, device="meta")) is host
+    assert twinned(host, torch.empty(6, dtype=torch.int32, device="meta")) is host
+
+
+def test_gathered_batches_carry_device_twins_of_their_ids():
+    """On a device other than the CPU (here "meta") a batch's ``n_id`` / ``e_id`` /
+    ``input_id`` stay on the host with their twins, and ``batch.to(device)`` takes the twins:
+    the user's move copies no id."""
+    from gnnorch.datasets.synthetic import power_law_graph
+    from gnnorch.device.gather import GatherPlan, ResidentTensors
+    from gnnorch.device.twin import device_twin
+    from gnnorch.sampling.neighbor import FastNeighborSampler
+
+    data = power_law_graph(num_nodes=300, avg_degree=6.0, num_features=4, num_classes=3,
+                           seed=0)
+    sampler = FastNeighborSampler(data, num_neighbors=[3, 2])
+    out = sampler.sample_from_nodes(_node_input(torch.arange(16)))
+    plan = GatherPlan(data, torch.device("meta"), "gpu", ResidentTensors())
+    batch = plan.batch(out, sampler.perm)
+    for key in ("n_id", "e_id", "input_id"):
+        twin = device_twin(batch[key])
+        assert batch[key].device.type == "cpu" and twin is not None, key
+        assert twin.device.type == "meta" and twin.shape == batch[key].shape, key
+    cpu = GatherPlan(data, torch.device("cpu"), "gpu", ResidentTensors()).batch(out, sampler.perm)
+    assert type(cpu.n_id) is torch.Tensor and torch.equal(cpu.n_id, batch.n_id)
+    twins = {key: device_twin(batch[key]) for key in ("n_id", "e_id", "input_id")}
+    moved = batch.to("meta")      # PyG moves in place
+    assert all(moved[key] is twin for key, twin in twins.items())
+    assert moved.x.device.type == "meta" and moved.edge_index.device.type == "meta"
+
+
+def _node_input(seeds):
+    from torch_geometric.sampler import NodeSamplerInput
+
+    return NodeSamplerInput(input_id=seeds, node=seeds)

@@ -69,8 +69,9 @@ def _parse_to() -> Callable[..., tuple]:
     return parse
 
 
-PARSE_TO = Probe("torch._C._nn._parse_to", "rewrite/host.py (Tensor.to on batch features)",
-                 "the host transform is off", _parse_to)
+PARSE_TO = Probe("torch._C._nn._parse_to",
+                 "rewrite/host.py, device/twin.py (Tensor.to on batch features and ids)",
+                 "the host transform is off; batch ids are copied by batch.to(device)", _parse_to)
 
 
 def _aten_to_copy() -> Any:
@@ -158,10 +159,22 @@ def op_is_mutable(func: Any) -> bool:
 
 def host_subclass_reason() -> str | None:
     """Why the host transform's tensor subclasses cannot work here; None when they can."""
-    for probe in _HOST_NEEDS:
+    return _first_missing(_HOST_NEEDS, "host transform off")
+
+
+def twin_subclass_reason() -> str | None:
+    """Why a host tensor cannot carry its device twin here (`gnnorch.device.twin`: ids are then
+    copied by ``batch.to(device)``); None when it can."""
+    return _first_missing((DISABLE_TORCH_FUNCTION_SUBCLASS, PARSE_TO),
+                          "batch ids copied by batch.to(device)")
+
+
+def _first_missing(probes: tuple[Probe, ...], consequence: str) -> str | None:
+    for probe in probes:
         if not probe.available:
-            return f"{probe.name} unavailable ({probe.reason}): host transform off"
+            return f"{probe.name} unavailable ({probe.reason}): {consequence}"
     return None
+
 
 
 # -- pytree ----------------------------------------------------------------------------------

@@ -19,8 +19,10 @@ loader's ``transform``. Where the values live differs:
   in their pinned rows (DAHA's host pre-transformation reads them there,
   `gnnorch.rewrite.host`).
 
-The id fields ``n_id`` and ``e_id`` are returned on the host whatever the device (as
-``input_id`` is): user code indexes host tensors with them, and the host gathers use them.
+The id fields ``n_id``, ``e_id`` and ``input_id`` are returned on the host whatever the device:
+user code indexes host tensors with them, and the host gathers use them. On a device other than
+the CPU each carries its device copy (`gnnorch.device.twin`), so the user's
+``batch.to(device)`` copies none of them and waits for nothing.
 Structure (``edge_index``) stays where the sampler produced it (the device when it samples
 there; the host otherwise, then moved by the pipeline's transfer).
 """
@@ -33,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ..compat.pyg import set_orig_edge_index
+from .twin import twinned
 
 __all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "ID_FIELDS",
            "sampled_exclusion"]
@@ -134,6 +137,8 @@ class GatherPlan:
             e_id = perm.to(e_id.device)[e_id] if perm is not None else e_id
         e_host = e_id.cpu() if e_id is not None else None
         node, e_id = self._on_sources(node), self._on_sources(e_id)
+        n_id = self._twin(n_id, node)
+        e_host = self._twin(e_host, e_id) if e_host is not None else None
         batch = copy.copy(self.data)
         for key in self.node:
             batch[key] = self._gather(key, node, n_id)
@@ -151,7 +156,7 @@ class GatherPlan:
         batch.num_sampled_edges = out.num_sampled_edges
         if getattr(out, "orig_row", None) is not None and out.orig_col is not None:
             set_orig_edge_index(batch, torch.stack([out.orig_row, out.orig_col], dim=0))
-        batch.input_id = out.metadata[0]
+        batch.input_id = self._twin(out.metadata[0])
         batch.seed_time = out.metadata[1]
         batch.batch_size = out.metadata[0].size(0)
         version = getattr(out, "exclusion_version", None)
@@ -167,6 +172,17 @@ class GatherPlan:
         if self.device.type == "cuda":
             return index.pin_memory().to(self.device, non_blocking=True)
         return index.to(self.device)
+
+    def _twin(self, host: Tensor, device_copy: Tensor | None = None) -> Tensor:
+        """An id field kept on the host, carrying its copy on the device (`device.twin`:
+        ``batch.to(device)`` then copies nothing): `device_copy` when it is there already,
+        else one made now (from pinned memory on CUDA: asynchronous, on the current stream)."""
+        if self.device.type == "cpu" or not isinstance(host, Tensor):
+            return host
+        if device_copy is None or device_copy.device != self.device:
+            source = host.pin_memory() if self.device.type == "cuda" else host
+            device_copy = source.to(self.device, non_blocking=self.device.type == "cuda")
+        return twinned(host, device_copy)
 
     def _gather(self, key: str, index: Tensor, index_host: Tensor) -> Tensor:
         """Rows `index` of attribute `key`: indexed where it lives; host rows go through

@@ -13,7 +13,7 @@ producer thread runs in (`producing`):
   asynchronous and never a pageable copy), and records an event after *all* the work queued on
   the side stream so far;
 * `ready` (consumer thread) makes its current stream wait for that event, and marks every
-  device tensor as used on that stream (``record_stream``) so the caching allocator does not
+  device tensor (and every host id field's device twin, `device.twin`) as used on that stream (``record_stream``) so the caching allocator does not
   hand the memory to another tensor while the consumer's kernels may still read it.
 
 On a CPU device all three are the identity (``.to`` a CPU device is a no-op).
@@ -24,6 +24,8 @@ import contextlib
 from typing import Any, Callable, Iterator
 
 import torch
+
+from .twin import device_twin
 
 __all__ = ["DeviceTransfer"]
 
@@ -89,6 +91,9 @@ class DeviceTransfer:
         def mark(t: torch.Tensor) -> torch.Tensor:
             if t.is_cuda:
                 t.record_stream(current)
+            twin = device_twin(t)     # a host id field's device copy (device.twin)
+            if twin is not None and twin.is_cuda:
+                twin.record_stream(current)
             return t
 
         return _each_tensor(out, mark)

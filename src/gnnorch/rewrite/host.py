@@ -42,6 +42,7 @@ from torch import Tensor
 from ..compat import CompatError
 from ..compat import torch as compat_torch
 from ..compat.torch import tree_map
+from ..device.twin import PlainWhenCopied, copy_target
 
 __all__ = ["HostBatchFeatures", "DeferredFeatures", "HostLinear", "mark_host_features",
            "transform_rows", "deferred_input", "materialised", "PlacementPlanner", "HOST",
@@ -171,10 +172,11 @@ def _row_slice(self: DeferredFeatures, dim: int = 0, start: int | None = None,
     return DeferredFeatures(self._root, self._start + start, self._start + end)
 
 
-class HostBatchFeatures(Tensor):
+class HostBatchFeatures(PlainWhenCopied):
     """A batch's CPU feature rows that defer their copy when moved to a CUDA device.
 
-    In every other respect a plain CPU tensor: other operations return plain tensors.
+    In every other respect a plain CPU tensor: other operations return plain tensors; pickled
+    and deep-copied as one.
     """
 
     @classmethod
@@ -202,28 +204,13 @@ def _plain(x: Tensor) -> Tensor:
 def _target(func: Any, args: tuple, kwargs: dict) -> tuple[torch.device, bool] | None:
     """(device, non_blocking) when ``func(*args)`` copies a tensor unchanged to a deferring
     device; None for every other conversion."""
-    x = args[0]
-    if func is Tensor.cuda:
-        device = args[1] if len(args) > 1 else kwargs.get("device")
-        if isinstance(device, int) or device is None:
-            device = torch.device("cuda", torch.cuda.current_device() if device is None
-                                  else device)
-        non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-        return torch.device(device), non_blocking
-    if kwargs.get("copy") or kwargs.get("memory_format") is not None:
+    target = copy_target(func, args, kwargs)
+    if target is None:
         return None
-    parse_to = compat_torch.parse_to()
-    if parse_to is None:
+    device, dtype, non_blocking = target
+    if device.type not in DEFER_TO or dtype not in (None, args[0].dtype):
         return None
-    try:
-        device, dtype, non_blocking, memory_format = parse_to(
-            *args[1:], **{k: v for k, v in kwargs.items() if k != "copy"})
-    except (TypeError, RuntimeError):
-        return None
-    if device is None or device.type not in DEFER_TO or dtype not in (None, x.dtype) \
-            or memory_format is not None:
-        return None
-    return device, bool(non_blocking)
+    return device, non_blocking
 
 
 def mark_host_features(x: Tensor) -> Tensor:

@@ -1,0 +1,113 @@
+"""Host tensors of a batch that already have their copy on the training device.
+
+A served loader's batch keeps its id fields (``n_id``, ``e_id``, ``input_id``) on the host: user
+code indexes host tensors with them. A plain PyG loop then calls ``batch.to(device)``, which
+would copy them again, from pageable memory, in the trainer's thread: each such copy waits for
+all the work queued on the trainer's stream (CUDA synchronises before a pageable host-to-device
+copy), so the CPU could never run ahead of the GPU by more than a batch.
+
+The pipeline already has those ids on the device (the sampler's output there, or a copy made
+from pinned memory on its side stream). `twinned(host, device_copy)` returns ``host`` as a
+`DeviceTwinned`: a plain CPU tensor in every respect (indexing, ``tolist``, numpy; every
+operation returns plain tensors) except that ``.to(d)`` / ``.cuda()`` towards the twin's device
+(same dtype, no ``copy=True``) return the twin: nothing is copied and nothing waits. The batch
+is handed over once the trainer's stream waits for the side stream (`device.transfer`), and the
+twins are marked used on that stream (``record_stream``) with the batch's other device tensors.
+
+Invariant: a twin holds the same values as its host tensor (both made from one sampler output,
+never written afterwards). Without the torch names the subclass needs (`gnnorch.compat.torch.
+twin_subclass_reason`) `twinned` returns the host tensor unchanged and ids are copied as before.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..compat import torch as compat_torch
+
+__all__ = ["DeviceTwinned", "PlainWhenCopied", "copy_target", "device_twin", "twinned"]
+
+_DisableSubclass = compat_torch.disable_torch_function_subclass() or contextlib.nullcontext
+
+
+class PlainWhenCopied(Tensor):
+    """A tensor subclass that marks a batch's tensor for this process's pipeline: pickled
+    (``torch.save``) and deep-copied as the plain tensor it stands for."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return self.as_subclass(Tensor).__reduce_ex__(protocol)
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        out = memo[id(self)] = self.as_subclass(Tensor).clone()
+        return out
+
+
+class DeviceTwinned(PlainWhenCopied):
+    """A host tensor whose copy on a device already exists (the module docstring)."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (Tensor.to, Tensor.cuda) and args and isinstance(args[0], DeviceTwinned):
+            twin = device_twin(args[0])
+            target = copy_target(func, args, kwargs)
+            if (twin is not None and target is not None and target[0] == twin.device
+                    and target[1] in (None, twin.dtype)):
+                return twin
+        with _DisableSubclass():
+            return func(*args, **kwargs)
+
+
+def twinned(host: Tensor, device_copy: Tensor) -> Tensor:
+    """`host` (a plain CPU tensor) carrying `device_copy` (its values, on another device) as
+    its twin; `host` unchanged where that cannot be (module docstring)."""
+    if (compat_torch.twin_subclass_reason() is not None or type(host) is not Tensor
+            or host.device.type != "cpu" or device_copy.device.type == "cpu"
+            or host.requires_grad or device_copy.shape != host.shape
+            or device_copy.dtype != host.dtype):
+        return host
+    out = compat_torch.make_subclass(DeviceTwinned, host)
+    out._gnnorch_twin = device_copy
+    return out
+
+
+def device_twin(tensor: Any) -> Tensor | None:
+    """The device copy `tensor` carries (`twinned`), or None."""
+    if not isinstance(tensor, DeviceTwinned):
+        return None
+    twin = tensor.__dict__.get("_gnnorch_twin")
+    return twin if isinstance(twin, torch.Tensor) else None
+
+
+def copy_target(func: Any, args: tuple,
+                kwargs: dict) -> tuple[torch.device, torch.dtype | None, bool] | None:
+    """``(device, dtype, non_blocking)`` when ``func(*args, **kwargs)`` (``Tensor.to`` or
+    ``Tensor.cuda`` of ``args[0]``) asks for a plain copy to a device (a bare ``"cuda"`` or
+    ``cuda()`` resolved to the current CUDA device); None for every other call, e.g. with
+    ``copy=True``, a ``memory_format``, no device, or while torch's parser is unavailable."""
+    if func is Tensor.cuda:
+        device = args[1] if len(args) > 1 else kwargs.get("device")
+        if isinstance(device, int) or device is None:
+            device = torch.device("cuda", torch.cuda.current_device() if device is None
+                                  else device)
+        non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        return torch.device(device), None, non_blocking
+    if func is not Tensor.to or kwargs.get("copy") or kwargs.get("memory_format") is not None:
+        return None
+    parse = compat_torch.parse_to()
+    if parse is None:
+        return None
+    try:
+        device, dtype, non_blocking, memory_format = parse(
+            *args[1:], **{k: v for k, v in kwargs.items() if k != "copy"})
+    except (TypeError, RuntimeError):
+        return None
+    if device is None or memory_format is not None:
+        return None
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device, dtype, bool(non_blocking)
