@@ -172,9 +172,10 @@ def test_transfer_to_cuda_keeps_values_and_order():
     move = DeviceTransfer("cuda")
     batches = [Data(x=torch.randn(100, 8), y=torch.arange(100), batch_size=10)
                for _ in range(6)]
+    expected = [b.clone() for b in batches]   # the transfer moves a batch in place (PyG)
     out = list(Prefetcher(batches, transfer=move.transfer, ready=move.ready, depth=2))
     assert len(out) == 6
-    for got, want in zip(out, batches):
+    for got, want in zip(out, expected):
         assert got.x.is_cuda and torch.equal(got.x.cpu(), want.x)
         assert torch.equal(got.y.cpu(), want.y) and got.batch_size == 10
 
@@ -251,9 +252,10 @@ def test_transfer_skips_host_fields_and_runs_on_its_stream():
         assert torch.cuda.current_stream() == move.stream
     assert torch.cuda.current_stream() != move.stream
     batches = [Data(x=torch.randn(50, 4), n_id=torch.arange(50)) for _ in range(4)]
+    expected = [b.clone() for b in batches]   # the transfer moves a batch in place (PyG)
     out = list(Prefetcher(batches, transfer=move.transfer, ready=move.ready,
                           produce_in=move.producing))
-    for got, want in zip(out, batches):
+    for got, want in zip(out, expected):
         assert got.x.is_cuda and not got.n_id.is_cuda
         assert torch.equal(got.x.cpu(), want.x)
 
@@ -317,3 +319,15 @@ def _node_input(seeds):
     from torch_geometric.sampler import NodeSamplerInput
 
     return NodeSamplerInput(input_id=seeds, node=seeds)
+
+
+
+def test_bytes_already_on_the_device_need_no_budget():
+    """Tensors already resident (another loader's copy, the user's own) cost no new memory."""
+    tensors = _node_tensors()
+    size = feature_bytes(tensors) + structure_bytes(1000, 20_000)
+    tight = plan_data_placement(1000, 20_000, tensors, budget_bytes=size // 2)
+    assert tight.features != "gpu"
+    resident = plan_data_placement(1000, 20_000, tensors, budget_bytes=size // 2,
+                                   resident_bytes=feature_bytes(tensors))
+    assert resident.structure == "gpu" and resident.features == "gpu"

@@ -19,6 +19,7 @@ import gnnorch
 from gnnorch.datasets.synthetic import power_law_graph
 from gnnorch.device.config import DataPathConfig
 from gnnorch.device.seeds import sampling_seed
+from gnnorch.device.twin import device_twin
 from gnnorch.intercept.device_path import DevicePath
 from gnnorch.launch.context import RankContext
 from gnnorch.launch.plan import CorePlan
@@ -547,10 +548,13 @@ def test_cuda_pinned_features_equal_the_host_rows():
     _, path, loader, state = _served(config, device=device, rewrite=False)
     assert state.device.samples_on_device and state.device.features == "pinned"
     plan = path._served[loader].plan
-    assert all(t.is_pinned() for t in plan.sources.values())
+    assert all(t is DATA[k] for k, t in plan.sources.items())   # no pinned copy of a source
     for batch in path.feed(iter(loader), loader, state, True):
         assert batch.x.is_cuda and batch.edge_index.is_cuda
         assert batch.n_id.device.type == "cpu"
+        twin = device_twin(batch.n_id)                         # batch.to(device): no copy
+        assert twin is not None and batch.n_id.to(device) is twin
+        assert torch.equal(twin.cpu(), batch.n_id)
         assert torch.equal(batch.x.cpu(), DATA.x[batch.n_id])
         assert torch.equal(batch.edge_attr.cpu(), DATA.edge_attr[batch.e_id])
     assert _no_pipeline_thread()
@@ -599,13 +603,20 @@ def test_cuda_losses_equal_the_plain_path():
 @pytest.mark.gpu
 def test_cuda_features_host_leave_x_pinned_for_the_host_transform():
     device = torch.device("cuda", torch.cuda.current_device())
-    config = DataPathConfig(mode="auto", features="host")
+    # without prefetching (x's copy would be on the trainer's stream anyway), x waits in
+    # pinned rows for DAHA's host transform; with it, x is copied on the side stream
+    config = DataPathConfig(mode="auto", features="host", prefetch=0)
     _, path, loader, state = _served(config, device=device)      # rewrites on: DAHA may run
     assert state.device.deferred == ("x",)
     for batch in path.feed(iter(loader), loader, state, True):
         assert batch.x.device.type == "cpu" and batch.x.is_pinned()
         assert batch.y.is_cuda and batch.edge_index.is_cuda
         assert torch.equal(batch.x, DATA.x[batch.n_id])
+    _, path, loader, state = _served(DataPathConfig(mode="auto", features="host"),
+                                     device=device)
+    assert state.device.deferred == ()
+    for batch in path.feed(iter(loader), loader, state, True):
+        assert batch.x.is_cuda and torch.equal(batch.x.cpu(), DATA.x[batch.n_id])
 
 
 @pytest.mark.gpu
@@ -683,3 +694,27 @@ def test_auto_path_watches_only_when_a_gpu_is_visible(monkeypatch):
     assert not path._watch.watching
     _, path, _, _ = _served(DataPathConfig(mode="host"))
     assert path._watch is None
+
+
+
+def test_loaders_of_one_graph_share_one_device_structure():
+    """Two served loaders over the same data: one CSC on the device (the second loader's
+    sampler takes the first's), counted once in the bytes put on the device."""
+    config = DataPathConfig(mode="device")
+    ctx = _ctx(config)
+    path = DevicePath(ctx, config, None)
+    first, second = _loader(), _loader()
+    states = [_state(), _state("eval")]
+    path.adopt(first, states[0])
+    path.adopt(second, states[1])
+    a, b = first.node_sampler, second.node_sampler
+    assert a.colptr is b.colptr and a.row is b.row and a.perm is b.perm
+    structure = states[0].device.placement.structure_bytes
+    assert states[0].device.bytes_on_device >= structure
+    assert states[1].device.bytes_on_device < structure
+    got = _device_epoch(path, second, states[1])
+    path.close()
+    want = _plain_epoch(_loader(), 0, key=1)
+    assert len(got) == len(want)
+    for x, y in zip(got, want):
+        _assert_same_batch(x, y)

@@ -106,7 +106,9 @@ class BackgroundRefresh:
         event = None
         with torch.no_grad():
             if self.stream is not None:
-                with torch.cuda.stream(self.stream):
+                # the device first: a new thread's current device is cuda:0, and leaving a
+                # stream context of another device would make a context there
+                with torch.cuda.device(self.stream.device), torch.cuda.stream(self.stream):
                     values = self.refresher.compute(ids, degrees)
                     event = torch.cuda.Event()
                     event.record(self.stream)

@@ -12,8 +12,9 @@ loader's ``transform``. Where the values live differs:
 
 * ``features="gpu"``: the gathered tensors have a device copy (`ResidentTensors`, one per run,
   so loaders over the same data share it) and are indexed there;
-* ``"pinned"`` / ``"host"``: they stay on the host (pinned when the device is CUDA and ``pin``);
-  a batch's rows are gathered on the host straight into pinned memory (the caching host
+* ``"pinned"`` / ``"host"``: they stay on the host, as the user's tensors (a tensor the user
+  already put on the device is indexed there); a batch's rows are gathered on the host
+  straight into pinned memory (when the device is CUDA and ``pin``) (the caching host
   allocator reuses a block only once the copies that read it are done) and copied to the
   device asynchronously on the current (side) stream; names in ``defer`` are left on the host,
   in their pinned rows (DAHA's host pre-transformation reads them there,
@@ -78,7 +79,7 @@ class ResidentTensors:
     source is kept alive so its identity cannot be reused)."""
 
     def __init__(self) -> None:
-        self._copies: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}
+        self._copies: dict[tuple[int, str], tuple[Tensor, Any]] = {}
         self.bytes_copied = 0
 
     def _get(self, tensor: Tensor, where: str, make: Callable[[Tensor], Tensor]) -> Tensor:
@@ -94,8 +95,21 @@ class ResidentTensors:
     def on_device(self, tensor: Tensor, device: torch.device) -> Tensor:
         return self._get(tensor, str(device), lambda t: t.to(device))
 
-    def pinned(self, tensor: Tensor) -> Tensor:
-        return self._get(tensor, "pinned", lambda t: t if t.is_pinned() else t.pin_memory())
+    def has_on_device(self, tensor: Tensor, device: torch.device) -> bool:
+        """Whether `tensor` is on `device` already: the user's, or a copy made here (the CPU
+        standing in for a device counts only the copies, so budgets behave as on a GPU)."""
+        return ((tensor.device == device and device.type != "cpu")
+                or (id(tensor), str(device)) in self._copies)
+
+    def shared_structure(self, edge_index: Tensor, device: torch.device, tag: str,
+                         make: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+        """One device CSC per graph (`edge_index`), device and `tag`, however many loaders
+        sample it: made by `make` (e.g. a sampler moving its own CSC there) the first time."""
+        key = (id(edge_index), f"csc:{device}:{tag}")
+        found = self._copies.get(key)
+        if found is None:
+            found = self._copies[key] = (edge_index, make())  # type: ignore[assignment]
+        return found[1]  # type: ignore[return-value]
 
 
 class GatherPlan:
@@ -111,15 +125,18 @@ class GatherPlan:
         self.node, self.edge = gathered_attributes(data)
         self.dims = {k: data.__cat_dim__(k, data[k]) for k in self.node + self.edge}
         self.pin = pin and self.device.type == "cuda" and features != "gpu"
-        self.defer = tuple(k for k in defer if k in self.node) if features != "gpu" else ()
         self.sources: dict[str, Tensor] = {}
         for key in self.node + self.edge:
             value = data[key]
             if features == "gpu":
                 value = resident.on_device(value, self.device)
-            elif self.pin:
-                value = resident.pinned(value)
+            # a host source stays as it is: its rows are gathered into pinned buffers, and
+            # pinning the whole source would double (rounding up: quadruple) its memory
             self.sources[key] = value
+        on_host = [k for k, t in self.sources.items() if t.device != self.device]
+        self.defer = tuple(k for k in defer if k in self.node and k in on_host)
+        # batches index sources on the device (the user's data may be there already)
+        self.device_sources = self.device.type != "cpu" and len(on_host) < len(self.sources)
 
     @property
     def bytes(self) -> int:
@@ -167,7 +184,7 @@ class GatherPlan:
     def _on_sources(self, index: Tensor | None) -> Tensor | None:
         """`index` where device-resident sources live (host sampling with device features:
         copied once per batch, from pinned memory)."""
-        if index is None or self.features != "gpu" or index.device == self.device:
+        if index is None or not self.device_sources or index.device == self.device:
             return index
         if self.device.type == "cuda":
             return index.pin_memory().to(self.device, non_blocking=True)
@@ -188,8 +205,9 @@ class GatherPlan:
         """Rows `index` of attribute `key`: indexed where it lives; host rows go through
         pinned memory to the device unless deferred."""
         source, dim = self.sources[key], self.dims[key]
-        if self.features == "gpu":
-            return source.index_select(dim, index)
+        if source.device == self.device:
+            return source.index_select(dim, index if index.device == self.device
+                                       else index_host)
         shape = list(source.shape)
         shape[dim] = index_host.numel()
         rows = torch.empty(shape, dtype=source.dtype, pin_memory=self.pin)

@@ -58,7 +58,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
                         free_bytes: int | None = None, budget_bytes: int | None = None,
                         budget_fraction: float = 0.5, pin: bool = True,
                         features_host: bool = False,
-                        host_sampling: str | None = None) -> DataPlacement:
+                        host_sampling: str | None = None,
+                        resident_bytes: int = 0) -> DataPlacement:
     """Decide where the structure and the features live (the module docstring's rule).
 
     ``free_bytes``: the device's free memory (e.g. ``torch.cuda.mem_get_info()[0]``), used
@@ -66,6 +67,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     features stay on the host whatever the budget (``DataPathConfig.features="host"``).
     ``host_sampling``: why the structure cannot be sampled on the device (e.g. the loader's
     sampler has no device path): it stays on the host whatever the budget.
+    ``resident_bytes``: bytes of these tensors already on the device (another loader's copy,
+    or the user's own): they need no new memory, so the budget grows by them.
     """
     if budget_bytes is None:
         if free_bytes is None:
@@ -75,6 +78,7 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
         budget_bytes = int(free_bytes * budget_fraction)
     if budget_bytes < 0:
         raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
+    budget_bytes += max(int(resident_bytes), 0)
     s_bytes = structure_bytes(num_nodes, num_edges)
     f_bytes = feature_bytes(node_tensors)
     mib = 1 << 20

@@ -57,7 +57,9 @@ class DeviceTransfer:
         self.cuda = self.device.type == "cuda"
         self.pin = pin and self.cuda
         self.host_fields = tuple(host_fields)
-        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        # a high priority: the side stream's small sampling kernels (and the syncs the
+        # producer waits on) are scheduled ahead of the trainer's queued work
+        self.stream = torch.cuda.Stream(self.device, priority=-1) if self.cuda else None
 
     @contextlib.contextmanager
     def producing(self) -> Iterator[None]:
@@ -89,11 +91,13 @@ class DeviceTransfer:
         current.wait_event(event)
 
         def mark(t: torch.Tensor) -> torch.Tensor:
-            if t.is_cuda:
-                t.record_stream(current)
-            twin = device_twin(t)     # a host id field's device copy (device.twin)
-            if twin is not None and twin.is_cuda:
-                twin.record_stream(current)
+            for used in (t, device_twin(t)):   # a host id field's device copy (device.twin)
+                if used is not None and used.is_cuda and used.layout == torch.strided:
+                    used.record_stream(current)
             return t
 
-        return _each_tensor(out, mark)
+        out = _each_tensor(out, mark)
+        for value in vars(out).values() if hasattr(out, "stores") else ():
+            if isinstance(value, torch.Tensor):   # outside the batch's store (PyG's
+                mark(value)                       # _orig_edge_index), unseen by apply
+        return out

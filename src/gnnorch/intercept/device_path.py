@@ -52,22 +52,24 @@ from __future__ import annotations
 import functools
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
 from ..device.config import DataPathConfig
 from ..device.gather import ID_FIELDS, GatherPlan, ResidentTensors, gathered_attributes
-from ..device.pipeline import Prefetcher
 from ..device.placement import GPU, plan_data_placement
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
+from .device_feed import pipelined
 from .model_watch import FirstModelWatch
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
+
+    from ..sampling.neighbor import FastNeighborSampler
 
     from .feeds import LoaderState
 
@@ -191,22 +193,28 @@ class DevicePath:
             why_host = ("the historical-embedding cache prunes this training loader's sampling "
                         "and refreshes its hot rows from the host graph (NeutronOrch's split)")
         free, budget = _budget(self.device, cfg)
+        tensors = {k: data[k] for k in node + edge}
+        resident = sum(t.numel() * t.element_size() for t in tensors.values()
+                       if self.resident.has_on_device(t, self.device))
         placement = plan_data_placement(
-            int(data.num_nodes), int(sampler.row.numel()), {k: data[k] for k in node + edge},
+            int(data.num_nodes), int(sampler.row.numel()), tensors,
             free_bytes=free, budget_bytes=budget, budget_fraction=cfg.budget_fraction,
-            pin=cfg.pin and cuda, features_host=cfg.features == "host", host_sampling=why_host)
+            pin=cfg.pin and cuda, features_host=cfg.features == "host", host_sampling=why_host,
+            resident_bytes=resident)
         on_device = placement.structure == GPU
         generator, note = None, ""
         if on_device:
             if sampler.use_pyg:
                 note = "; gnnorch's sampler replaces pyg-lib, which has no device sampler"
             sampler.use_pyg = False   # the only device sampler: ours
-            sampler.move_to(self.device)
-            record.bytes_on_device += placement.structure_bytes
-        if fast:
+            self._structure_to_device(data, sampler, record, placement.structure_bytes)
+        if fast and not sampler.use_pyg:   # pyg-lib draws from its own RNG
             generator = SamplingGenerator(sampler.colptr.device, self.ctx.seed, self.ctx.rank,
                                           record.key)
-        defer = ("x",) if cuda and self.ctx.options.rewrite is not False else ()
+        # DAHA's host transform (x left in pinned rows) only where x's copy is not prefetched
+        # anyway: a deferred x the engine does not transform is copied on the trainer's stream
+        defer = (("x",) if cuda and self.ctx.options.rewrite is not False and cfg.prefetch == 0
+                 else ())
         before = self.resident.bytes_copied
         plan = GatherPlan(data, self.device, placement.features, self.resident,
                           pin=cfg.pin, defer=defer)
@@ -231,6 +239,26 @@ class DevicePath:
         record.reason = (f"{'sampled and gathered' if on_device else 'gathered'} for "
                          f"{self.device} ({placement.reasons[-1]}){note}")
         self._served[loader] = _Served(plan, move, generator, on_device, cached, undo)
+
+    def _structure_to_device(self, data: Any, sampler: FastNeighborSampler,
+                             record: LoaderDevice, nbytes: int) -> None:
+        """The sampler's CSC on the device, one copy per graph, device and sort flag, shared
+        by every loader sampling that graph (PyG's CSC is a function of ``edge_index`` and
+        ``is_sorted`` alone)."""
+        def move() -> tuple[torch.Tensor, ...]:
+            sampler.move_to(self.device)
+            record.bytes_on_device += nbytes
+            return sampler.colptr, sampler.row, sampler.perm
+
+        tag = f"sorted={sampler.perm is None}"
+        colptr, row, perm = self.resident.shared_structure(data.edge_index, self.device, tag,
+                                                           move)
+        if colptr is sampler.colptr:
+            return
+        if colptr.shape == sampler.colptr.shape and row.shape == sampler.row.shape:
+            sampler.use_structure(colptr, row, perm)
+        else:
+            move()
 
     # -- a device found late -------------------------------------------------------------
     def model_found_on(self, device: torch.device) -> None:
@@ -290,39 +318,10 @@ class DevicePath:
             depth, record.prefetch_reason = 0, ("PyG's sampler draws from torch's global RNG: "
                                                 "sampled in the trainer thread")
         cache = state.cache if served.cached and training else None
-        ahead = cache.may_draw_ahead if cache is not None else _always
+        ahead = cache.may_draw_ahead if cache is not None else None
         record.prefetch = depth
         record.epochs += 1
-        return self._pipeline(iter(iterator), served.move, depth, record, ahead)
-
-    def _pipeline(self, iterator: Iterator[Any], move: DeviceTransfer, depth: int,
-                  record: LoaderDevice, ahead: Callable[[], bool]) -> Iterator[Any]:
-        """The epoch's batches: drawn in the trainer's thread until `ahead()` allows drawing
-        ahead (a cache's pending admission says no: batches are drawn on demand until it has
-        set its pruning mask), then by a `Prefetcher` of depth `depth` (0: never)."""
-        pre: Prefetcher | None = None
-        try:
-            batch = _draw(iterator, move)   # trainer thread: the shuffle's global-RNG draw
-            while batch is not _END:
-                if depth > 0 and ahead():   # batch k+1 prepared while batch k trains
-                    pre = Prefetcher(iterator, transfer=move.transfer, depth=depth,
-                                     ready=move.ready, name="gnnorch-device-path",
-                                     produce_in=move.producing)
-                record.batches += 1
-                yield move.ready(batch)
-                if pre is not None:
-                    break
-                batch = _draw(iterator, move)
-            for batch in pre if pre is not None else ():
-                record.batches += 1
-                yield batch
-        finally:
-            if pre is not None:
-                pre.close()
-                record.wait_s += pre.wait_s
-            if move.stream is not None:   # work of dropped batches done before reuse
-                move.stream.synchronize()
-            self._publish()
+        return pipelined(iter(iterator), served.move, depth, record, ahead, self._publish)
 
     # -- report ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -336,28 +335,9 @@ class DevicePath:
         self.ctx.stats["device"] = self.stats()
 
 
-_END = object()
-
-
 def _epochs_before(state: "LoaderState") -> int:
     """Epochs the loader ran before this one (training and evaluation)."""
     return int(getattr(state, "epochs", 0) or 0) + int(getattr(state, "eval_epochs", 0) or 0)
-
-
-def _always() -> bool:
-    return True
-
-
-def _draw(iterator: Iterator[Any], move: DeviceTransfer) -> Any:
-    """The next batch drawn and transferred in this thread, its device work on the side stream
-    like the producer thread's (the sampler's scratch buffers stay on one stream); `_END`
-    at the end."""
-    with move.producing():
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return _END
-        return move.transfer(batch)
 
 
 def _build(loader: NeighborLoader, plan: GatherPlan, out: Any) -> Any:

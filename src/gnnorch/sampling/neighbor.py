@@ -102,6 +102,16 @@ class FastNeighborSampler(NeighborSampler):
             self._exclude = self._exclude.to(device)
         self._workspaces = []
 
+    def use_structure(self, colptr: Tensor, row: Tensor, perm: Tensor | None) -> None:
+        """Sample from `colptr` / `row` / `perm` (the same CSC as this sampler's own, e.g. one
+        device copy shared by the loaders of one graph) from now on."""
+        if colptr.shape != self.colptr.shape or row.shape != self.row.shape:
+            raise ValueError("use_structure: not the CSC of this sampler's graph")
+        self.colptr, self.row, self.perm = colptr, row, perm
+        if self._exclude is not None:
+            self._exclude = self._exclude.to(colptr.device)
+        self._workspaces = []
+
     @property
     def fallback_reason(self) -> str | None:
         """Why sampling goes to PyG's own ``_sample``, or None when the fast path is used."""

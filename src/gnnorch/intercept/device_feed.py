@@ -1,0 +1,64 @@
+"""One epoch of a loader the GPU data path serves (`intercept.device_path`): its batches drawn,
+sampled, gathered and copied to the device by a `gnnorch.device.pipeline.Prefetcher` while the
+trainer works on the previous one.
+
+The first batch is drawn in the trainer's thread (the loader's shuffling draws its permutation
+seed from torch's global RNG there, as in a plain run), and so is every batch while `ahead()`
+says no (a cache whose admission is pending: batches are drawn on demand until it has set its
+pruning mask). Every draw, in either thread, runs on the transfer's side stream
+(`DeviceTransfer.producing`), so the sampler's scratch buffers stay on one stream. When the
+epoch ends, or the user breaks out of it, the prefetcher is closed and the side stream drained
+before its buffers can be reused.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from ..device.pipeline import Prefetcher
+from ..device.state import LoaderDevice
+from ..device.transfer import DeviceTransfer
+
+__all__ = ["pipelined"]
+
+_END = object()
+
+
+def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record: LoaderDevice,
+              ahead: Callable[[], bool] | None, publish: Callable[[], None]) -> Iterator[Any]:
+    """The epoch's batches (module docstring), with a `Prefetcher` of depth `depth` (0: none)
+    once `ahead()` allows it (None: at once); counts batches and waits in `record` and calls
+    `publish` when the epoch ends."""
+    pre: Prefetcher | None = None
+    try:
+        batch = _draw(iterator, move)   # trainer thread: the shuffle's global-RNG draw
+        while batch is not _END:
+            if depth > 0 and (ahead is None or ahead()):   # batch k+1 while batch k trains
+                pre = Prefetcher(iterator, transfer=move.transfer, depth=depth,
+                                 ready=move.ready, name="gnnorch-device-path",
+                                 produce_in=move.producing)
+            record.batches += 1
+            yield move.ready(batch)
+            if pre is not None:
+                break
+            batch = _draw(iterator, move)
+        for batch in pre if pre is not None else ():
+            record.batches += 1
+            yield batch
+    finally:
+        if pre is not None:
+            pre.close()
+            record.wait_s += pre.wait_s
+        if move.stream is not None:   # work of dropped batches done before reuse
+            move.stream.synchronize()
+        publish()
+
+
+def _draw(iterator: Iterator[Any], move: DeviceTransfer) -> Any:
+    """The next batch drawn and transferred in this thread, on the side stream like the
+    producer thread's; `_END` at the end."""
+    with move.producing():
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return _END
+        return move.transfer(batch)
