@@ -41,9 +41,21 @@ def _changed(model: torch.nn.Module, versions: tuple[int, ...] | None,
 
 
 def parameter_snapshot(model: torch.nn.Module) -> dict[str, Tensor]:
-    """A detached copy of the model's parameters (leaves with the same `requires_grad`)."""
-    return {name: p.detach().clone().requires_grad_(p.requires_grad)
-            for name, p in model.named_parameters()}
+    """A detached copy of the model's parameters (leaves with the same `requires_grad`).
+
+    Taken at every training forward, so it costs one copy per dtype and device (a
+    concatenation, then views of it), not one per parameter: on a GPU each copy is a kernel
+    launch."""
+    named = list(model.named_parameters())
+    groups: dict[tuple[torch.dtype, torch.device], list[tuple[str, Tensor]]] = {}
+    for name, p in named:
+        groups.setdefault((p.dtype, p.device), []).append((name, p))
+    copies: dict[str, Tensor] = {}
+    for members in groups.values():
+        flat = torch.cat([p.detach().reshape(-1) for _, p in members])
+        for (name, p), part in zip(members, flat.split([p.numel() for _, p in members])):
+            copies[name] = part.view(p.shape).requires_grad_(p.requires_grad)
+    return {name: copies[name] for name, _ in named}
 
 
 def run_as(model: torch.nn.Module, grad: bool, training: bool,
