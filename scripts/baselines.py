@@ -37,19 +37,22 @@ GRAPH_DIR = Path("bench-results/graphs")
 NO_PYG_LIB = "GNNORCH_BENCH_NO_PYG_LIB"
 
 
-def graph_path(nodes: int, seed: int, train_seeds: int) -> Path:
-    return GRAPH_DIR / f"products_like_{nodes}_{seed}_{train_seeds}.pt"
+def graph_path(nodes: int, seed: int, train_seeds: int, avg_degree: float = 25.0) -> Path:
+    degree = "" if avg_degree == 25.0 else f"_d{avg_degree:g}"
+    return GRAPH_DIR / f"products_like_{nodes}_{seed}_{train_seeds}{degree}.pt"
 
 
-def ensure_graph(nodes: int, seed: int, train_seeds: int) -> Path:
-    """Generate the products-like graph once per (size, seed, training seeds) and keep it."""
-    path = graph_path(nodes, seed, train_seeds)
+def ensure_graph(nodes: int, seed: int, train_seeds: int, avg_degree: float = 25.0) -> Path:
+    """Generate the products-like graph once per (size, seed, training seeds, mean degree:
+    directed edges per node) and keep it."""
+    path = graph_path(nodes, seed, train_seeds, avg_degree)
     if not path.exists():
         from gnnorch.datasets import products_like
 
         GRAPH_DIR.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        data = products_like(num_nodes=nodes, seed=seed, train_ratio=train_seeds / nodes)
+        data = products_like(num_nodes=nodes, seed=seed, train_ratio=train_seeds / nodes,
+                             avg_degree=avg_degree)
         tmp = path.with_suffix(".tmp")
         torch.save(data, tmp)
         os.replace(tmp, path)

@@ -2,14 +2,17 @@
 vanilla PyG, the PyG expert and gnnorch on one GPU, products-scale.
 
 Workload: a products-like synthetic graph (`gnnorch.datasets.products_like`: by default 2.45M
-nodes, mean degree 25 -> ~122M directed edges, 100 features, 47 classes, 196,615 training
-seeds), GraphSAGE / GCN / GAT (3 layers, hidden 256; GAT: 4 heads of 64), fanout [15, 10, 5],
-batch 1024, Adam. One ordinary PyG training function (`train` below: ``batch.to(device)`` in
+nodes, mean degree 50.5 -> ~124M directed edges as ogbn-products (61.9M undirected edges
+stored in both directions), 100 features, 47 classes, 196,615 training seeds; ``--avg-degree``),
+GraphSAGE / GCN / GAT (3 layers, hidden 256; GAT: 4 heads of 64), fanout [15, 10, 5], batch
+1024, Adam. The graph's edge count as measured is in every row
+(``num_edges``). One ordinary PyG training function (`train` below: ``batch.to(device)`` in
 the loop, test accuracy with a NeighborLoader at the end) runs in every row:
 
 * ``vanilla-w<N>``: PyG as written, data on the host, ``num_workers=N`` (the table's "vanilla"
-  is the best N of ``--workers``);
-* ``expert-w<N>``: what a PyG expert adds by hand: pyg-lib when installed, BasicGNN trimming
+  is the best N of ``--workers``); on a GPU it must sample with pyg-lib (a row that would fall
+  back to torch_sparse is refused);
+* ``expert-w<N>``: what a PyG expert adds by hand: pyg-lib, BasicGNN trimming
   (``num_sampled_nodes_per_hop`` / ``num_sampled_edges_per_hop``), ``pin_memory=True`` with
   ``non_blocking`` copies, workers pinned with ``enable_cpu_affinity`` (best N);
 * ``gnnorch``: the vanilla function under ``gnnorch.Runtime(train, device=...)`` with its
@@ -22,20 +25,44 @@ the loop, test accuracy with a NeighborLoader at the end) runs in every row:
 
 Each row runs in a fresh interpreter (`baselines.run_fresh`, which also samples the PSS of its
 process tree); the child times its own epochs with the GPU synchronised at each epoch's end,
-and reports ``torch.cuda.max_memory_allocated``. Everything is written as JSON.
+and reports ``torch.cuda.max_memory_allocated``. A gnnorch row records where its loaders were
+served (``device_path``, from ``last_run.stats[0]["device"]``) and FAILS (an ``error`` field,
+the table says FAILED, the script exits 1) when its training loader was not served by the
+device path: a silent fallback is never reported as a GPU number. Mismatches that do not make
+the row's name false (e.g. the placement kept the structure on the host) are ``warnings``.
+Rows are written to ``--out`` as they finish (``"partial": true`` until the end); a row that
+crashes is recorded with its error and the others still run.
+
+Bounding the cost on products scale (without workers, PyG's sampling and feature gathering
+alone took 228 ms per batch on a 2-core EPYC here with pyg-lib: about 45 s per epoch of 193
+batches, before the test pass): ``--epochs-baseline N`` runs vanilla and expert rows for N
+epochs (2: the first and one steady); ``--worker-sweep-model sage`` sweeps ``--workers`` for
+SAGE only and runs the other models' vanilla / expert rows at SAGE's best counts (from this
+run, or from the JSON of an earlier run given with ``--workers-from``; rows and table say
+so); ``--screen-workers 0`` first runs those worker counts' vanilla / expert rows for one
+epoch without the test pass and keeps them as ``screened`` (no accuracy, no ratios, never the
+best) when that epoch is slower than 1.2x the best steady epoch measured for the same model
+and family, measuring them in full otherwise; ``--time-budget S`` skips (and records) rows
+that would not finish within S seconds, judged from the time the same kind of row took so
+far. ``--merge A.json B.json ...`` combines runs (rows of later files win) into one table and
+JSON without measuring. ``scripts/device_session.sh`` drives all this on a lent GPU
+(docs/gpu-runbook.md).
 
     .venv/bin/python scripts/bench_gpu.py --out benchmarks/results/gpu.json
     .venv/bin/python scripts/bench_gpu.py --dry-run     # small, on the CPU, a few rows
+    .venv/bin/python scripts/bench_gpu.py --merge r/gpu_*.json --out benchmarks/results/gpu.json
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,10 +72,16 @@ import torch_geometric
 
 import baselines  # graph generation on disk, fresh-process runs with PSS sampling
 
-PRODUCTS = {"nodes": 2_450_000, "train_seeds": 196_615}
+# ogbn-products: 2,449,029 nodes, 61.86M undirected edges (123.7M directed: mean degree 50.5)
+PRODUCTS = {"nodes": 2_450_000, "train_seeds": 196_615, "avg_degree": 50.5}
 DEVICE_ENV = "GNNORCH_BENCH_DEVICE"   # the parent's --device, for its fresh children
 HIDDEN_ENV = "GNNORCH_BENCH_HIDDEN"   # the parent's --hidden
+SCREEN_ENV = "GNNORCH_BENCH_SCREEN"   # set for a screening run: one epoch, no test accuracy
+SCREEN_MARGIN = 1.2   # a screen rules a row out when its epoch > 1.2x the best steady epoch
 MODELS = ("sage", "gcn", "gat")
+GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
+                "gnnorch-cache-features-host", "gnnorch-features-host-norewrite")
+BASELINES = ("vanilla", "expert")
 
 
 def build_model(name: str, in_channels: int, hidden: int, layers: int, classes: int):
@@ -75,10 +108,10 @@ def _loader(data, mask, fanout, batch_size, shuffle, num_workers, expert):
 
 
 def train(data, model="sage", epochs=3, device="cuda", num_workers=None, expert=False,
-          batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0):
+          batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0, test=True):
     """An ordinary PyG training function on `device`; `expert` adds what a PyG expert adds.
     Returns its own per-epoch seconds (the device synchronised at each epoch's end), the final
-    loss and the test accuracy."""
+    loss and the test accuracy (None with ``test=False``)."""
     torch.manual_seed(seed)
     device = torch.device(device)
     loader = _loader(data, data.train_mask, fanout, batch_size, True, num_workers, expert)
@@ -108,7 +141,8 @@ def train(data, model="sage", epochs=3, device="cuda", num_workers=None, expert=
                 torch.cuda.synchronize(device)
             epoch_seconds.append(time.perf_counter() - start)
     return {"epoch_seconds": epoch_seconds, "loss": float(loss), "trimmed_by_hand": trimmed,
-            "test_accuracy": test_accuracy(net, data, fanout, device, num_workers, expert)}
+            "test_accuracy": (test_accuracy(net, data, fanout, device, num_workers, expert)
+                              if test else None)}
 
 
 @torch.no_grad()
@@ -137,21 +171,87 @@ def gnnorch_options(config: str, device: str) -> dict:
     return options
 
 
+def device_path_summary(stats: dict) -> dict:
+    """What the device path did, per loader (from ``last_run.stats[0]["device"]``)."""
+    section = stats.get("device") or {}
+    keys = ("role", "served", "samples_on_device", "structure", "features", "deferred",
+            "num_workers", "prefetch", "batches", "reason")
+    return {"active": bool(section.get("active")), "device": section.get("device"),
+            "reason": section.get("reason"),
+            "loaders": [{k: loader.get(k) for k in keys} for loader in section.get("loaders")
+                        or []]}
+
+
+def check_device_path(name: str, device: str, path: dict, stats: dict) -> tuple[list, list]:
+    """(errors, warnings) of gnnorch row `name` against what its name claims. An error: the
+    training loader was not served by the device path, or a features-host row gathered on
+    the device; a warning: a choice of the defaults the table's label does not describe."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    train_loaders = [lo for lo in path["loaders"] if lo["role"] == "train"]
+    if not path["active"] or not train_loaders:
+        errors.append(f"the device path did not serve this run ({path['reason']})")
+        return errors, warnings
+    for lo in train_loaders:
+        if not lo["served"]:
+            errors.append(f"training loader not served on {device}: {lo['reason']}")
+    if errors:
+        return errors, warnings
+    host_features = "features-host" in name
+    for lo in train_loaders:
+        if host_features and lo["features"] == "gpu":
+            errors.append("a features-host row gathered the features on the device")
+        if not host_features and lo["features"] != "gpu":
+            warnings.append(f"features gathered from {lo['features']}, not the device: "
+                            f"{lo['reason']}")
+        if name == "gnnorch" and not lo["samples_on_device"]:
+            warnings.append(f"training batches sampled on the host: {lo['reason']}")
+        if device == "cuda" and host_features:
+            rewrite = not name.endswith("-norewrite")
+            # DAHA's deferral of x only without prefetching (`intercept.device_path`)
+            if rewrite and not lo["prefetch"] and "x" not in (lo["deferred"] or []):
+                warnings.append("x was not left in pinned rows for DAHA's host transform")
+            if (not rewrite or lo["prefetch"]) and lo["deferred"]:
+                warnings.append(f"rewrites off but attributes deferred: {lo['deferred']}")
+    if "-cache" in name:
+        caches = (stats.get("cache") or {}).get("loaders") or []
+        if not any(c.get("status") == "active" for c in caches):
+            warnings.append("the cache did not become active: "
+                            + "; ".join(str(c.get("reason")) for c in caches))
+    return errors, warnings
+
+
+def sampler_backend() -> str | None:
+    """The backend PyG's own NeighborLoader samples with in this process."""
+    import torch_geometric.typing as pyg_typing
+
+    if pyg_typing.WITH_PYG_LIB:
+        return "pyg-lib"
+    return "torch_sparse" if pyg_typing.WITH_TORCH_SPARSE else None
+
+
 def measure_here(config: str, graph: Path, epochs: int, device: str, hidden: int) -> dict:
     """Run one row (``<model>/<config>``) in this process: its JSON row."""
     import torch_geometric.typing as pyg_typing
 
     model, name = config.split("/")
-    data = torch.load(graph, weights_only=False)
     cuda = device == "cuda"
+    baseline = name.startswith(("vanilla-w", "expert-w"))
+    backend = sampler_backend()
+    if baseline and cuda and backend != "pyg-lib":
+        return {"config": config, "model": model, "pyg_backend": backend,
+                "error": f"PyG would sample with {backend} here, not pyg-lib: build pyg-lib "
+                         "first (the vanilla and expert rows are defined with pyg-lib)"}
+    data = torch.load(graph, weights_only=False)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     stats = None
     start = time.perf_counter()
-    if name.startswith(("vanilla-w", "expert-w")):
+    if baseline:
         expert = name.startswith("expert")
+        workers = int(name.split("-w")[1])
         out = train(data, model=model, epochs=epochs, device=device, expert=expert,
-                    num_workers=int(name.split("-w")[1]), hidden=hidden)
+                    num_workers=workers, hidden=hidden, test=not os.environ.get(SCREEN_ENV))
     elif name.startswith("gnnorch"):
         import gnnorch
 
@@ -167,27 +267,78 @@ def measure_here(config: str, graph: Path, epochs: int, device: str, hidden: int
            "trimmed_by_hand": out["trimmed_by_hand"],
            "call_wall_seconds": time.perf_counter() - start,
            "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None,
-           "pyg_lib": bool(pyg_typing.WITH_PYG_LIB)}
+           "pyg_lib": bool(pyg_typing.WITH_PYG_LIB), "pyg_backend": backend,
+           "epochs": epochs, "num_nodes": data.num_nodes, "num_edges": data.num_edges,
+           "gnnorch_imported": "gnnorch" in sys.modules}
+    if baseline:
+        row["num_workers"] = workers
+        if cuda and expert and not out["trimmed_by_hand"]:
+            row["error"] = "the expert row did not trim (no hop counts in its batches)"
     if stats is not None:
         row["gnnorch"] = {key: stats.get(key) for key in ("device", "sampler", "cache")}
+        row["device_path"] = device_path_summary(stats)
+        errors, warnings = check_device_path(name, device, row["device_path"], stats)
+        if errors:
+            row["error"] = "; ".join(errors)
+        if warnings:
+            row["warnings"] = warnings
     return row
 
 
-def rows_for(args: argparse.Namespace) -> list[str]:
-    workers = [int(w) for w in args.workers.split(",")]
-    names = ([f"vanilla-w{w}" for w in workers] + [f"expert-w{w}" for w in workers]
-             + ["gnnorch", "gnnorch-cache", "gnnorch-features-host",
-                "gnnorch-features-host-norewrite", "gnnorch-cache-features-host"])
-    if args.configs:
-        names = [n for n in names if n in args.configs.split(",")]
-    return [f"{model}/{name}" for model in args.models.split(",") for name in names]
+# --------------------------------------------------------------------------- the rows
+def _family(name: str) -> str:
+    return next((f for f in BASELINES if name.startswith(f + "-w")), "gnnorch")
+
+
+def best_workers(rows: list[dict], model: str) -> dict[str, int]:
+    """The worker counts of `model`'s fastest measured vanilla and expert rows."""
+    out = {}
+    for family in BASELINES:
+        done = [r for r in rows if r.get("model") == model and "error" not in r
+                and "screened" not in r and r["config"].split("/")[1].startswith(family + "-w")]
+        if done:
+            fastest = min(done, key=lambda r: r["steady_epoch_seconds"])
+            out[family] = int(fastest["config"].split("-w")[1])
+    return out
+
+
+def names_for(args: argparse.Namespace, model: str,
+              known: list[dict]) -> tuple[list[str], dict | None, list[dict]]:
+    """Row names of `model`, where its worker counts come from (None: its own sweep) and the
+    rows skipped for want of a sweep's result."""
+    workers = {f: [int(w) for w in args.workers.split(",")] for f in BASELINES}
+    source, skipped = None, []
+    sweep = args.worker_sweep_model
+    if sweep and model != sweep:
+        best = best_workers(known, sweep)
+        source = {"model": sweep, "workers": best,
+                  "from": [str(p) for p in args.workers_from or []] or "this run"}
+        for family in BASELINES:
+            workers[family] = [best[family]] if family in best else []
+            if family not in best:
+                skipped.append({"config": f"{model}/{family}",
+                                "reason": f"no measured {family} row of {sweep} to take the "
+                                          f"worker count from"})
+    # by worker count in --workers order, vanilla and expert side by side (a sweep cut short
+    # by the time budget loses the same counts of both)
+    counts = list(dict.fromkeys(workers["vanilla"] + workers["expert"]))
+    names = [f"{family}-w{w}" for w in counts for family in BASELINES if w in workers[family]]
+    names += list(GNNORCH_ROWS)
+    if args.configs:  # a row name, or a family: "vanilla" / "expert" (any worker count)
+        wanted = set(args.configs.split(","))
+        names = [n for n in names if n in wanted or (_family(n) in wanted and n not in
+                                                     GNNORCH_ROWS)]
+        skipped = [s for s in skipped if s["config"].split("/")[1] in wanted]
+    return names, source, skipped
 
 
 def summarise(rows: list[dict]) -> list[dict]:
-    """Per model: the best vanilla and expert rows, and every row's ratios to them."""
+    """Per model: the best vanilla and expert rows, and every row's ratios to them (rows with
+    an error take no part)."""
     out = []
-    for model in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == model]
+    ok = [r for r in rows if "error" not in r and "screened" not in r]
+    for model in dict.fromkeys(r["model"] for r in ok):
+        mine = [r for r in ok if r["model"] == model]
 
         def best(prefix: str) -> dict | None:
             cands = [r for r in mine if r["config"].split("/")[1].startswith(prefix)]
@@ -199,30 +350,213 @@ def summarise(rows: list[dict]) -> list[dict]:
                 if ref is not None:
                     row[f"speedup_vs_{label}"] = (ref["steady_epoch_seconds"]
                                                   / row["steady_epoch_seconds"])
-            if vanilla is not None:
+            if vanilla is not None and row["test_accuracy"] is not None:
                 row["accuracy_minus_vanilla_pt"] = 100 * (row["test_accuracy"]
                                                           - vanilla["test_accuracy"])
         out.append({"model": model, "vanilla": vanilla and vanilla["config"],
-                    "expert": expert and expert["config"]})
+                    "expert": expert and expert["config"],
+                    "vanilla_workers_measured": sorted(
+                        int(r["config"].split("-w")[1]) for r in mine
+                        if r["config"].split("/")[1].startswith("vanilla-w")),
+                    "expert_workers_measured": sorted(
+                        int(r["config"].split("-w")[1]) for r in mine
+                        if r["config"].split("/")[1].startswith("expert-w")),
+                    "workers_screened_out": sorted(
+                        r["config"].split("/")[1] for r in rows
+                        if r.get("model") == model and "screened" in r)})
     return out
+
+
+def acceptance(rows: list[dict]) -> dict:
+    """Issue 21's targets, judged where their rows exist (meaningful on a GPU run only): SAGE
+    steady epoch <= 0.5 s, >= 10x vanilla, >= 3x the expert, test accuracy within 0.5 pt of
+    vanilla; cache=True with host features >= 1.5x the exact host-features row."""
+    by = {r["config"]: r for r in rows if "error" not in r and "screened" not in r}
+    out: dict = {}
+    row = by.get("sage/gnnorch")
+    if row is not None:
+        out["sage_steady_epoch_s<=0.5"] = row["steady_epoch_seconds"]
+        for key, name in (("speedup_vs_vanilla", "sage_vs_vanilla>=10x"),
+                          ("speedup_vs_expert", "sage_vs_expert>=3x"),
+                          ("accuracy_minus_vanilla_pt", "sage_accuracy_within_0.5pt")):
+            if key in row:
+                out[name] = row[key]
+    host, cached = by.get("sage/gnnorch-features-host"), by.get("sage/gnnorch-cache-features-host")
+    if host is not None and cached is not None:
+        out["sage_cache_host_features_vs_host_features>=1.5x"] = (
+            host["steady_epoch_seconds"] / cached["steady_epoch_seconds"])
+    limits = {"sage_steady_epoch_s<=0.5": lambda v: v <= 0.5,
+              "sage_vs_vanilla>=10x": lambda v: v >= 10, "sage_vs_expert>=3x": lambda v: v >= 3,
+              "sage_accuracy_within_0.5pt": lambda v: abs(v) <= 0.5,
+              "sage_cache_host_features_vs_host_features>=1.5x": lambda v: v >= 1.5}
+    return {name: {"value": value, "met": bool(limits[name](value))}
+            for name, value in out.items()}
+
+
+def _acc(row: dict) -> str:
+    return "–" if row.get("test_accuracy") is None else f"{row['test_accuracy']:.4f}"
+
+
+def _notes(row: dict) -> str:
+    notes = []
+    if "error" in row:
+        notes.append(f"FAILED: {row['error'][:200]}")
+    path = row.get("device_path")
+    if path:
+        for lo in path["loaders"]:
+            where = "device" if lo["samples_on_device"] else "host"
+            notes.append(f"{lo['role']}: {'served' if lo['served'] else 'NOT served'}, "
+                         f"sampled on {where}, features {lo['features']}"
+                         + (f", deferred {','.join(lo['deferred'])}" if lo["deferred"] else ""))
+    if row.get("screened"):
+        notes.append(f"screened out: {row['screened']['verdict']}")
+    if row.get("workers_from"):
+        src = row["workers_from"]
+        notes.append(f"workers from {src['model']}'s sweep")
+    if row.get("epochs") is not None and row.get("config", "").split("/")[-1].startswith(
+            BASELINES):
+        notes.append(f"{row['epochs']} epoch{'s' if row['epochs'] != 1 else ''}")
+    for warning in row.get("warnings", []):
+        notes.append(f"warning: {warning[:160]}")
+    return "; ".join(notes)
+
+
+def print_table(rows: list[dict], best: list[dict], skipped: list[dict],
+                on_gpu: bool = True) -> None:
+    print("\n| model / row | first epoch s | steady epoch s | vs vanilla | vs expert | "
+          "test acc | peak GPU MB | notes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        if "error" in row:     # never a number in the table: the JSON keeps what it measured
+            print(f"| {row['config']} | – | – | – | – | – | – | {_notes(row)} |")
+            continue
+        ratio = {k: (f"{row[k]:.2f}x" if k in row else "–")
+                 for k in ("speedup_vs_vanilla", "speedup_vs_expert")}
+        print(f"| {row['config']} | {row['first_epoch_seconds']:.2f} | "
+              f"{row['steady_epoch_seconds']:.3f} | {ratio['speedup_vs_vanilla']} | "
+              f"{ratio['speedup_vs_expert']} | {_acc(row)} | "
+              f"{row['peak_gpu_mb'] or 0:.0f} | {_notes(row)} |")
+    for entry in best:
+        print(f"{entry['model']}: vanilla = {entry['vanilla']} (of workers "
+              f"{entry['vanilla_workers_measured']}), expert = {entry['expert']} (of workers "
+              f"{entry['expert_workers_measured']})"
+              + (f"; screened out: {', '.join(entry['workers_screened_out'])}"
+                 if entry.get("workers_screened_out") else ""))
+    for entry in skipped:
+        print(f"skipped {entry['config']}: {entry['reason']}")
+    label = "acceptance" if on_gpu else "acceptance (not a GPU run: meaningless)"
+    for name, check in acceptance(rows).items():
+        print(f"{label} {name}: {check['value']:.3f} -> {'met' if check['met'] else 'NOT met'}")
+
+
+def _print_row(row: dict) -> None:
+    config = row["config"]
+    if "steady_epoch_seconds" not in row:
+        print(f"  {config:<34} FAILED: {row.get('error', '?')[-600:]}", flush=True)
+        return
+    print(f"  {config:<34} first {row['first_epoch_seconds']:7.2f} s  steady "
+          f"{row['steady_epoch_seconds']:7.2f} s  acc {_acc(row):>6}  GPU "
+          f"{row['peak_gpu_mb'] or 0:7.0f} MB  PSS {row.get('peak_pss_mb', 0):7.0f} MB  "
+          f"wall {row.get('row_wall_seconds', 0):5.0f} s", flush=True)
+    if row.get("error"):
+        print(f"    FAILED: {row['error']}", flush=True)
+    if row.get("device_path"):
+        print(f"    device path: {_notes({'device_path': row['device_path']})}", flush=True)
+    for warning in row.get("warnings", []):
+        print(f"    warning: {warning}", flush=True)
+
+
+def _machine(device_name: str) -> dict:
+    try:
+        pyg_lib = importlib.metadata.version("pyg_lib")
+    except importlib.metadata.PackageNotFoundError:
+        pyg_lib = None
+    return {"device": device_name, "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "torch_geometric": torch_geometric.__version__, "pyg_lib": pyg_lib,
+            "cpus": len(os.sched_getaffinity(0)), "argv": sys.argv}
+
+
+def _write(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, path)
+
+
+def merge(args: argparse.Namespace) -> int:
+    """`--merge`: several runs' rows (later files win) in one table and JSON."""
+    docs = [json.loads(Path(p).read_text()) for p in args.merge]
+    if not docs:
+        sys.exit("--merge: no files")
+    nodes = {d["workload"]["nodes"] for d in docs}
+    devices = {d["machine"]["device"] for d in docs}
+    if len(nodes) > 1 or len(devices) > 1:
+        sys.exit(f"--merge: runs of different graphs or devices ({nodes}, {devices})")
+    by_config: dict[str, dict] = {}
+    skipped: list[dict] = []
+    for doc in docs:
+        for row in doc["rows"]:
+            row = {k: v for k, v in row.items() if not k.startswith(("speedup_vs_",
+                                                                     "accuracy_minus_"))}
+            by_config[row["config"]] = row
+        skipped += doc.get("skipped", [])
+    rows = list(by_config.values())
+    skipped = [s for s in skipped if s["config"] not in by_config]
+    best = summarise(rows)
+    print_table(rows, best, skipped, on_gpu=docs[0]["machine"]["device"] != "cpu")
+    doc = dict(docs[0], date=time.strftime("%Y-%m-%d %H:%M:%S"), best=best,
+               acceptance=acceptance(rows), rows=rows,
+               skipped=skipped, partial=any(d.get("partial") for d in docs),
+               merged_from=[str(p) for p in args.merge])
+    doc["workload"] = dict(docs[0]["workload"], epochs_baseline=sorted(
+        {d["workload"].get("epochs_baseline") for d in docs} - {None}))
+    if args.out is None:
+        sys.exit("--merge needs --out")
+    _write(args.out, doc)
+    print(f"wrote {args.out}")
+    return 1 if any("error" in r for r in rows) else 0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=PRODUCTS["nodes"])
     ap.add_argument("--train-seeds", type=int, default=PRODUCTS["train_seeds"])
+    ap.add_argument("--avg-degree", type=float, default=PRODUCTS["avg_degree"],
+                    help="directed edges per node (ogbn-products: 50.5, ~124M edges)")
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs-baseline", type=int, default=None,
+                    help="epochs of the vanilla and expert rows (default: --epochs)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--workers", default="0,4,8,12")
-    ap.add_argument("--configs", default=None, help="comma-separated subset of row names")
+    ap.add_argument("--worker-sweep-model", default=None, choices=MODELS,
+                    help="sweep --workers for this model only; the others' vanilla and "
+                         "expert rows use its best worker counts")
+    ap.add_argument("--workers-from", type=Path, nargs="+", default=None,
+                    help="JSON of earlier runs holding the sweep model's rows")
+    ap.add_argument("--configs", default=None,
+                    help="comma-separated subset of row names; 'vanilla' / 'expert' select "
+                         "those rows at any worker count")
     ap.add_argument("--device", default=os.environ.get(
         DEVICE_ENV, "cuda" if torch.cuda.is_available() else "cpu"))
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--screen-workers", default=None,
+                    help="worker counts whose vanilla / expert rows are first screened: one "
+                         "epoch without the test pass, kept as 'screened' (no best, no "
+                         "ratios) when slower than 1.2x the best steady epoch of the same "
+                         "family and model, measured in full otherwise")
+    ap.add_argument("--time-budget", type=float, default=None,
+                    help="seconds: skip rows that would not finish in it (judged from the "
+                         "time of rows of the same kind so far)")
     ap.add_argument("--dry-run", action="store_true",
                     help="10K nodes, one batch of 1024 seeds, hidden 64, 1 epoch, SAGE, "
                          "workers 0, five rows, on the CPU: checks the script")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu.json"))
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="combine these runs' JSON into --out and print the table")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default benchmarks/results/gpu.json (--dry-run: "
+                         "bench-results/gpu_dry_run.json)")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # internal: one row, JSON to stdout
     ap.add_argument("--graph", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -231,57 +565,151 @@ def main() -> None:
         print(json.dumps(measure_here(args.measure, args.graph, args.epochs, args.device,
                                       hidden)))
         return
+    if args.merge:
+        sys.exit(merge(args))
     if args.dry_run:
         args.nodes, args.train_seeds, args.epochs, args.hidden = 10_000, 1_024, 1, 64
         args.models, args.workers, args.device = "sage", "0", "cpu"
         args.configs = args.configs or ("vanilla-w0,expert-w0,gnnorch,gnnorch-cache,"
                                         "gnnorch-features-host")
-        args.out = Path("bench-results/gpu_dry_run.json")
+        args.out = args.out or Path("bench-results/gpu_dry_run.json")
+    args.out = args.out or Path("benchmarks/results/gpu.json")
+    epochs_baseline = args.epochs_baseline or args.epochs
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device visible: run on a GPU machine, or --dry-run on the CPU")
-    graph = baselines.ensure_graph(args.nodes, args.seed, args.train_seeds)
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    cuda = args.device == "cuda"
+    known: list[dict] = []      # rows of earlier runs, for --worker-sweep-model
+    for path in args.workers_from or []:
+        known += [r for r in json.loads(path.read_text())["rows"]]
+    start = time.perf_counter()
+    graph = baselines.ensure_graph(args.nodes, args.seed, args.train_seeds, args.avg_degree)
+    device_name = torch.cuda.get_device_name() if cuda else "cpu"
+    backend = sampler_backend()
     print(f"{args.nodes} nodes, {args.train_seeds} training seeds; device {device_name}; torch "
           f"{torch.__version__}, torch_geometric {torch_geometric.__version__}, pyg-lib "
-          f"{'yes' if importlib.util.find_spec('pyg_lib') else 'no'}", flush=True)
+          f"{'yes' if importlib.util.find_spec('pyg_lib') else 'no'}; PyG samples with "
+          f"{backend}; {len(os.sched_getaffinity(0))} cpus", flush=True)
     script = str(Path(__file__).resolve())
     os.environ[DEVICE_ENV] = args.device
     os.environ[HIDDEN_ENV] = str(args.hidden)
-    configs = rows_for(args)
-    import torch_geometric.typing as pyg_typing
+    models = args.models.split(",")
+    if args.worker_sweep_model in models:   # the sweep first: the others take its result
+        models.remove(args.worker_sweep_model)
+        models.insert(0, args.worker_sweep_model)
+    rows: list[dict] = []
+    skipped: list[dict] = []
+    sweep_best: dict = ({args.worker_sweep_model: best_workers(known, args.worker_sweep_model)}
+                        if args.worker_sweep_model and known else {})
 
-    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
-        configs = [c for c in configs if "/gnnorch" in c]
-        print("PyG cannot sample here (neither pyg-lib nor torch_sparse): vanilla and expert "
-              "rows skipped; build pyg-lib first (../shared/baselines/build-pyg-lib.sh)")
-    rows = []
-    for config in configs:
-        row = baselines.run_fresh(script, config, graph, args.epochs, sys.executable)
-        print(f"  {config:<34} first {row['first_epoch_seconds']:7.2f} s  steady "
-              f"{row['steady_epoch_seconds']:7.2f} s  acc {row['test_accuracy']:.4f}  GPU "
-              f"{row['peak_gpu_mb'] or 0:7.0f} MB  PSS {row['peak_pss_mb']:7.0f} MB", flush=True)
-        rows.append(row)
-    best = summarise(rows)
-    print("\n| model / row | first epoch s | steady epoch s | vs vanilla | vs expert | "
-          "test acc | peak GPU MB |")
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['config']} | {row['first_epoch_seconds']:.2f} | "
-              f"{row['steady_epoch_seconds']:.3f} | {row.get('speedup_vs_vanilla', 0):.2f}x | "
-              f"{row.get('speedup_vs_expert', 0):.2f}x | {row['test_accuracy']:.4f} | "
-              f"{row['peak_gpu_mb'] or 0:.0f} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "benchmark": "bench_gpu", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": {"device": device_name, "platform": platform.platform(),
-                    "python": platform.python_version(), "torch": torch.__version__,
-                    "torch_geometric": torch_geometric.__version__, "argv": sys.argv},
-        "workload": {"nodes": args.nodes, "train_seeds": args.train_seeds,
-                     "fanout": [15, 10, 5], "batch_size": 1024, "hidden": args.hidden,
-                     "epochs": args.epochs, "dry_run": args.dry_run},
-        "best": best, "rows": rows,
-    }, indent=1))
+    def write(partial: bool) -> list[dict]:
+        best = summarise(rows)
+        edges = next((r["num_edges"] for r in rows if "num_edges" in r), None)
+        _write(args.out, {
+            "benchmark": "bench_gpu", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "machine": _machine(device_name),
+            "workload": {"nodes": args.nodes, "num_edges": edges, "avg_degree": args.avg_degree,
+                         "train_seeds": args.train_seeds, "fanout": [15, 10, 5],
+                         "batch_size": 1024, "hidden": args.hidden, "epochs": args.epochs,
+                         "epochs_baseline": epochs_baseline, "dry_run": args.dry_run,
+                         "rewrite_decisions": "measured afresh in every gnnorch row (an empty "
+                                              "GNNORCH_CACHE_DIR each)"},
+            "worker_sweep": {"model": args.worker_sweep_model, "workers": args.workers,
+                             "best": sweep_best},
+            "partial": partial, "best": best, "acceptance": acceptance(rows), "rows": rows,
+            "skipped": skipped})
+        return best
+
+    screen = {int(w) for w in args.screen_workers.split(",")} if args.screen_workers else set()
+
+    def fresh(config: str, epochs: int, screening: bool = False) -> dict:
+        """One row in a fresh interpreter (a crash is recorded, the other rows still run)."""
+        if _family(config.split("/")[1]) == "gnnorch":   # no measured rewrite decisions
+            os.environ["GNNORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="gnnorch-bench-")
+        if screening:
+            os.environ[SCREEN_ENV] = "1"
+        load, began = os.getloadavg(), time.perf_counter()
+        try:
+            row = baselines.run_fresh(script, config, graph, epochs, sys.executable)
+        except RuntimeError as exc:
+            row = {"config": config, "model": config.split("/")[0], "error": str(exc)[-3000:]}
+        finally:
+            os.environ.pop(SCREEN_ENV, None)
+        row["row_wall_seconds"] = time.perf_counter() - began
+        row["loadavg_before"], row["loadavg_after"] = load, os.getloadavg()
+        return row
+
+    def over_budget(config: str, name: str, family: str) -> bool:
+        if args.time_budget is None:
+            return False
+        same = ([r["row_wall_seconds"] for r in rows if r["config"].endswith("/" + name)]
+                or [r["row_wall_seconds"] for r in rows
+                    if _family(r["config"].split("/")[1]) == family])
+        left = args.time_budget - (time.perf_counter() - start)
+        if max(same, default=0.0) <= left and left > 0:
+            return False
+        took = f", the same kind of row took {max(same):.0f} s" if same else ""
+        skipped.append({"config": config,
+                        "reason": f"time budget: {max(left, 0):.0f} s left{took}"})
+        print(f"  {config:<34} skipped: {skipped[-1]['reason']}", flush=True)
+        return True
+
+    for model in models:
+        names, source, none = names_for(args, model, rows + known)
+        skipped += none
+        for name in names:
+            config = f"{model}/{name}"
+            family = _family(name)
+            if family in BASELINES and backend is None:
+                skipped.append({"config": config, "reason": "PyG cannot sample here (neither "
+                                "pyg-lib nor torch_sparse): build pyg-lib first"})
+                continue
+            if family in BASELINES and cuda and backend != "pyg-lib":
+                skipped.append({"config": config, "reason": f"PyG would sample with {backend}, "
+                                "not pyg-lib: build pyg-lib first"})
+                continue
+            if over_budget(config, name, family):
+                continue
+            row = None
+            fastest = min((r for r in rows if r.get("model") == model and "error" not in r
+                           and "screened" not in r and r["config"] != config
+                           and _family(r["config"].split("/")[1]) == family),
+                          key=lambda r: r["steady_epoch_seconds"], default=None)
+            if (family in BASELINES and int(name.split("-w")[1]) in screen
+                    and fastest is not None):
+                # one epoch without the test pass: slower than the family's best steady epoch
+                # by the margin, it cannot be the best (a first epoch is never faster than the
+                # steady one in these rows); otherwise it is measured in full
+                trial = fresh(config, 1, screening=True)
+                bound = SCREEN_MARGIN * fastest["steady_epoch_seconds"]
+                if "error" not in trial and trial["first_epoch_seconds"] > bound:
+                    trial["screened"] = {
+                        "verdict": f"one epoch {trial['first_epoch_seconds']:.1f} s > "
+                                   f"{SCREEN_MARGIN} x {fastest['config']}'s steady "
+                                   f"{fastest['steady_epoch_seconds']:.2f} s",
+                        "against": fastest["config"], "margin": SCREEN_MARGIN}
+                    row = trial
+                else:
+                    print(f"  {config:<34} screen inconclusive "
+                          f"({trial.get('first_epoch_seconds', trial.get('error'))}): "
+                          "measured in full", flush=True)
+                    if over_budget(config, name, family):
+                        continue
+            if row is None:
+                row = fresh(config, epochs_baseline if family in BASELINES else args.epochs)
+            if source is not None and family in BASELINES:
+                row["workers_from"] = source
+            rows.append(row)
+            _print_row(row)
+            write(partial=True)
+        if model == args.worker_sweep_model:
+            sweep_best = {model: best_workers(rows, model)}
+    best = write(partial=False)
+    print_table(rows, best, skipped, on_gpu=cuda)
     print(f"wrote {args.out}")
+    failed = [r["config"] for r in rows if "error" in r]
+    if failed:
+        print(f"FAILED rows: {', '.join(failed)}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

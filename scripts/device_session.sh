@@ -1,0 +1,483 @@
+#!/usr/bin/env bash
+# One lent GPU session (issue 21), in a few short device calls; docs/gpu-runbook.md is the plan.
+#
+#   bash scripts/device_session.sh prepare        # HERE, before the session: .whl/ and .carry/
+#   bash scripts/device_session.sh start          # on the device: install, launch the driver
+#   bash scripts/device_session.sh wait 560       # on the device: wait, copy results to $OUT
+#   bash scripts/device_session.sh status         # on the device: one line, no waiting
+#   bash scripts/device_session.sh stop           # on the device: end the driver
+#
+# `prepare` downloads the wheels gnnorch needs and the device lacks into .whl/ and copies the
+# pyg-lib source and build script from ../shared/baselines into .carry/ (both ignored through
+# .git/info/exclude; the device call carries them: carry [".whl", ".carry"]).
+# `start` installs the missing wheels into /tmp/site, prints the machine (nvidia-smi, versions,
+# compilers) and launches the driver with setsid (it outlives the call while the machine is
+# held), which runs the measurement plan in priority order, each step bounded by `timeout` and
+# by the driver's deadline (DEADLINE_S seconds after its start, default 1200), each writing its
+# own JSON under /tmp/gnnorch-device/results (the log: /tmp/gnnorch-device/log):
+#
+#   a. build pyg-lib (CPU kernels, JOBS=16) | generate the products-scale graph | GPU tests
+#   b. SAGE: gnnorch rows (after a), then vanilla / expert at num_workers 12, 8, 4 and 0
+#      (0 screened: one epoch, kept only if not clearly slower than the best; bench_gpu.py)
+#   c. GCN, GAT: gnnorch + vanilla / expert at SAGE's best worker counts
+#   d. the 16-core CPU rows with the GPU hidden: bench_fastpath --baselines, bench_tuner part A
+#
+# PLAN=cpu (with `start`) runs the build and d only; DEADLINE_S bounds the whole plan.
+#
+# `wait S` returns when the driver is done or after S seconds, whichever is first, copying the
+# log, every results JSON and a tarball of everything (step outputs included) into $OUT.
+#
+# DRY=1 runs the same plan on this CPU at a tiny scale (.venv's python, no pyg-lib build, the
+# GPU tests skip, PyG's vanilla rows sample with torch_sparse): a check of the script, whose
+# numbers mean nothing.
+set -uo pipefail
+
+# The driver runs from a copy of this script under $ROOT (started with GNNORCH_REPO set), so
+# that a later call's copy of the working tree cannot change the script under a running bash.
+REPO="${GNNORCH_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+DRY="${DRY:-0}"
+ROOT="${GNNORCH_DEVICE_ROOT:-/tmp/gnnorch-device$([ "$DRY" = 1 ] && echo -dry)}"
+SITE="${GNNORCH_DEVICE_SITE:-/tmp/site}"
+SHARED="${SHARED:-$REPO/../shared/baselines}"
+DEADLINE_S="${DEADLINE_S:-1200}"
+if [ "$DRY" = 1 ]; then PY="${PY:-$REPO/.venv/bin/python}"; else PY="${PY:-python3}"; fi
+# The wheels of gnnorch's dependencies the device lacks (scikit-optimize and what it pulls in,
+# cloudpickle): the versions of the project's .venv. `start` installs only the missing ones.
+WHEELS=(scikit-optimize==0.10.2 pyaml==26.7.0 PyYAML==6.0.3 scikit-learn==1.9.1
+        joblib==1.6.0 threadpoolctl==3.8.0 narwhals==2.29.0 cloudpickle==3.1.2 packaging==26.3)
+PIP_PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
+               --platform manylinux2014_x86_64)
+
+# The plan's scale (DRY: tiny, on the CPU).
+if [ "$DRY" = 1 ]; then
+  NODES=20000; SEEDS=2048; HIDDEN=64; EPOCHS=2; EPOCHS_BASELINE=2; DEVICE=cpu
+  SWEEP_WORKERS=2,1; SCREEN_WORKERS=0
+  FASTPATH_WORKERS=0,1; FASTPATH_ARGS=(--nodes 20000 --epochs 2 --train-seeds 2048)
+  TUNER_ARGS=(--nodes 5000 --epochs 3 --ex-epochs 2 --min-cores "$(nproc)")
+else
+  NODES=2450000; SEEDS=196615; HIDDEN=256; EPOCHS=3; EPOCHS_BASELINE=2; DEVICE=cuda
+  SWEEP_WORKERS=12,8,4; SCREEN_WORKERS=0
+  FASTPATH_WORKERS=0,4,8,12; FASTPATH_ARGS=(--nodes 400000 --epochs 2)
+  TUNER_ARGS=(--nodes 60000 --epochs 10 --ex-epochs 4 --min-cores 16)
+fi
+
+log() { echo "[$(date +%H:%M:%S) +$(( $(date +%s) - ${T0:-$(date +%s)} ))s] $*" >> "$ROOT/log"; }
+
+# =============================================================================== prepare (here)
+prepare() {
+  cd "$REPO" || exit 1
+  mkdir -p .git/info && touch .git/info/exclude
+  local line
+  for line in /.whl/ /.carry/; do
+    grep -qxF "$line" .git/info/exclude || echo "$line" >> .git/info/exclude
+  done
+  mkdir -p .whl .carry
+  local spec name version norm have
+  for spec in "${WHEELS[@]}"; do
+    name="${spec%%==*}"; version="${spec##*==}"
+    norm="$(echo "$name" | tr 'A-Z-' 'a-z_')"
+    # one version of each: others of the same name go
+    for have in .whl/*.whl; do
+      [ -e "$have" ] || continue
+      local base; base="$(basename "$have" | tr 'A-Z' 'a-z')"
+      if [ "${base%%-*}" = "$norm" ] && [ "$(echo "$base" | cut -d- -f2)" != "$version" ]; then
+        echo "removing $have (not $version)"; rm -f "$have"
+      fi
+    done
+    if ls .whl | tr 'A-Z' 'a-z' | grep -q "^${norm}-${version}-"; then continue; fi
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp "${PIP_PLATFORMS[@]}" -d .whl "$spec" \
+      || python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        -d .whl "$spec" || { echo "prepare: could not download $spec" >&2; return 1; }
+  done
+  [ -f "$SHARED/pyg-lib-0.9.0-src.tar.gz" ] && [ -f "$SHARED/build-pyg-lib.sh" ] \
+    || { echo "prepare: $SHARED lacks the pyg-lib archive or build script" >&2; return 1; }
+  cmp -s "$SHARED/pyg-lib-0.9.0-src.tar.gz" .carry/pyg-lib-0.9.0-src.tar.gz \
+    || cp -f "$SHARED/pyg-lib-0.9.0-src.tar.gz" .carry/
+  # the build script, offline: its `pip install cmake ninja wheel setuptools` (already on the
+  # device, and there is no network there) becomes a check that they are there
+  local pipline='"$py" -m pip install -q cmake ninja wheel setuptools'
+  grep -qxF "$pipline" "$SHARED/build-pyg-lib.sh" \
+    || { echo "prepare: build-pyg-lib.sh changed; check its pip line by hand" >&2; return 1; }
+  awk -v pipline="$pipline" '$0 == pipline {
+      print "# offline copy (gnnorch scripts/device_session.sh prepare): no pip install here;"
+      print "# cmake, wheel and setuptools must be installed already"
+      print "\"$py\" -c \"import setuptools, wheel\""
+      print "command -v cmake >/dev/null"
+      next } { print }' "$SHARED/build-pyg-lib.sh" > .carry/build-pyg-lib.sh
+  chmod +x .carry/build-pyg-lib.sh
+  git check-ignore -q .whl/x && git check-ignore -q .carry/x \
+    || { echo "prepare: .whl/ or .carry/ is not ignored by git" >&2; return 1; }
+  ls -la .whl .carry
+  local kib; kib="$(du -sk .whl .carry | awk '{s += $1} END {print s}')"
+  echo "carry: [\".whl\", \".carry\"]  ($((kib / 1024)) MiB of the 64 MiB a call carries)"
+  [ "$kib" -lt $((60 * 1024)) ] || { echo "prepare: too large to carry" >&2; return 1; }
+}
+
+# =============================================================================== start (device)
+install_wheels() {
+  # only the distributions this python lacks go into $SITE (none at all in DRY here)
+  local missing
+  missing="$("$PY" - <<'EOF'
+import importlib.metadata as md
+import pathlib
+out = []
+for wheel in sorted(pathlib.Path(".whl").glob("*.whl")):
+    name = wheel.name.split("-")[0]
+    try:
+        md.version(name)
+    except md.PackageNotFoundError:
+        out.append(str(wheel))
+print(" ".join(out))
+EOF
+)"
+  if [ -z "$missing" ]; then echo "wheels: nothing missing"; return 0; fi
+  echo "wheels: installing into $SITE: $missing"
+  mkdir -p "$SITE"
+  # shellcheck disable=SC2086
+  if "$PY" -m pip --version >/dev/null 2>&1; then
+    PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install -q --no-index \
+      --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" $missing
+  else  # no pip: a wheel is a zip laid out for site-packages
+    "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
+      "$SITE" $missing
+  fi
+}
+
+start() {
+  cd "$REPO" || exit 1
+  if driver_alive; then echo "the driver is already running (pid $(cat "$ROOT/driver.pid"))"
+    status; return 0; fi
+  if [ -f "$ROOT/current" ] && [ "${FORCE:-0}" != 1 ]; then
+    echo "a driver already ran here ($(status)); FORCE=1 starts the plan again (the graph and"
+    echo "an installed pyg-lib are kept, the results are not)"; return 0
+  fi
+  [ "$DRY" = 1 ] || [ -d .whl ] || { echo "no .whl/: run prepare here and carry .whl" >&2; return 1; }
+  # a fresh run keeps only the generated graphs (cwd/bench-results/graphs)
+  (cd "$ROOT" 2>/dev/null && ls -A | grep -vx cwd | xargs -r rm -rf)
+  mkdir -p "$ROOT/results" "$ROOT/steps" "$ROOT/cwd"
+  [ -d .whl ] && install_wheels
+  export PYTHONPATH="$SITE:$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
+  {
+    echo "== machine"; date -u; uname -a; nproc; free -g | head -2; df -h /tmp | tail -1
+    if command -v nvidia-smi >/dev/null; then nvidia-smi; else echo "no nvidia-smi"; fi
+    local t; for t in nvcc g++ c++ cmake ninja taskset; do
+      echo "$t: $(command -v "$t" || echo missing)"; done
+    ls -d /usr/local/cuda*/bin/nvcc 2>/dev/null
+    "$PY" - <<'EOF'
+import importlib.metadata as md, platform, torch, torch_geometric
+import torch_geometric.typing as t
+print("python", platform.python_version(), "torch", torch.__version__, "cuda",
+      torch.version.cuda, "available", torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+print("torch_geometric", torch_geometric.__version__, "pyg-lib", t.WITH_PYG_LIB,
+      "torch_sparse", t.WITH_TORCH_SPARSE)
+for name in ("numpy", "scipy", "scikit-optimize", "scikit-learn", "cloudpickle", "psutil",
+             "pytest", "pytest-timeout"):
+    try:
+        print(f"  {name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"  {name} MISSING")
+import gnnorch  # noqa: F401  (fatal: nothing can be measured without it)
+print("gnnorch import ok")
+for name in ("skopt", "cloudpickle"):   # the CPU rows' tuner needs skopt
+    try:
+        __import__(name)
+    except Exception as exc:
+        print(f"WARNING: import {name} failed: {exc!r}")
+EOF
+  } 2>&1 | tee "$ROOT/machine.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "start: the machine check failed (above)" >&2; return 1; }
+  echo "== launching the driver (deadline ${DEADLINE_S}s; log $ROOT/log)"
+  cp "$SELF" "$ROOT/device_session.sh"
+  DRY="$DRY" PY="$PY" DEADLINE_S="$DEADLINE_S" PLAN="${PLAN:-all}" GNNORCH_DEVICE_ROOT="$ROOT" \
+    GNNORCH_REPO="$REPO" \
+    setsid nohup bash "$ROOT/device_session.sh" _driver > "$ROOT/driver.out" 2>&1 < /dev/null &
+  local i; for i in $(seq 1 20); do [ -s "$ROOT/driver.pid" ] && break; sleep 0.5; done
+  sleep 2
+  driver_alive && echo "driver running, pid $(cat "$ROOT/driver.pid")" \
+    || { echo "the driver did not start:"; cat "$ROOT/driver.out"; return 1; }
+  tail -n 5 "$ROOT/log"
+}
+
+driver_alive() { [ -s "$ROOT/driver.pid" ] && kill -0 "$(cat "$ROOT/driver.pid")" 2>/dev/null; }
+
+# =============================================================================== the driver
+# run_step NAME MAX_SECONDS CMD...: CMD bounded by min(MAX, the time left before the deadline)
+# with its output in steps/NAME.out; the command line and exit status go to the log.
+run_step() {
+  local name="$1" max="$2"; shift 2
+  local left=$(( DEADLINE_S - ($(date +%s) - T0) ))
+  if (( left < 20 )); then
+    log "step $name: SKIPPED (${left}s left before the deadline)"
+    echo "$name" >> "$ROOT/skipped"; return 99
+  fi
+  local limit=$(( max < left ? max : left ))
+  echo "$name" > "$ROOT/current"
+  log "step $name: start (timeout ${limit}s): $*"
+  local began; began="$(date +%s)"
+  timeout -k 20 "$limit" "$@" > "$ROOT/steps/$name.out" 2>&1
+  local rc=$?
+  log "step $name: exit $rc$( ((rc == 124)) && echo ' (timed out)') after $(( $(date +%s) - began ))s"
+  tail -n 4 "$ROOT/steps/$name.out" | sed 's/^/    | /' >> "$ROOT/log"
+  ((rc == 0)) || echo "$name($rc)" >> "$ROOT/failed"
+  return $rc
+}
+
+# seconds left before the deadline, minus a margin
+left() { echo $(( DEADLINE_S - ($(date +%s) - T0) - ${1:-15} )); }
+
+# (run through `timeout` by the driver)
+_torch_cpu_config() {
+  # torch's CMake config needs a CUDA toolkit when torch is a CUDA build; pyg-lib's CPU kernels
+  # need none of it: a minimal config of torch's CPU libraries, found first through Torch_ROOT
+  local shim="$ROOT/torch-cpu-cmake" prefix abi
+  prefix="$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))')" || return 1
+  abi="$("$PY" -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')" || return 1
+  mkdir -p "$shim/share/cmake/Torch"
+  cat > "$shim/share/cmake/Torch/TorchConfig.cmake" <<CMAKE
+# Written by gnnorch scripts/device_session.sh: torch's CPU libraries, to build pyg-lib's CPU
+# kernels (FORCE_CUDA=0) against a CUDA build of torch where no CUDA toolkit is installed
+# (torch's own config stops there). Found before torch's own through Torch_ROOT.
+set(TORCH_INSTALL_PREFIX "$prefix")
+set(TORCH_INCLUDE_DIRS "\${TORCH_INSTALL_PREFIX}/include"
+    "\${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include")
+find_library(TORCH_LIBRARY torch PATHS "\${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+find_library(TORCH_CPU_LIBRARY torch_cpu PATHS "\${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+find_library(C10_LIBRARY c10 PATHS "\${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+if(NOT TARGET torch)
+  add_library(torch SHARED IMPORTED)
+  set_target_properties(torch PROPERTIES
+    IMPORTED_LOCATION "\${TORCH_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "\${TORCH_INCLUDE_DIRS}"
+    INTERFACE_LINK_LIBRARIES "\${TORCH_CPU_LIBRARY};\${C10_LIBRARY}"
+    INTERFACE_COMPILE_OPTIONS "-D_GLIBCXX_USE_CXX11_ABI=$abi")
+endif()
+set(TORCH_LIBRARIES torch)
+set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=$abi")
+if(TORCH_LIBRARY AND TORCH_CPU_LIBRARY AND C10_LIBRARY)
+  set(Torch_FOUND TRUE)
+else()
+  set(Torch_FOUND FALSE)
+  set(Torch_NOT_FOUND_MESSAGE "libtorch, libtorch_cpu or libc10 missing in \${TORCH_INSTALL_PREFIX}/lib")
+endif()
+CMAKE
+  export Torch_ROOT="$shim"
+  echo "building against $shim/share/cmake/Torch/TorchConfig.cmake (torch's CPU libraries)"
+}
+
+_build_once() {
+  # an absolute PYTHON: the script puts its folder (where pip put cmake and ninja) on PATH;
+  # the wheel goes into that python's own site-packages (a PEP 668 marker would refuse it: the
+  # device is thrown away after the session)
+  PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1 \
+    PYTHON="$(command -v "$PY" || echo "$PY")" JOBS="${JOBS:-$(nproc)}" \
+    bash "$ROOT/carry/build-pyg-lib.sh" "$ROOT/wheels"
+}
+
+_build() {
+  # pyg-lib's CPU kernels (FORCE_CUDA=0), from a copy of .carry. TORCH_CPU_CONFIG=1 builds
+  # against _torch_cpu_config, 0 against torch's own config; by default torch's own where nvcc
+  # exists (retried with the CPU config when that fails within 3 minutes: at CMake's
+  # configure step), the CPU config where it does not.
+  rm -rf "$ROOT/carry" && cp -r "$REPO/.carry" "$ROOT/carry" || return 1
+  local mode="${TORCH_CPU_CONFIG:-auto}"
+  if [ "$mode" = auto ] && ! command -v nvcc >/dev/null \
+      && ! ls /usr/local/cuda*/bin/nvcc >/dev/null 2>&1; then
+    echo "no nvcc found"; mode=1
+  fi
+  if [ "$mode" = 1 ]; then _torch_cpu_config && _build_once; return; fi
+  local began=$SECONDS
+  _build_once && return 0
+  if [ "$mode" = auto ] && ((SECONDS - began < 180)); then
+    echo "== the build failed after $((SECONDS - began))s: again against torch's CPU libraries"
+    rm -rf "$ROOT/wheels"; _torch_cpu_config && _build_once
+  else
+    return 1
+  fi
+}
+
+_graph() {
+  cd "$ROOT/cwd" && "$PY" -c "
+import sys, time; sys.path.insert(0, '$REPO/scripts')
+import baselines
+t = time.perf_counter(); path = baselines.ensure_graph($NODES, 0, $SEEDS, 50.5)
+print(path, f'{time.perf_counter() - t:.0f} s')"
+}
+
+_gpu_tests() {
+  cd "$REPO" || return 1
+  local files; files="$(grep -l 'mark.gpu' tests/test_*.py | tr '\n' ' ')"
+  local extra=(); "$PY" -c "import pytest_timeout" 2>/dev/null && extra=(--timeout 120)
+  # shellcheck disable=SC2086
+  "$PY" -m pytest -m gpu -q -p no:cacheprovider -rs "${extra[@]}" $files \
+    --junitxml "$ROOT/results/pytest_gpu.xml"
+}
+
+bench_gpu() {  # NAME MAX ARGS...: one bench_gpu.py run, its JSON results/gpu_NAME.json
+  local name="$1" max="$2"; shift 2
+  local budget; budget="$(left 30)"; (( budget < max )) || budget=$((max - 30))
+  (cd "$ROOT/cwd" && run_step "gpu_$name" "$max" "$PY" "$REPO/scripts/bench_gpu.py" \
+    --nodes "$NODES" --train-seeds "$SEEDS" --hidden "$HIDDEN" --epochs "$EPOCHS" \
+    --epochs-baseline "$EPOCHS_BASELINE" --device "$DEVICE" --time-budget "$budget" \
+    --out "$ROOT/results/gpu_$name.json" "$@")
+  local rc=$?
+  merge_gpu
+  return $rc
+}
+
+merge_gpu() {  # the GPU table so far, from every bench_gpu JSON: results/gpu.json
+  local files=()
+  local f; for f in sage_gnnorch sage_baselines gcn_gat; do
+    [ -f "$ROOT/results/gpu_$f.json" ] && files+=("$ROOT/results/gpu_$f.json"); done
+  ((${#files[@]})) || return 0
+  "$PY" "$REPO/scripts/bench_gpu.py" --merge "${files[@]}" --out "$ROOT/results/gpu.json" \
+    > "$ROOT/steps/gpu_table.out" 2>&1
+  log "merged ${#files[@]} GPU runs into results/gpu.json (table: steps/gpu_table.out)"
+}
+
+pyg_can_sample() {  # vanilla / expert rows: pyg-lib (DRY: torch_sparse does, on the CPU)
+  (cd / && "$PY" -c "
+import torch_geometric.typing as t, sys
+sys.exit(0 if t.WITH_PYG_LIB or ($DRY == 1 and t.WITH_TORCH_SPARSE) else 1)")
+}
+
+_driver() {
+  echo $$ > "$ROOT/driver.pid"
+  T0="$(date +%s)"
+  cd "$REPO" || exit 1
+  case ":${PYTHONPATH:-}:" in *":$REPO/src:"*) ;;
+    *) export PYTHONPATH="$SITE:$REPO/src${PYTHONPATH:+:$PYTHONPATH}" ;; esac
+  export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+  # the tests make their own empty decision cache; bench_gpu.py one per gnnorch row
+  unset GNNORCH_CACHE_DIR
+  local plan="${PLAN:-all}"   # all: a, b, c, d; cpu: the build and d only
+  log "driver start: plan $plan, DRY=$DRY, python $PY, deadline ${DEADLINE_S}s, $(nproc) cpus"
+
+  # a. pyg-lib build | graph | GPU tests. The build uses every core while nothing is measured;
+  #    the rows wait for it so that every row (gnnorch's sampler="auto" looks for pyg-lib) sees
+  #    the same environment.
+  local build_pid="" graph_pid="" tests_pid="" graph_rc=0
+  if [ "$DRY" = 1 ]; then log "step build: DRY, no pyg-lib build"
+  elif (cd / && "$PY" -c "import pyg_lib" 2>/dev/null); then
+    log "step build: pyg-lib already installed"
+  else run_step build 540 bash "$SELF" _build & build_pid=$!
+  fi
+  if [ "$plan" = all ]; then
+    run_step graph 420 bash "$SELF" _graph & graph_pid=$!
+    run_step gpu_tests 240 bash "$SELF" _gpu_tests & tests_pid=$!
+    wait "$graph_pid"; graph_rc=$?
+    wait "$tests_pid"
+  fi
+  [ -n "$build_pid" ] && wait "$build_pid"
+  (cd / && "$PY" -c "import pyg_lib; print('pyg-lib', pyg_lib.__version__)" >> "$ROOT/log" \
+    2>/dev/null) || log "pyg-lib: not importable"
+  if [ "$plan" = all ] && ((graph_rc == 0)); then gpu_plan
+  elif [ "$plan" = all ]; then log "no graph: no GPU rows"
+  fi
+  cpu_plan
+  finish
+}
+
+gpu_plan() {
+  # b. SAGE: gnnorch's rows, then vanilla / expert over the worker counts (0 last, screened)
+  bench_gpu sage_gnnorch 600 --models sage --configs \
+    gnnorch,gnnorch-cache,gnnorch-features-host,gnnorch-cache-features-host,gnnorch-features-host-norewrite
+  local baselines_ok=0
+  if pyg_can_sample; then
+    baselines_ok=1
+    bench_gpu sage_baselines 720 --models sage --configs vanilla,expert \
+      --workers "$SWEEP_WORKERS,$SCREEN_WORKERS" --screen-workers "$SCREEN_WORKERS"
+  else
+    log "PyG cannot sample with pyg-lib: the vanilla and expert rows are not measured"
+  fi
+  # c. GCN, GAT: gnnorch, and vanilla / expert at SAGE's best worker counts
+  if ((baselines_ok)) && [ -f "$ROOT/results/gpu_sage_baselines.json" ]; then
+    bench_gpu gcn_gat 480 --models gcn,gat --configs gnnorch,vanilla,expert \
+      --worker-sweep-model sage --workers-from "$ROOT/results/gpu_sage_baselines.json"
+  else
+    bench_gpu gcn_gat 300 --models gcn,gat --configs gnnorch
+  fi
+}
+
+cpu_plan() {
+  # d. the CPU rows on all cores, the GPU hidden; rewrite decisions start empty
+  export GNNORCH_CACHE_DIR="$ROOT/gnnorch-cache-cpu"
+  if (cd / && "$PY" -c "import pyg_lib" 2>/dev/null); then
+    # torch_sparse is not on the device: its vanilla row is left out
+    local experts; experts="$(echo "$FASTPATH_WORKERS" | sed 's/\([0-9]\+\)/expert-w\1/g')"
+    (cd "$ROOT/cwd" && CUDA_VISIBLE_DEVICES="" run_step cpu_fastpath 300 "$PY" \
+      "$REPO/scripts/bench_fastpath.py" --baselines "${FASTPATH_ARGS[@]}" \
+      --workers "$FASTPATH_WORKERS" --configs "vanilla-pyg_lib,$experts,gnnorch" \
+      --out "$ROOT/results/cpu_fastpath_baselines.json")
+  else
+    log "step cpu_fastpath: skipped (needs pyg-lib)"
+  fi
+  (cd "$ROOT/cwd" && CUDA_VISIBLE_DEVICES="" run_step cpu_tuner 420 "$PY" \
+    "$REPO/scripts/bench_tuner.py" --part A "${TUNER_ARGS[@]}" \
+    --out "$ROOT/results/cpu_tuner_partA.json")
+}
+
+finish() {
+  merge_gpu
+  local failed=""; [ -f "$ROOT/failed" ] && failed="$(tr '\n' ' ' < "$ROOT/failed")"
+  local skipped=""; [ -f "$ROOT/skipped" ] && skipped="$(tr '\n' ' ' < "$ROOT/skipped")"
+  echo "done${failed:+; failed: $failed}${skipped:+; skipped: $skipped}" > "$ROOT/current"
+  log "driver done after $(( $(date +%s) - T0 ))s${failed:+; failed steps: $failed}${skipped:+; skipped: $skipped}"
+}
+
+# =============================================================================== wait / status
+status() {
+  if [ ! -f "$ROOT/current" ] && ! driver_alive; then echo "STATUS: not started"; return; fi
+  local current; current="$(cat "$ROOT/current" 2>/dev/null)"
+  local since=""; [ -f "$ROOT/driver.pid" ] && since="$(( $(date +%s) - $(stat -c %Y "$ROOT/driver.pid") ))s"
+  if driver_alive; then echo "STATUS: running (step ${current:-?}, ${since} since start)"
+  elif [[ "$current" == done* ]]; then echo "STATUS: $current"
+  else echo "STATUS: driver gone during step ${current:-?} (see the log)"; fi
+}
+
+collect() {
+  local out="${OUT:?OUT is not set}"
+  mkdir -p "$out"
+  cp -f "$ROOT/log" "$out/log.txt" 2>/dev/null
+  status > "$ROOT/status.txt"
+  (cd "$ROOT" && tar -czf "$out/results.tar.gz" --exclude='*.tmp' log status.txt \
+    machine.txt driver.out results steps 2>/dev/null)
+  # the JSONs flat as well (8 files at most come back: log.txt, results.tar.gz and 6 of these)
+  local n=0 f
+  for f in gpu.json gpu_sage_gnnorch.json gpu_sage_baselines.json gpu_gcn_gat.json \
+           cpu_fastpath_baselines.json cpu_tuner_partA.json; do
+    [ -f "$ROOT/results/$f" ] && ((n < 6)) && cp -f "$ROOT/results/$f" "$out/" && n=$((n + 1))
+  done
+  ls -la "$out"
+}
+
+wait_cmd() {
+  local seconds="${1:-540}"
+  local end=$((SECONDS + seconds))
+  while driver_alive && ((SECONDS < end)); do sleep 5; done
+  collect
+  echo "== log (tail)"; tail -n 40 "$ROOT/log" 2>/dev/null
+  [ -f "$ROOT/steps/gpu_table.out" ] && { echo "== GPU table so far"; cat "$ROOT/steps/gpu_table.out"; }
+  status
+}
+
+stop() {
+  if driver_alive; then kill -- "-$(cat "$ROOT/driver.pid")" && echo "driver stopped"
+  else echo "no driver running"; fi
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  start) start ;;
+  wait) wait_cmd "${2:-540}" ;;
+  status) status ;;
+  collect) collect ;;
+  stop) stop ;;
+  _driver) _driver ;;
+  _build) _build ;;
+  _graph) _graph ;;
+  _gpu_tests) _gpu_tests ;;
+  *) sed -n '2,9p' "$SELF"; exit 2 ;;
+esac
