@@ -275,6 +275,25 @@ def test_break_leaves_no_thread_and_next_epoch_repeats():
         _assert_same_batch(g, w)
 
 
+def test_an_abandoned_epoch_still_referenced_stops_before_the_next_one():
+    """An epoch left mid-way but still referenced (a traceback, a variable) keeps its producer
+    drawing ahead; the next epoch closes it before reseeding the generator, so the next
+    epoch's batches are those of a fixed-seed run."""
+    config = DataPathConfig(mode="device", prefetch=3)
+    _, path, loader, state = _served(config, batch_size=8)
+    kept = path.feed(iter(loader), loader, state, True)
+    next(kept)                                   # abandoned, but alive: `kept` holds it
+    second = _device_epoch(path, loader, state)
+    assert _no_pipeline_thread() and next(kept, None) is None   # closed by the next epoch
+    _, path2, loader2, state2 = _served(DataPathConfig(mode="device", prefetch=0),
+                                         batch_size=8)
+    _device_epoch(path2, loader2, state2)
+    again = _device_epoch(path2, loader2, state2)
+    assert len(second) == len(again)
+    for g, w in zip(second, again):
+        _assert_same_batch(g, w)
+
+
 def test_errors_arrive_in_place():
     _, path, loader, state = _served(DataPathConfig(mode="device", prefetch=2), batch_size=8)
     _counting(loader, fail_at=3)

@@ -120,6 +120,8 @@ class _Served:
         self.plan, self.move, self.generator, self.on_device = plan, move, generator, on_device
         self.cached = cached   # a training loader of the historical-embedding cache
         self.undo = undo
+        # the latest epoch's batch generator (weakly: an abandoned epoch is collected)
+        self.epoch: weakref.ref[Iterator[Any]] | None = None
 
 
 class DevicePath:
@@ -312,6 +314,9 @@ class DevicePath:
         depth = self.config.prefetch
         in_process = int(getattr(loader, "num_workers", 0) or 0) == 0
         record.prefetch_reason = ""
+        previous = served.epoch() if served.epoch is not None else None
+        if previous is not None:   # an abandoned epoch still alive: its producer stops before
+            previous.close()       # the generator is reseeded under it
         if served.generator is not None:
             loader.node_sampler.generator = served.generator.next_epoch()
         elif in_process and depth > 0:
@@ -321,7 +326,9 @@ class DevicePath:
         ahead = cache.may_draw_ahead if cache is not None else None
         record.prefetch = depth
         record.epochs += 1
-        return pipelined(iter(iterator), served.move, depth, record, ahead, self._publish)
+        epoch = pipelined(iter(iterator), served.move, depth, record, ahead, self._publish)
+        served.epoch = weakref.ref(epoch)
+        return epoch
 
     # -- report ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

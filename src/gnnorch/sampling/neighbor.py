@@ -73,7 +73,7 @@ class FastNeighborSampler(NeighborSampler):
             self.sample_direction = sample_direction
         self._exclude: Tensor | None = None
         self._exclude_hops: frozenset[int] = frozenset()
-        self._workspaces: list[Tensor] = []
+        self._workspaces: dict[int, list[Tensor]] = {}   # free buffers per CUDA stream
         self.use_pyg = False               # every call to PyG's own _sample (pyg-lib)
         # the fast path's random source (None: torch's global RNG of the CSC's device); not
         # pickled: DataLoader workers draw from their own, seeded, global RNG
@@ -100,7 +100,7 @@ class FastNeighborSampler(NeighborSampler):
             self.perm = self.perm.to(device)
         if self._exclude is not None:
             self._exclude = self._exclude.to(device)
-        self._workspaces = []
+        self._workspaces = {}
 
     def use_structure(self, colptr: Tensor, row: Tensor, perm: Tensor | None) -> None:
         """Sample from `colptr` / `row` / `perm` (the same CSC as this sampler's own, e.g. one
@@ -110,7 +110,7 @@ class FastNeighborSampler(NeighborSampler):
         self.colptr, self.row, self.perm = colptr, row, perm
         if self._exclude is not None:
             self._exclude = self._exclude.to(colptr.device)
-        self._workspaces = []
+        self._workspaces = {}
 
     @property
     def fallback_reason(self) -> str | None:
@@ -161,7 +161,8 @@ class FastNeighborSampler(NeighborSampler):
             return compat_pyg.pyg_sample(self, seed, seed_time, **kwargs)
         induced = self.subgraph_type == SubgraphType.induced
         version = self.exclusion_version
-        workspace = self._borrow_workspace()
+        free = self._free_workspaces()
+        workspace = self._borrow_workspace(free)
         try:
             out = sample_neighbors(
                 self.colptr, self.row, seed, self.num_neighbors.get_mapped_values(),
@@ -169,7 +170,7 @@ class FastNeighborSampler(NeighborSampler):
                 exclude_hops=self._exclude_hops, workspace=workspace,
                 generator=self.generator)
         finally:
-            self._workspaces.append(workspace)
+            free.append(workspace)
         row, col = out.row, out.col
         if self.sample_direction == "backward":
             row, col = col, row
@@ -181,16 +182,26 @@ class FastNeighborSampler(NeighborSampler):
         result.exclusion_version = version   # the mask it was sampled with (see __init__)
         return result
 
-    def _borrow_workspace(self) -> Tensor:
-        """A free all -1 global-to-local buffer (``list.pop`` is atomic across threads)."""
+    def _free_workspaces(self) -> list[Tensor]:
+        """The free global-to-local buffers of the current CUDA stream (one pool on the CPU).
+
+        A buffer goes back to its pool when the sampling call has *queued* its last use of it;
+        on a GPU that use may not have run yet, so only the same stream (which runs its work
+        in order) may take it again: loaders sampling on two side streams never share one."""
+        key = (torch.cuda.current_stream(self.colptr.device).cuda_stream
+               if self.colptr.is_cuda else 0)
+        return self._workspaces.setdefault(key, [])   # dict.setdefault: atomic
+
+    def _borrow_workspace(self, free: list[Tensor]) -> Tensor:
+        """A free all-UNSEEN global-to-local buffer (``list.pop`` is atomic across threads)."""
         try:
-            return self._workspaces.pop()
+            return free.pop()
         except IndexError:
             return new_workspace(self.colptr.numel() - 1, self.colptr.device)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_workspaces"] = []
+        state["_workspaces"] = {}
         state["generator"] = None
         return state
 
