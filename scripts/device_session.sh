@@ -313,6 +313,15 @@ _gpu_tests() {
   # shellcheck disable=SC2086
   "$PY" -m pytest -m gpu -q -p no:cacheprovider -rs "${extra[@]}" $files \
     --junitxml "$ROOT/results/pytest_gpu.xml"
+  local rc=$?
+  # the sampler's cost per batch on the device, both k-subset draws (ops, syncs, ms)
+  "$PY" "$REPO/scripts/bench_sampler_ops.py" --nodes 1000000 --device "$DEVICE" \
+    --out "$ROOT/results/sampler_ops_device.json" || rc=$?
+  # stream races: torch's CUDA sanitizer over the device path's GPU tests (report only)
+  [ "$DEVICE" = cuda ] && TORCH_CUDA_SANITIZER=1 timeout 90 "$PY" -m pytest -m gpu -q \
+    -p no:cacheprovider tests/test_device.py tests/test_device_path.py \
+    --junitxml "$ROOT/results/pytest_gpu_sanitizer.xml"
+  return $rc
 }
 
 bench_gpu() {  # NAME MAX ARGS...: one bench_gpu.py run, its JSON results/gpu_NAME.json
@@ -366,7 +375,7 @@ _driver() {
   fi
   if [ "$plan" = all ]; then
     run_step graph 420 bash "$SELF" _graph & graph_pid=$!
-    run_step gpu_tests 240 bash "$SELF" _gpu_tests & tests_pid=$!
+    run_step gpu_tests 360 bash "$SELF" _gpu_tests & tests_pid=$!
     wait "$graph_pid"; graph_rc=$?
     wait "$tests_pid"
   fi
