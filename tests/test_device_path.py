@@ -737,3 +737,87 @@ def test_loaders_of_one_graph_share_one_device_structure():
     assert len(got) == len(want)
     for x, y in zip(got, want):
         _assert_same_batch(x, y)
+
+
+def _train_on(data, device, epochs=3):
+    """`_train_with_eval` as a PyG user writes it for a GPU: model and batches moved there."""
+    loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
+                            batch_size=32, shuffle=True)
+    evaluation = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.test_mask,
+                                batch_size=64)
+    torch.manual_seed(0)
+    model = GraphSAGE(16, 32, 2, 4).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses, ids_copied = [], 0
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            n_id = batch.n_id
+            batch = batch.to(device)
+            ids_copied += device_twin(n_id) is not batch.n_id
+            assert torch.equal(batch.n_id.cpu(), n_id)
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for batch in evaluation:
+            batch = batch.to(device)
+            pred = model(batch.x, batch.edge_index)[:batch.batch_size].argmax(-1)
+            correct += int((pred == batch.y[:batch.batch_size]).sum())
+    return losses, correct / int(data.test_mask.sum()), ids_copied
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cache", [False, True])
+@pytest.mark.parametrize("features", ["auto", "host"])
+def test_cuda_runtime_trains_with_the_path_and_the_cache(cache, features):
+    """A whole CUDA run through the runtime: every training batch's ids were twinned (the
+    user's batch.to copied none), losses finite, accuracy that of the CPU run within noise, the
+    cache active within its staleness bound."""
+    from gnnorch.cache import CacheConfig
+
+    config = CacheConfig(staleness=2, hot_ratio=0.2, debug=True) if cache else False
+    runtime = gnnorch.Runtime(_train_on, processes=1, seed=SEED, device="cuda", cache=config,
+                              data_path={"features": features})
+    losses, accuracy, ids_copied = runtime(DATA, "cuda")
+    stats = runtime.last_run.stats[0]
+    train = stats["device"]["loaders"][0]
+    assert train["served"] and all(l == l for l in losses) and ids_copied == 0
+    assert train["features"] == ("pinned" if features == "host" else "gpu")
+    plain = gnnorch.Runtime(_train_on, processes=1, seed=SEED, device="cpu", cache=config)
+    _, cpu_accuracy, _ = plain(DATA, "cpu")
+    assert abs(accuracy - cpu_accuracy) <= 0.15
+    if cache:
+        assert stats["cache"]["status"] == "active"
+        assert stats["cache"]["max_staleness_seen"] <= 2
+
+
+@pytest.mark.gpu
+def test_cuda_consumer_waits_for_a_slow_side_stream():
+    """The side stream is held up (a GPU spin before each copy): batches still arrive complete
+    and in order, so the trainer's stream really waits on each batch's event."""
+    from torch_geometric.data import Data
+
+    from gnnorch.device.pipeline import Prefetcher
+    from gnnorch.device.transfer import DeviceTransfer
+
+    move = DeviceTransfer("cuda")
+    batches = [Data(x=torch.full((4096, 64), float(i)), y=torch.arange(4096) + i)
+               for i in range(6)]
+    expected = [b.clone() for b in batches]
+
+    def slow(batch):
+        with move.producing():
+            torch.cuda._sleep(50_000_000)   # ~ tens of ms of GPU time on the side stream
+        return move.transfer(batch)
+
+    out = list(Prefetcher(batches, transfer=slow, ready=move.ready, depth=2,
+                          produce_in=move.producing))
+    for got, want in zip(out, expected):
+        total = got.x.sum() + got.y.sum()   # on the trainer's (default) stream
+        assert float(total) == float(want.x.sum() + want.y.sum())
