@@ -394,8 +394,10 @@ def test_cache_composes_with_the_device_path():
     assert all(l == l for l in losses) and 0.0 <= accuracy <= 1.0
     stats = runtime.last_run.stats[0]
     train, evaluation = stats["device"]["loaders"]
-    assert train["served"] and not train["samples_on_device"] and train["features"] == "gpu"
-    assert "historical-embedding cache" in train["placement"]["reasons"][0]
+    # the cache's training loader samples on the device too (its exclusion mask there); the
+    # cache reads the host's copy of the CSC
+    assert train["served"] and train["samples_on_device"] and train["features"] == "gpu"
+    assert "sampled and gathered" in train["reason"]
     assert train["prefetch"] == 2 and train["prefetch_reason"] == ""
     assert evaluation["served"] and evaluation["samples_on_device"]
     assert evaluation["role"] == "eval" and evaluation["prefetch"] == 2

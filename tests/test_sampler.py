@@ -532,3 +532,22 @@ def test_cuda_workspaces_are_kept_per_stream(medium):
     pools = [pool for pool in sampler._workspaces.values() if pool]
     assert len(pools) == 2 and pools[0][0] is not pools[1][0]
     torch.cuda.synchronize()
+
+
+def test_host_structure_is_kept_for_host_side_users(medium):
+    """A sampler moved to a device with keep_host keeps its host CSC for the cache's hotness
+    and refreshes (`host_structure`); moved without it, it holds no second copy."""
+    data = medium[0]
+    sampler = FastNeighborSampler(data, [5])
+    colptr, row = sampler.colptr, sampler.row
+    assert sampler.host_structure == (colptr, row)
+    sampler.move_to("meta", keep_host=True)
+    assert sampler.colptr.device.type == "meta"
+    kept = sampler.host_structure
+    assert kept[0] is colptr and kept[1] is row
+    sampler.move_to("meta")                        # moved again without keep_host: let go
+    assert sampler._host_structure is None
+    other = FastNeighborSampler(data, [5])
+    other.use_structure(colptr.to("meta"), row.to("meta"), None, keep_host=True)
+    assert other.host_structure[0].device.type == "cpu"
+    assert other.__getstate__()["_host_structure"] is None   # not pickled to workers

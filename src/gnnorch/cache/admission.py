@@ -50,6 +50,17 @@ class LoaderSpec:
     batch_size: int
 
     @property
+    def colptr(self) -> Tensor:
+        """The graph's CSC ``colptr`` on the host (where the sampler samples or not: the
+        cache's hotness, neighbourhoods and refreshes run on the host's copy)."""
+        return self.sampler.host_structure[0]
+
+    @property
+    def row(self) -> Tensor:
+        """The graph's CSC ``row`` on the host (see `colptr`)."""
+        return self.sampler.host_structure[1]
+
+    @property
     def hops(self) -> int:
         return len(self.fanouts)
 
@@ -211,7 +222,7 @@ class Admission:
         has = torch.zeros(graph.num_nodes, dtype=torch.bool)
         has[dst[into]] = True
         test = has.nonzero().view(-1)[:VERIFY_VERTICES]
-        hood = Neighbourhoods(sampler.colptr, sampler.row, spec.fanouts[-1],
+        hood = Neighbourhoods(spec.colptr, spec.row, spec.fanouts[-1],
                               bool(sampler.replace), False, self.seed)
         refresher = Refresher(self._layer, spec.data.x, hood, self.config.chunk_rows,
                          self._aggregate, unpatched=unpatched)

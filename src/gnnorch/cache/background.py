@@ -56,7 +56,7 @@ class BackgroundRefresh:
                  pool: Callable[[], concurrent.futures.Executor]) -> None:
         assert hot.store is not None
         sampler = spec.sampler
-        hood = Neighbourhoods(sampler.colptr, sampler.row, spec.fanouts[-1],
+        hood = Neighbourhoods(spec.colptr, spec.row, spec.fanouts[-1],
                               bool(sampler.replace), hot.trainer_refresher.hood.full, seed + 2)
         self.refresher = Refresher(served.layer, spec.data.x, hood, config.chunk_rows,
                                    served.aggregate, unpatched=unpatched)

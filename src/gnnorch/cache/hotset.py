@@ -57,7 +57,7 @@ class HotSet:
         self.pruning_versions: set[int] = set()
         self.pending_ratio: float | None = None  # chosen by the search, for the next epoch
         sampler = spec.sampler
-        colptr, row = sampler.colptr, sampler.row
+        colptr, row = spec.colptr, spec.row   # the host's CSC
         t0 = time.perf_counter()
         if config.hotness == "count":
             gen = torch.Generator().manual_seed(seed + 1)
@@ -80,7 +80,7 @@ class HotSet:
         """The refresh neighbourhood (sample or full) and whether cached rows carry the
         weights' exact gradient (`gradient="linear"`), from the first hot set."""
         cfg = self.config
-        deg = in_degree(self.spec.sampler.colptr)[self.initial]
+        deg = in_degree(self.spec.colptr)[self.initial]
         k = self.spec.fanouts[-1]
         sampled = deg.clamp_max(k) if k >= 0 else deg
         full = cfg.refresh == "full" or k < 0 or (

@@ -29,10 +29,10 @@ parameters are on a CUDA device, the path serves that device from then on (`mode
 loaders built afterwards at `adopt`, loaders built before at the start of their next epoch
 (`epoch_start`; an epoch already running stays as it started). It steps aside, saying why, for
 HeteroData, partitioned features and a class that overrides ``filter_fn``. Training loaders of
-the historical-embedding cache (``cache=True``) are sampled on the host, as NeutronOrch splits
-the work (the cache prunes the host sampler and refreshes hot rows from the host graph), with
-their attributes gathered on the device; the cache's rows live where the model computes them.
-They prefetch too: each batch carries the pruning mask it was sampled with (`gnnorch.device.
+the historical-embedding cache (``cache=True``) are sampled on the device like any other, the
+cache's exclusion mask there (hot vertices are not expanded); the cache's hotness, admission
+and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`, kept for
+them), and its rows live where the model computes them. They prefetch too: each batch carries the pruning mask it was sampled with (`gnnorch.device.
 gather.sampled_exclusion`), and the pipeline draws ahead only once the cache allows it
 (`cache.loader.LoaderCache.may_draw_ahead`: not while admission is pending), so a fixed seed
 gives the same batches whatever the depth.
@@ -191,9 +191,6 @@ class DevicePath:
             f"its sampler ({type(sampler).__name__}"
             f"{', ' + sampler.fallback_reason if isinstance(sampler, FastNeighborSampler) else ''}"
             f") has no device path")
-        if fast and cached:
-            why_host = ("the historical-embedding cache prunes this training loader's sampling "
-                        "and refreshes its hot rows from the host graph (NeutronOrch's split)")
         free, budget = _budget(self.device, cfg)
         tensors = {k: data[k] for k in node + edge}
         resident = sum(t.numel() * t.element_size() for t in tensors.values()
@@ -209,7 +206,9 @@ class DevicePath:
             if sampler.use_pyg:
                 note = "; gnnorch's sampler replaces pyg-lib, which has no device sampler"
             sampler.use_pyg = False   # the only device sampler: ours
-            self._structure_to_device(data, sampler, record, placement.structure_bytes)
+            # a cache loader keeps the host's CSC too: hotness and refreshes run there
+            self._structure_to_device(data, sampler, record, placement.structure_bytes,
+                                      keep_host=cached)
         if fast and not sampler.use_pyg:   # pyg-lib draws from its own RNG
             generator = SamplingGenerator(sampler.colptr.device, self.ctx.seed, self.ctx.rank,
                                           record.key)
@@ -243,12 +242,12 @@ class DevicePath:
         self._served[loader] = _Served(plan, move, generator, on_device, cached, undo)
 
     def _structure_to_device(self, data: Any, sampler: FastNeighborSampler,
-                             record: LoaderDevice, nbytes: int) -> None:
+                             record: LoaderDevice, nbytes: int, keep_host: bool) -> None:
         """The sampler's CSC on the device, one copy per graph, device and sort flag, shared
         by every loader sampling that graph (PyG's CSC is a function of ``edge_index`` and
         ``is_sorted`` alone)."""
         def move() -> tuple[torch.Tensor, ...]:
-            sampler.move_to(self.device)
+            sampler.move_to(self.device, keep_host=keep_host)
             record.bytes_on_device += nbytes
             return sampler.colptr, sampler.row, sampler.perm
 
@@ -258,7 +257,7 @@ class DevicePath:
         if colptr is sampler.colptr:
             return
         if colptr.shape == sampler.colptr.shape and row.shape == sampler.row.shape:
-            sampler.use_structure(colptr, row, perm)
+            sampler.use_structure(colptr, row, perm, keep_host=keep_host)
         else:
             move()
 

@@ -74,6 +74,7 @@ class FastNeighborSampler(NeighborSampler):
         self._exclude: Tensor | None = None
         self._exclude_hops: frozenset[int] = frozenset()
         self._workspaces: dict[int, list[Tensor]] = {}   # free buffers per CUDA stream
+        self._host_structure: tuple[Tensor, Tensor] | None = None   # see `host_structure`
         self.use_pyg = False               # every call to PyG's own _sample (pyg-lib)
         # the fast path's random source (None: torch's global RNG of the CSC's device); not
         # pickled: DataLoader workers draw from their own, seeded, global RNG
@@ -91,10 +92,13 @@ class FastNeighborSampler(NeighborSampler):
         """One call of PyG's own sampling backend (pyg-lib when installed) on `seed`."""
         return compat_pyg.pyg_sample(self, seed)
 
-    def move_to(self, device: torch.device | str) -> None:
+    def move_to(self, device: torch.device | str, keep_host: bool = False) -> None:
         """Keep the CSC (``colptr``, ``row``, ``perm``) and the exclusion mask on `device`:
-        the fast path samples there from now on (its results are on `device`)."""
+        the fast path samples there from now on (its results are on `device`). `keep_host`:
+        the host CSC stays referenced as `host_structure` (for host-side users of the graph,
+        e.g. the historical-embedding cache's hotness and refresh)."""
         device = torch.device(device)
+        self._keep_host_structure(keep_host and device.type != "cpu")
         self.colptr, self.row = self.colptr.to(device), self.row.to(device)
         if self.perm is not None:
             self.perm = self.perm.to(device)
@@ -102,15 +106,34 @@ class FastNeighborSampler(NeighborSampler):
             self._exclude = self._exclude.to(device)
         self._workspaces = {}
 
-    def use_structure(self, colptr: Tensor, row: Tensor, perm: Tensor | None) -> None:
+    def use_structure(self, colptr: Tensor, row: Tensor, perm: Tensor | None,
+                      keep_host: bool = False) -> None:
         """Sample from `colptr` / `row` / `perm` (the same CSC as this sampler's own, e.g. one
-        device copy shared by the loaders of one graph) from now on."""
+        device copy shared by the loaders of one graph) from now on; `keep_host` as in
+        `move_to`."""
         if colptr.shape != self.colptr.shape or row.shape != self.row.shape:
             raise ValueError("use_structure: not the CSC of this sampler's graph")
+        self._keep_host_structure(keep_host and colptr.device.type != "cpu")
         self.colptr, self.row, self.perm = colptr, row, perm
         if self._exclude is not None:
             self._exclude = self._exclude.to(colptr.device)
         self._workspaces = {}
+
+    def _keep_host_structure(self, keep: bool) -> None:
+        if not keep:
+            self._host_structure = None
+        elif self.colptr.device.type == "cpu":
+            self._host_structure = (self.colptr, self.row)
+
+    @property
+    def host_structure(self) -> tuple[Tensor, Tensor]:
+        """``(colptr, row)`` on the host: the sampler's own where it samples on the CPU, else
+        the host CSC kept by `move_to(..., keep_host=True)`, else a copy made now."""
+        if self.colptr.device.type == "cpu":
+            return self.colptr, self.row
+        if self._host_structure is None:
+            self._host_structure = (self.colptr.cpu(), self.row.cpu())
+        return self._host_structure
 
     @property
     def fallback_reason(self) -> str | None:
@@ -202,6 +225,7 @@ class FastNeighborSampler(NeighborSampler):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_workspaces"] = {}
+        state["_host_structure"] = None
         state["generator"] = None
         return state
 
