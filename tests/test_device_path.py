@@ -361,30 +361,8 @@ def test_two_ranks_each_serve_their_own_shard():
 
 
 def _train_with_eval(data, epochs=3):
-    loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
-                            batch_size=32, shuffle=True)
-    evaluation = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.test_mask,
-                                batch_size=64)
-    torch.manual_seed(0)
-    model = GraphSAGE(16, 32, 2, 4)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses = []
-    for _ in range(epochs):
-        model.train()
-        for batch in loader:
-            opt.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for batch in evaluation:
-            pred = model(batch.x, batch.edge_index)[:batch.batch_size].argmax(-1)
-            correct += int((pred == batch.y[:batch.batch_size]).sum())
-    return losses, correct / int(data.test_mask.sum())
+    """An ordinary PyG training function on the CPU: (losses, test accuracy)."""
+    return _train_on(data, None, epochs)[:2]
 
 
 def test_cache_composes_with_the_device_path():
@@ -742,22 +720,25 @@ def test_loaders_of_one_graph_share_one_device_structure():
 
 
 def _train_on(data, device, epochs=3):
-    """`_train_with_eval` as a PyG user writes it for a GPU: model and batches moved there."""
+    """A PyG training function as its user writes it, on `device` (None: the CPU, no
+    ``batch.to``): (losses, test accuracy, training batches whose ``n_id`` the user's
+    ``batch.to(device)`` copied instead of taking its device twin)."""
     loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
                             batch_size=32, shuffle=True)
     evaluation = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.test_mask,
                                 batch_size=64)
     torch.manual_seed(0)
-    model = GraphSAGE(16, 32, 2, 4).to(device)
+    model = GraphSAGE(16, 32, 2, 4).to(device or "cpu")
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     losses, ids_copied = [], 0
     for _ in range(epochs):
         model.train()
         for batch in loader:
-            n_id = batch.n_id
-            batch = batch.to(device)
-            ids_copied += device_twin(n_id) is not batch.n_id
-            assert torch.equal(batch.n_id.cpu(), n_id)
+            if device is not None:
+                n_id = batch.n_id
+                batch = batch.to(device)
+                ids_copied += device_twin(n_id) is not batch.n_id
+                assert torch.equal(batch.n_id.cpu(), n_id)
             opt.zero_grad()
             out = model(batch.x, batch.edge_index)[:batch.batch_size]
             loss = F.cross_entropy(out, batch.y[:batch.batch_size])
@@ -768,7 +749,7 @@ def _train_on(data, device, epochs=3):
     correct = 0
     with torch.no_grad():
         for batch in evaluation:
-            batch = batch.to(device)
+            batch = batch.to(device) if device is not None else batch
             pred = model(batch.x, batch.edge_index)[:batch.batch_size].argmax(-1)
             correct += int((pred == batch.y[:batch.batch_size]).sum())
     return losses, correct / int(data.test_mask.sum()), ids_copied
