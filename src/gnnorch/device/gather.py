@@ -14,7 +14,7 @@ loader's ``transform``. Where the values live differs:
   so loaders over the same data share it) and are indexed there;
 * ``"pinned"`` / ``"host"``: they stay on the host, as the user's tensors (a tensor the user
   already put on the device is indexed there); a batch's rows are gathered on the host
-  straight into pinned memory (when the device is CUDA and ``pin``) (the caching host
+  straight into pinned memory when the device is CUDA and ``pin`` (the caching host
   allocator reuses a block only once the copies that read it are done) and copied to the
   device asynchronously on the current (side) stream; names in ``defer`` are left on the host,
   in their pinned rows (DAHA's host pre-transformation reads them there,
