@@ -121,7 +121,6 @@ class GatherPlan:
                  defer: tuple[str, ...] = ()) -> None:
         self.data = data
         self.device = torch.device(device)
-        self.features = features
         self.node, self.edge = gathered_attributes(data)
         self.dims = {k: data.__cat_dim__(k, data[k]) for k in self.node + self.edge}
         self.pin = pin and self.device.type == "cuda" and features != "gpu"
@@ -137,11 +136,6 @@ class GatherPlan:
         self.defer = tuple(k for k in defer if k in self.node and k in on_host)
         # batches index sources on the device (the user's data may be there already)
         self.device_sources = self.device.type != "cpu" and len(on_host) < len(self.sources)
-
-    @property
-    def bytes(self) -> int:
-        """Bytes of the gathered attributes (where they live)."""
-        return sum(t.numel() * t.element_size() for t in self.sources.values())
 
     def batch(self, out: Any, perm: Tensor | None, transform: Callable | None = None) -> Any:
         """The batch of sampler output `out` (PyG's ``SamplerOutput``); ``perm``: the sampler's
