@@ -195,6 +195,94 @@ def test_user_data_is_not_modified():
     assert all(data[k] is before[k] for k in before)
 
 
+def _seam_epoch(path, loader, state, shuffle_seed=11):
+    """One epoch as the loader seam runs it: `epoch_start`, then the epoch's iterator."""
+    path.epoch_start(loader, state)
+    return _device_epoch(path, loader, state, shuffle_seed)
+
+
+def _change(data):
+    """What PyG's examples do to a loader's data after building it (reddit.py's subgraph
+    loader: features deleted, a global ``n_id`` added), plus an in-place write and a
+    replaced tensor."""
+    del data.edge_attr
+    data.n_id = torch.arange(data.num_nodes)
+    data.x.mul_(2)                       # in place: a device copy must be made again
+    data.y = data.y.flip(0)
+
+
+@pytest.mark.parametrize("features", ["auto", "host"])
+def test_changes_to_the_loaders_data_are_seen_from_the_next_epoch(features):
+    data, twin_data = _graph(300, seed=5), _graph(300, seed=5)
+    _, path, loader, state = _served(DataPathConfig(mode="device", features=features),
+                                     data=data)
+    plain = _loader(twin_data)
+    for epoch in range(3):
+        if epoch == 1:
+            _change(data)
+            _change(twin_data)
+        want = _plain_epoch(plain, epoch)
+        got = _seam_epoch(path, loader, state)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _assert_same_batch(g, w)
+        assert ("edge_attr" in got[0]) == (epoch == 0)
+        assert state.device.replans == (0 if epoch == 0 else 1)    # once, not every epoch
+    assert state.device.served and loader.data is data
+
+
+def test_data_replaced_by_one_without_edge_index_is_given_back_to_pyg():
+    from torch_geometric.data import Data
+
+    _, path, loader, state = _served(DataPathConfig(mode="device"))
+    plain = _loader()
+    bare = Data(x=DATA.x, y=DATA.y, train_mask=DATA.train_mask, num_nodes=DATA.num_nodes)
+    loader.data, plain.data = bare, Data(**{k: bare[k] for k in bare.keys()})
+    path.epoch_start(loader, state)
+    record = state.device
+    assert not record.served and not record.samples_on_device
+    assert "given back to PyG" in record.reason and "filter_fn" not in loader.__dict__
+    want, got = _plain_epoch(plain, 0), _plain_epoch(loader, 0)
+    for g, w in zip(got, want):
+        assert "edge_index" not in g
+        _assert_same_batch(g, w)
+
+
+def test_user_worker_contexts_run_as_is_while_sampling_on_the_device():
+    """PyG's training benchmark wraps its loop in ``loader.enable_cpu_affinity(...)``, which
+    raises at 0 workers: a loader sampling on the device has none to bind, so the block runs
+    as it is; after the run the loader has PyG's methods back."""
+    _, path, loader, state = _served(DataPathConfig(mode="device"))
+    assert loader.num_workers == 0 and state.device.samples_on_device
+    plain = _loader()
+    with loader.enable_cpu_affinity(loader_cores=[0, 1]):
+        got = _seam_epoch(path, loader, state)
+    with loader.enable_multithreading(2):
+        got += _seam_epoch(path, loader, state)
+    want = _plain_epoch(plain, 0) + _plain_epoch(plain, 1)
+    for g, w in zip(got, want):
+        _assert_same_batch(g, w)
+    assert "enable_cpu_affinity() had no worker" in state.device.num_workers
+    assert "enable_multithreading() had no worker" in state.device.num_workers
+    path.close()
+    assert not {"enable_cpu_affinity", "enable_multithreading"} & set(loader.__dict__)
+    with pytest.raises(ValueError, match="at least one"):   # PyG's own again, 0 workers
+        with loader.enable_cpu_affinity():
+            pass
+
+
+def test_resident_copies_follow_in_place_writes():
+    from gnnorch.device.gather import ResidentTensors
+
+    resident, x = ResidentTensors(), torch.arange(6.0)
+    cpu = torch.device("cpu")
+    assert resident.on_device(x, cpu) is x and resident.has_on_device(x, cpu)
+    x[:2] = -1.0                                       # a write through a view
+    assert not resident.has_on_device(x, cpu)
+    resident.on_device(x, cpu)
+    assert resident.has_on_device(x, cpu)
+
+
 def _train_losses(batches_of_epoch, epochs=2):
     torch.manual_seed(0)
     model = GraphSAGE(16, 32, 2, 4, dropout=0.3)
@@ -597,6 +685,21 @@ def test_cuda_losses_equal_the_plain_path():
     got = run(lambda epoch: path.feed(iter(loader), loader, state, True))
     assert len(got) == len(want)
     assert torch.allclose(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_cuda_device_copies_follow_writes_to_the_users_data():
+    device = torch.device("cuda", torch.cuda.current_device())
+    data = _graph(300, seed=5)
+    _, path, loader, state = _served(DataPathConfig(mode="auto"), data=data, device=device,
+                                     rewrite=False)
+    assert state.device.features == "gpu"
+    _seam_epoch(path, loader, state)
+    _change(data)
+    for batch in _seam_epoch(path, loader, state):
+        assert batch.x.is_cuda and torch.equal(batch.x.cpu(), data.x[batch.n_id])
+        assert torch.equal(batch.y.cpu(), data.y[batch.n_id]) and "edge_attr" not in batch
+    assert state.device.replans == 1
 
 
 @pytest.mark.gpu

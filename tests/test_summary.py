@@ -116,7 +116,7 @@ def test_data_path_says_where_loaders_sample_or_why_not():
         {"role": "train", "served": True, "structure": "gpu", "features": "pinned"},
         {"role": "eval", "served": False, "structure": "host", "features": "host"}]}}
     text = render_summary(_info(served, RunOptions(data_path="device")))
-    assert "data path: cuda:0: train sampled on gpu, features on pinned" in text
+    assert "data path: cuda:0: train sampled on cuda:0, features on pinned host" in text
     off = {"device": {"active": False, "reason": "no GPU visible"}}
     assert "data path: host (no GPU visible)" in render_summary(
         _info(off, RunOptions(data_path="device")))

@@ -14,8 +14,9 @@ Model, loader arguments, training loop, loss and metrics are PyG's. Every change
 the module's header comment.
 
 Each module exposes ``CASE`` (or ``CASES``), a :class:`Case`. ``test_corpus.py`` runs each case
-in three modes: ``vanilla`` (``train`` called directly), ``default`` (``gnnorch.Runtime(train)``)
-and ``p2`` (``gnnorch.Runtime(train, processes=2)``).
+in four modes: ``vanilla`` (``train`` called directly), ``default`` (``gnnorch.Runtime(train)``),
+``p2`` (``gnnorch.Runtime(train, processes=2)``) and ``device``
+(``gnnorch.Runtime(train, data_path="device")``: the GPU data path, the CPU as its device).
 
 Tolerance rule
 --------------
@@ -42,7 +43,16 @@ from typing import Any, Callable
 
 import torch
 
-MODES = ("vanilla", "default", "p2")
+#: Runtime options of each mode beyond the case's own (``vanilla`` calls ``train`` directly).
+#: ``device`` runs the GPU data path with the CPU standing in for the device (issue 21, item
+#: 9): placement, sampling on the "device" CSC, the prefetch thread, gathering and the identity
+#: transfer -- the path a GPU user's program takes, here on real PyG programs.
+MODE_OPTIONS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "p2": {"processes": 2},
+    "device": {"data_path": "device"},
+}
+MODES = ("vanilla", *MODE_OPTIONS)
 
 #: Master revision of pytorch_geometric the examples were taken from. The installed PyG is
 #: 2.8.1, which has no tag in the repository (2.8.0.post1 is the newest); per the brief, the

@@ -48,8 +48,8 @@ def main() -> None:
             else:
                 import gnnorch
 
-                extra = {"processes": 2} if opts.mode == "p2" else {}
-                result = gnnorch.Runtime(case.train, **case.options, **extra)(*args, **kwargs)
+                options = {**case.options, **corpus.MODE_OPTIONS[opts.mode]}
+                result = gnnorch.Runtime(case.train, **options)(*args, **kwargs)
             seconds.append(time.perf_counter() - start)
             rows.append({k: corpus.as_float(result[k])
                          for k in list(case.metrics) + list(case.exact)})

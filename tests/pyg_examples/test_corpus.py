@@ -4,7 +4,9 @@ Parametrised over cases (``ex_*.py``, see ``corpus.py``) x modes:
 
 * ``vanilla``: ``train(*args, **kwargs)`` called directly;
 * ``default``: ``gnnorch.Runtime(train)(*args, **kwargs)``, exactly as a new user writes it;
-* ``p2``: ``gnnorch.Runtime(train, processes=2)(*args, **kwargs)``.
+* ``p2``: ``gnnorch.Runtime(train, processes=2)(*args, **kwargs)``;
+* ``device``: ``gnnorch.Runtime(train, data_path="device")(*args, **kwargs)``: the GPU data path
+  (issue 21) with the CPU as its device -- what a GPU user's program goes through.
 
 For every seed: ``torch.manual_seed(seed)`` before building the arguments and again before the
 call. A mode passes when no returned number is NaN/inf and, for every compared metric, the
@@ -68,9 +70,7 @@ def _run_once(case: Case, mode: str, seed: int):
         return case.train(*args, **{**kwargs, **case.vanilla_kwargs})
     import gnnorch
 
-    options = dict(case.options)
-    if mode == "p2":
-        options["processes"] = 2
+    options = {**case.options, **corpus.MODE_OPTIONS[mode]}
     return gnnorch.Runtime(case.train, **options)(*args, **kwargs)
 
 

@@ -18,7 +18,8 @@ from .registry import Missing, Probe
 
 __all__ = ["disable_torch_function_subclass", "host_subclass_reason", "make_subclass",
            "disabled_torch_function_impl", "make_wrapper_subclass", "parse_to", "aten_to_copy",
-           "op_is_mutable", "tree_map", "parameter_versions", "tensor_private_properties",
+           "op_is_mutable", "tree_map", "parameter_versions", "tensor_version",
+           "tensor_private_properties",
            "is_fx_tracing", "batch_norm_types", "instance_norm_types", "hooks_reason",
            "forking_reducers"]
 
@@ -220,9 +221,18 @@ def _version_counter() -> Callable[[Tensor], int]:
     return lambda t: t._version
 
 
-VERSION = Probe("torch.Tensor._version", "trim/materialize.py",
-                "parameters are copied at each trimmed forward and compared by value instead",
+VERSION = Probe("torch.Tensor._version", "trim/materialize.py, device/gather.py",
+                "parameters are copied at each trimmed forward and compared by value instead; "
+                "the device data path keeps no copy of node / edge attributes on the device "
+                "(a batch's rows are gathered from the user's tensors at each batch)",
                 _version_counter)
+
+
+def tensor_version(tensor: Tensor) -> int | None:
+    """`tensor`'s in-place version counter (bumped by every in-place write to it or to a view
+    of it); None when torch has none."""
+    version = VERSION.get()
+    return None if version is None else version(tensor)
 
 
 def parameter_versions(model: torch.nn.Module) -> tuple[int, ...] | None:

@@ -36,10 +36,11 @@ import torch
 from torch import Tensor
 
 from ..compat.pyg import set_orig_edge_index
+from ..compat.torch import tensor_version
 from .twin import twinned
 
-__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "ID_FIELDS",
-           "sampled_exclusion"]
+__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "data_snapshot",
+           "ID_FIELDS", "sampled_exclusion"]
 
 #: batch fields kept on the host (ids: user code indexes host tensors with them)
 ID_FIELDS = ("n_id", "e_id", "input_id")
@@ -73,33 +74,47 @@ def gathered_attributes(data: Any) -> tuple[list[str], list[str]]:
     return node, edge
 
 
+def data_snapshot(data: Any) -> tuple:
+    """What a `GatherPlan` read from `data` when it was made: every attribute's name and, for
+    a tensor, its identity and in-place version. PyG's ``filter_fn`` reads ``loader.data`` at
+    each batch, so a plan whose snapshot no longer matches (an attribute added, deleted,
+    replaced or written in place) must be made again."""
+    return tuple((key, id(value), tensor_version(value)) if isinstance(value, Tensor)
+                 else (key,) for key, value in ((k, data[k]) for k in data.keys()))
+
+
 class ResidentTensors:
     """Device copies and pinned host copies of data tensors, made once per source tensor and
     shared by every loader that gathers from it (keyed by the source tensor's identity; the
-    source is kept alive so its identity cannot be reused)."""
+    source is kept alive so its identity cannot be reused). A copy is as current as its
+    source's in-place version counter (`gnnorch.compat.torch.tensor_version`): a source
+    written in place since is copied again when next asked for."""
 
     def __init__(self) -> None:
-        self._copies: dict[tuple[int, str], tuple[Tensor, Any]] = {}
+        self._copies: dict[tuple[int, str], tuple[Tensor, int | None, Any]] = {}
         self.bytes_copied = 0
 
     def _get(self, tensor: Tensor, where: str, make: Callable[[Tensor], Tensor]) -> Tensor:
-        key = (id(tensor), where)
+        key, version = (id(tensor), where), tensor_version(tensor)
         found = self._copies.get(key)
-        if found is None:
+        if found is None or found[1] != version:
             copied = make(tensor)
             if copied is not tensor:
                 self.bytes_copied += tensor.numel() * tensor.element_size()
-            found = self._copies[key] = (tensor, copied)
-        return found[1]
+            found = self._copies[key] = (tensor, version, copied)
+        return found[2]
 
     def on_device(self, tensor: Tensor, device: torch.device) -> Tensor:
         return self._get(tensor, str(device), lambda t: t.to(device))
 
     def has_on_device(self, tensor: Tensor, device: torch.device) -> bool:
-        """Whether `tensor` is on `device` already: the user's, or a copy made here (the CPU
-        standing in for a device counts only the copies, so budgets behave as on a GPU)."""
-        return ((tensor.device == device and device.type != "cpu")
-                or (id(tensor), str(device)) in self._copies)
+        """Whether `tensor` is on `device` already: the user's, or a current copy made here
+        (the CPU standing in for a device counts only the copies, so budgets behave as on a
+        GPU)."""
+        if tensor.device == device and device.type != "cpu":
+            return True
+        found = self._copies.get((id(tensor), str(device)))
+        return found is not None and found[1] == tensor_version(tensor)
 
     def shared_structure(self, edge_index: Tensor, device: torch.device, tag: str,
                          make: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -107,9 +122,9 @@ class ResidentTensors:
         sample it: made by `make` (e.g. a sampler moving its own CSC there) the first time."""
         key = (id(edge_index), f"csc:{device}:{tag}")
         found = self._copies.get(key)
-        if found is None:
-            found = self._copies[key] = (edge_index, make())  # type: ignore[assignment]
-        return found[1]  # type: ignore[return-value]
+        if found is None:   # PyG's sampler builds its CSC once too: no version check
+            found = self._copies[key] = (edge_index, None, make())
+        return found[2]
 
 
 class GatherPlan:
@@ -120,7 +135,9 @@ class GatherPlan:
                  resident: ResidentTensors, pin: bool = True,
                  defer: tuple[str, ...] = ()) -> None:
         self.data = data
+        self.snapshot = data_snapshot(data)
         self.device = torch.device(device)
+        self.features, self.requested_defer = features, defer
         self.node, self.edge = gathered_attributes(data)
         self.dims = {k: data.__cat_dim__(k, data[k]) for k in self.node + self.edge}
         self.pin = pin and self.device.type == "cuda" and features != "gpu"
@@ -136,6 +153,16 @@ class GatherPlan:
         self.defer = tuple(k for k in defer if k in self.node and k in on_host)
         # batches index sources on the device (the user's data may be there already)
         self.device_sources = self.device.type != "cpu" and len(on_host) < len(self.sources)
+
+    def current(self, data: Any) -> bool:
+        """Whether batches of `data` built with this plan equal PyG's now: the same object,
+        and nothing in it changed since the plan was made (`data_snapshot`)."""
+        return data is self.data and data_snapshot(data) == self.snapshot
+
+    def remade(self, data: Any, resident: ResidentTensors, pin: bool) -> "GatherPlan":
+        """A plan over `data` as it is now, with this plan's device, placement and deferral."""
+        return GatherPlan(data, self.device, self.features, resident, pin=pin,
+                          defer=self.requested_defer)
 
     def batch(self, out: Any, perm: Tensor | None, transform: Callable | None = None) -> Any:
         """The batch of sampler output `out` (PyG's ``SamplerOutput``); ``perm``: the sampler's

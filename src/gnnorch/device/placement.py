@@ -57,14 +57,15 @@ def feature_bytes(tensors: dict[str, Any]) -> int:
 def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, Any], *,
                         free_bytes: int | None = None, budget_bytes: int | None = None,
                         budget_fraction: float = 0.5, pin: bool = True,
-                        features_host: bool = False,
+                        features_host: bool | str = False,
                         host_sampling: str | None = None,
                         resident_bytes: int = 0) -> DataPlacement:
     """Decide where the structure and the features live (the module docstring's rule).
 
     ``free_bytes``: the device's free memory (e.g. ``torch.cuda.mem_get_info()[0]``), used
     with ``budget_fraction`` when ``budget_bytes`` is not given. ``features_host``: the
-    features stay on the host whatever the budget (``DataPathConfig.features="host"``).
+    features stay on the host whatever the budget (True: ``DataPathConfig.features="host"``;
+    a string: why).
     ``host_sampling``: why the structure cannot be sampled on the device (e.g. the loader's
     sampler has no device path): it stays on the host whatever the budget.
     ``resident_bytes``: bytes of these tensors already on the device (another loader's copy,
@@ -99,8 +100,9 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
                        f"({budget_bytes / mib:.0f} MiB): sampled on the host")
     if features_host:
         features = PINNED if pin else HOST
+        why = features_host if isinstance(features_host, str) else "features='host'"
         reasons.append(f"features ({f_bytes / mib:.0f} MiB) kept on the host "
-                       f"(features='host'): gathered on the host "
+                       f"({why}): gathered on the host "
                        f"({'pinned, copied asynchronously' if pin else 'pageable'})")
     elif f_bytes <= left:
         features = GPU

@@ -37,6 +37,7 @@ class LoaderDevice:
     batches: int = 0
     wait_s: float = 0.0             # consumer blocked waiting for a batch, all epochs
     bytes_on_device: int = 0        # structure and attributes this loader put on the device
+    replans: int = 0                # gather plans made again: the user changed loader.data
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -223,7 +223,11 @@ def _data_path(info: RunInfo, stats: dict) -> str | None:
         return "data path: host" + ("" if host_by_default or not reason else f" ({reason})")
     served = [loader for loader in _dicts(section.get("loaders")) if loader.get("served")]
     where = section.get("device")
-    entries = [f"{loader.get('role', 'loader')} sampled on {loader.get('structure', '?')}, "
-               f"features on {loader.get('features', '?')}" for loader in served]
+
+    def place(value: Any) -> str:   # the placement's "gpu" is whatever device the path serves
+        return {"gpu": str(where or "device"), "pinned": "pinned host"}.get(value, str(value))
+
+    entries = [f"{loader.get('role', 'loader')} sampled on {place(loader.get('structure', '?'))}"
+               f", features on {place(loader.get('features', '?'))}" for loader in served]
     return f"data path: {where or 'device'}" + (f": {_folded(entries)}" if entries else
                                                  ", no loader served")

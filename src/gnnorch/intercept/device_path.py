@@ -14,6 +14,12 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
   (`gnnorch.device.seeds`), and the loader runs without worker processes. The user's `data` is
   never modified: device and pinned copies are the path's (shared by loaders over the same
   tensors).
+* `epoch_start` (before an epoch's iterator is made): PyG's ``filter_fn`` reads
+  ``loader.data`` at each batch, so a served loader whose data the user changed since
+  (``del loader.data.x`` as PyG's reddit example does, an attribute added or replaced, a
+  tensor written in place) gets a gather plan over the data as it is now (`GatherPlan.current`;
+  device copies of tensors written in place are made again). Changes are seen from the next
+  epoch, as PyG's worker processes see them.
 * `feed` (an epoch of such a loader starts): the epoch's batches come through a
   `gnnorch.device.pipeline.Prefetcher` (depth ``prefetch``) whose producer thread samples,
   gathers and copies on a side stream (`gnnorch.device.transfer.DeviceTransfer`), while the
@@ -49,6 +55,7 @@ session's end) restores what serving changed on it.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import weakref
@@ -56,6 +63,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
 from ..device.gather import ID_FIELDS, GatherPlan, ResidentTensors, gathered_attributes
 from ..device.placement import GPU, plan_data_placement
@@ -77,14 +85,20 @@ if TYPE_CHECKING:
 _ABSENT = object()
 
 
+#: PyG's loader methods serving overrides on the instance: ``filter_fn`` builds the batch;
+#: the worker context managers have no worker to act on when sampling runs on the device
+_INSTANCE_METHODS = ("filter_fn", "enable_cpu_affinity", "enable_multithreading")
+
+
 class _Undo:
     """What serving changed on a user's loader, as it was before (`DevicePath.close` puts it
-    back): the instance ``filter_fn`` (absent: PyG's method), ``filter_per_worker``,
-    ``num_workers``, and its sampler's device, ``use_pyg`` and generator."""
+    back): the instance methods of `_INSTANCE_METHODS` (absent: PyG's own),
+    ``filter_per_worker``, ``num_workers``, and its sampler's device, ``use_pyg`` and
+    generator."""
 
     def __init__(self, loader: NeighborLoader) -> None:
         sampler = loader.node_sampler
-        self.filter_fn = loader.__dict__.get("filter_fn", _ABSENT)
+        self.methods = {name: loader.__dict__.get(name, _ABSENT) for name in _INSTANCE_METHODS}
         self.filter_per_worker = loader.filter_per_worker
         self.num_workers = loader.num_workers
         colptr = getattr(sampler, "colptr", None)
@@ -93,10 +107,11 @@ class _Undo:
         self.generator = getattr(sampler, "generator", None)
 
     def restore(self, loader: NeighborLoader) -> None:
-        if self.filter_fn is _ABSENT:
-            loader.__dict__.pop("filter_fn", None)
-        else:
-            loader.filter_fn = self.filter_fn
+        for name, method in self.methods.items():
+            if method is _ABSENT:
+                loader.__dict__.pop(name, None)
+            else:
+                setattr(loader, name, method)
         loader.filter_per_worker = self.filter_per_worker
         loader.num_workers = self.num_workers
         sampler = loader.node_sampler
@@ -192,13 +207,19 @@ class DevicePath:
             f"{', ' + sampler.fallback_reason if isinstance(sampler, FastNeighborSampler) else ''}"
             f") has no device path")
         free, budget = _budget(self.device, cfg)
+        # device copies of attributes are kept current by version counters (`_replan`)
+        host_why: bool | str = cfg.features == "host"
+        if not host_why and tensor_version(data.edge_index) is None:
+            host_why = ("torch has no in-place version counters to keep device copies "
+                        "current")
         tensors = {k: data[k] for k in node + edge}
         resident = sum(t.numel() * t.element_size() for t in tensors.values()
                        if self.resident.has_on_device(t, self.device))
         placement = plan_data_placement(
             int(data.num_nodes), int(sampler.row.numel()), tensors,
             free_bytes=free, budget_bytes=budget, budget_fraction=cfg.budget_fraction,
-            pin=cfg.pin and cuda, features_host=cfg.features == "host", host_sampling=why_host,
+            pin=cfg.pin and cuda, features_host=host_why,
+            host_sampling=why_host,
             resident_bytes=resident)
         on_device = placement.structure == GPU
         generator, note = None, ""
@@ -230,6 +251,8 @@ class DevicePath:
             record.num_workers = (f"{'plan' if user is None else f'user ({user})'} -> 0: "
                                   f"sampled on the device in the pipeline's thread")
             loader.num_workers = 0
+            for name in _INSTANCE_METHODS[1:]:   # PyG's raise at 0 workers
+                setattr(loader, name, functools.partial(_no_worker_to_act_on, record, name))
         else:
             record.num_workers = "plan" if user is None else f"user ({user})"
         if cuda:
@@ -274,10 +297,16 @@ class DevicePath:
         self._publish()
 
     def epoch_start(self, loader: NeighborLoader, state: "LoaderState") -> None:
-        """Before an epoch's iterator is made: a loader adopted before the device was found
-        (`model_found_on`) is decided again and served from this epoch on."""
+        """Before an epoch's iterator is made: a served loader whose data the user changed
+        since its plan was made gets a plan over the data as it is now (`_replan`); a loader
+        adopted before the device was found (`model_found_on`) is decided again and served
+        from this epoch on."""
         record = state.device
-        if (not self._late or loader in self._served or not isinstance(record, LoaderDevice)
+        served = self._served.get(loader)
+        if served is not None and isinstance(record, LoaderDevice) and record.served:
+            self._replan(loader, state, served, record)
+            return
+        if (not self._late or served is not None or not isinstance(record, LoaderDevice)
                 or record.served or record.device != "none"):
             return
         record.device = str(self.device)
@@ -287,6 +316,40 @@ class DevicePath:
         else:
             self._serve(loader, state, record)
             record.reason += f"; served from its epoch {_epochs_before(state)} (0-based) on"
+        self._publish()
+
+    def _replan(self, loader: NeighborLoader, state: "LoaderState", served: _Served,
+                record: LoaderDevice) -> None:
+        """PyG's ``filter_fn`` reads ``loader.data`` at each batch, so the batches follow what
+        the user changed in it after building the loader (an attribute deleted, added,
+        replaced, or written in place: `GatherPlan.current`). The plan is made again over the
+        data as it is now, with the same placement (a device copy of a tensor written in place
+        is made again); data the path cannot serve any more is given back to PyG. Seen from
+        the next epoch: an epoch already running keeps its plan (as PyG's workers keep the
+        data they were started with)."""
+        data = loader.data
+        if served.plan.current(data):
+            return
+        if (not isinstance(data, type(served.plan.data))
+                or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
+            served.undo.restore(loader)
+            del self._served[loader]
+            record.served = record.samples_on_device = False
+            record.reason = (f"given back to PyG at its epoch {_epochs_before(state)}: its data "
+                             f"was replaced by a {type(data).__name__} without an edge_index "
+                             f"tensor")
+            self._publish()
+            return
+        before = self.resident.bytes_copied
+        served.plan = served.plan.remade(data, self.resident, self.config.pin)
+        if served.plan.features == GPU:
+            record.bytes_on_device += self.resident.bytes_copied - before
+        served.move.host_fields = ID_FIELDS + served.plan.defer
+        loader.filter_fn = functools.partial(_build, loader, served.plan)
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)   # the new copies precede every stream
+        record.deferred = served.plan.defer
+        record.replans += 1
         self._publish()
 
     # -- the run's end --------------------------------------------------------------------
@@ -339,6 +402,18 @@ class DevicePath:
 
     def _publish(self) -> None:
         self.ctx.stats["device"] = self.stats()
+
+
+@contextlib.contextmanager
+def _no_worker_to_act_on(record: LoaderDevice, name: str, *args: Any,
+                         **kwargs: Any) -> Iterator[None]:
+    """A served loader's ``enable_cpu_affinity`` / ``enable_multithreading`` while it samples
+    on the device: it has no worker process for PyG's context manager to bind or thread (PyG
+    raises at ``num_workers=0``), so the user's block runs as it is and the stats say so."""
+    note = f"; the user's {name}() had no worker to act on"
+    if record.num_workers is not None and note not in record.num_workers:
+        record.num_workers += note
+    yield
 
 
 def _epochs_before(state: "LoaderState") -> int:

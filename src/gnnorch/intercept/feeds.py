@@ -97,7 +97,8 @@ class DevicePathHook(Protocol):
     def epoch_start(self, loader: NeighborLoader, state: LoaderState) -> None:
         """Called in the intercepted ``__iter__`` before the epoch's iterator is made (before
         ``state.samples_on_device`` decides the loader's workers): may decide again for a
-        loader it stepped aside from (a device found after the loader was built)."""
+        loader it stepped aside from (a device found after the loader was built), and makes a
+        served loader's batches follow what the user changed in ``loader.data`` since."""
 
     def feed(self, iterator: Iterator[Any], loader: NeighborLoader, state: LoaderState,
              training: bool) -> Iterator[Any]:
