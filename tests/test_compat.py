@@ -662,6 +662,63 @@ def test_orig_edge_index_is_set_only_where_pyg_sets_it(monkeypatch):
     assert any("_orig_edge_index" in key for key in compat.unavailable())
 
 
+def _device_path_over(data):
+    from types import SimpleNamespace
+
+    from torch_geometric.loader import NeighborLoader
+
+    from gnnorch.device.config import DataPathConfig
+    from gnnorch.intercept.device_path import DevicePath
+    from gnnorch.launch.context import RankContext
+    from gnnorch.launch.plan import CorePlan
+    from gnnorch.run_options import RunOptions
+    from gnnorch.sampling.neighbor import FastNeighborSampler
+
+    config = DataPathConfig(mode="device")
+    ctx = RankContext(rank=0, world_size=1, plan=CorePlan(1, 0, 1), cores=None, seed=0,
+                      options=RunOptions(data_path=config))
+    path = DevicePath(ctx, config, None)
+    loader = NeighborLoader(data, num_neighbors=[2], batch_size=4,
+                            neighbor_sampler=FastNeighborSampler(data, num_neighbors=[2]))
+    state = SimpleNamespace(role="train", index=0, user_num_workers=0, partition=None,
+                            device=None)
+    path.adopt(loader, state)
+    return state.device
+
+
+def test_without_pyg_index_select_numpy_attributes_are_left_to_pyg(monkeypatch):
+    import numpy as np
+    from torch_geometric.data import Data
+    from torch_geometric.loader import utils as loader_utils
+
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    numpy_data = Data(x=np.ones((4, 2), dtype=np.float32), edge_index=edge_index)
+    tensor_data = Data(x=torch.ones(4, 2), edge_index=edge_index)
+    assert _device_path_over(numpy_data).served
+
+    def index_select(value, index):   # a PyG whose gather takes other arguments
+        return value
+
+    monkeypatch.setattr(loader_utils, "index_select", index_select)
+    compat.reset()
+    record = _device_path_over(numpy_data)
+    assert not record.served and "not tensors (x)" in record.reason
+    assert _device_path_over(tensor_data).served
+    assert "torch_geometric.loader.utils.index_select" in compat.unavailable()
+
+
+def test_without_version_counters_the_device_path_keeps_features_on_the_host(monkeypatch):
+    from torch_geometric.data import Data
+
+    data = Data(x=torch.ones(4, 2), edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]]))
+    assert _device_path_over(data).features == "gpu"
+    monkeypatch.setattr(torch.Tensor, "_version", property(lambda self: None))
+    compat.reset()
+    record = _device_path_over(data)
+    assert record.served and record.features == "host"
+    assert "version counters" in record.placement.reasons[-1]
+
+
 # -- torch.distributed ------------------------------------------------------------------------
 def test_process_group_names_fail_closed(monkeypatch):
     from torch.distributed import distributed_c10d

@@ -271,6 +271,30 @@ def test_user_worker_contexts_run_as_is_while_sampling_on_the_device():
             pass
 
 
+@pytest.mark.parametrize("features", ["auto", "host"])
+def test_numpy_attributes_are_gathered_as_pyg_gathers_them(tmp_path, features):
+    """PyG's ``test_memmap_neighbor_loader``: ``data.x`` a numpy memmap; batches carry its
+    rows as a tensor (PyG's ``index_select``), never the whole array."""
+    import numpy as np
+
+    data, twin_data = _graph(300, seed=4), _graph(300, seed=4)
+    for d in (data, twin_data):
+        memmap = np.memmap(tmp_path / f"x{id(d)}.npy", dtype=np.float32, mode="w+",
+                           shape=tuple(d.x.shape))
+        memmap[:] = d.x.numpy()
+        d.x = memmap
+        d.weight = np.arange(d.edge_index.size(1), dtype=np.float64)   # edge-level
+    _, path, loader, state = _served(DataPathConfig(mode="device", features=features),
+                                     data=data)
+    assert state.device.served
+    plain = _loader(twin_data)
+    got, want = _seam_epoch(path, loader, state), _plain_epoch(plain, 0)
+    for g, w in zip(got, want):
+        assert isinstance(g.x, torch.Tensor) and g.x.size(0) == g.n_id.numel()
+        assert torch.equal(g.weight, torch.from_numpy(data.weight)[g.e_id])
+        _assert_same_batch(g, w)
+
+
 def test_resident_copies_follow_in_place_writes():
     from gnnorch.device.gather import ResidentTensors
 

@@ -23,7 +23,7 @@ __all__ = ["trim_to_layer_type", "self_trimming", "sampler_hook_reason", "pyg_sa
            "sampler_parameters", "message_passing_hooks_reason", "gcn_cache_reason",
            "gcn_cached", "set_gcn_cached", "gat_has_residual", "missing_attributes",
            "loader_arguments", "basic_gnn_forward", "bind_arguments", "MESSAGE_PASSING_HOOKS",
-           "set_orig_edge_index"]
+           "set_orig_edge_index", "pyg_index_select"]
 
 
 def _parameters(fn: Any) -> list[str]:
@@ -258,6 +258,36 @@ def set_orig_edge_index(batch: Any, edge_index: Any) -> None:
     loader puts them (``batch._orig_edge_index``); nothing when PyG no longer does."""
     if ORIG_EDGE_INDEX.get():
         batch._orig_edge_index = edge_index
+
+
+# -- the loader's gather of an attribute that is not a tensor (numpy, TensorFrame) -----------
+
+def _index_select() -> Callable[..., Any]:
+    import numpy as np
+    from torch_geometric.loader.utils import index_select
+
+    params = _parameters(index_select)[:3]
+    if params != ["value", "index", "dim"]:
+        raise Missing(f"torch_geometric.loader.utils.index_select takes {params}, expected "
+                      f"['value', 'index', 'dim']")
+    out = index_select(np.arange(4.0).reshape(2, 2), torch.tensor([1]), dim=0)
+    if not (isinstance(out, torch.Tensor) and out.tolist() == [[2.0, 3.0]]):
+        raise Missing("torch_geometric.loader.utils.index_select no longer gathers numpy rows "
+                      "into a tensor")
+    return index_select
+
+
+INDEX_SELECT = Probe(
+    "torch_geometric.loader.utils.index_select", "device/gather.py, intercept/device_path.py",
+    "a loader whose data holds a node or edge attribute that is not a tensor (a numpy array, "
+    "a TensorFrame) is not served by the device data path", _index_select)
+
+
+def pyg_index_select() -> Callable[..., Any] | None:
+    """PyG's ``index_select(value, index, dim)``, which its loaders use to gather a node or
+    edge attribute of any type they support (tensor, numpy array, TensorFrame); None when
+    missing."""
+    return INDEX_SELECT.get()
 
 
 # -- layer attributes and argument binding --------------------------------------------------

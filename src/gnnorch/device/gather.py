@@ -35,11 +35,12 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from ..compat.pyg import set_orig_edge_index
+from ..compat.pyg import pyg_index_select, set_orig_edge_index
 from ..compat.torch import tensor_version
 from .twin import twinned
 
-__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "data_snapshot",
+__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "untensored_attributes",
+           "data_snapshot",
            "ID_FIELDS", "sampled_exclusion"]
 
 #: batch fields kept on the host (ids: user code indexes host tensors with them)
@@ -60,12 +61,12 @@ def sampled_exclusion(batch: Any) -> int | None:
 
 
 def gathered_attributes(data: Any) -> tuple[list[str], list[str]]:
-    """(node-level, edge-level) tensor attributes of a homogeneous `Data` that a batch gathers
-    (PyG's `is_node_attr` / `is_edge_attr`; ``edge_index`` excluded)."""
+    """(node-level, edge-level) attributes of a homogeneous `Data` that a batch gathers, as
+    PyG's loaders decide (`is_node_attr` / `is_edge_attr`; ``edge_index`` excluded): tensors,
+    and the numpy arrays / TensorFrames PyG gathers with its ``index_select``."""
     node, edge = [], []
     for key in data.keys():
-        value = data[key]
-        if key == "edge_index" or not isinstance(value, Tensor):
+        if key == "edge_index":
             continue
         if data.is_node_attr(key):
             node.append(key)
@@ -74,13 +75,20 @@ def gathered_attributes(data: Any) -> tuple[list[str], list[str]]:
     return node, edge
 
 
+def untensored_attributes(data: Any) -> list[str]:
+    """Gathered attributes of `data` that are not torch tensors (numpy arrays, TensorFrames):
+    gathered on the host with PyG's own ``index_select``, never copied to the device whole."""
+    node, edge = gathered_attributes(data)
+    return [k for k in node + edge if not isinstance(data[k], Tensor)]
+
+
 def data_snapshot(data: Any) -> tuple:
     """What a `GatherPlan` read from `data` when it was made: every attribute's name and, for
     a tensor, its identity and in-place version. PyG's ``filter_fn`` reads ``loader.data`` at
     each batch, so a plan whose snapshot no longer matches (an attribute added, deleted,
     replaced or written in place) must be made again."""
-    return tuple((key, id(value), tensor_version(value)) if isinstance(value, Tensor)
-                 else (key,) for key, value in ((k, data[k]) for k in data.keys()))
+    return tuple((key, id(value), tensor_version(value) if isinstance(value, Tensor) else None)
+                 for key, value in ((k, data[k]) for k in data.keys()))
 
 
 class ResidentTensors:
@@ -144,12 +152,13 @@ class GatherPlan:
         self.sources: dict[str, Tensor] = {}
         for key in self.node + self.edge:
             value = data[key]
-            if features == "gpu":
+            if features == "gpu" and isinstance(value, Tensor):
                 value = resident.on_device(value, self.device)
             # a host source stays as it is: its rows are gathered into pinned buffers, and
             # pinning the whole source would double (rounding up: quadruple) its memory
             self.sources[key] = value
-        on_host = [k for k, t in self.sources.items() if t.device != self.device]
+        on_host = [k for k, t in self.sources.items()
+                   if not (isinstance(t, Tensor) and t.device == self.device)]
         self.defer = tuple(k for k in defer if k in self.node and k in on_host)
         # batches index sources on the device (the user's data may be there already)
         self.device_sources = self.device.type != "cpu" and len(on_host) < len(self.sources)
@@ -226,6 +235,13 @@ class GatherPlan:
         """Rows `index` of attribute `key`: indexed where it lives; host rows go through
         pinned memory to the device unless deferred."""
         source, dim = self.sources[key], self.dims[key]
+        if not isinstance(source, Tensor):   # numpy / TensorFrame: PyG's gather, on the host
+            rows = pyg_index_select()(source, index_host, dim=dim)  # type: ignore[misc]
+            if (key in self.defer or self.device.type == "cpu"
+                    or not isinstance(rows, Tensor)):
+                return rows
+            return (rows.pin_memory() if self.pin else rows).to(self.device,
+                                                                non_blocking=self.pin)
         if source.device == self.device:
             return source.index_select(dim, index if index.device == self.device
                                        else index_host)

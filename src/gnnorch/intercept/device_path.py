@@ -63,9 +63,11 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from ..compat.pyg import pyg_index_select
 from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
-from ..device.gather import ID_FIELDS, GatherPlan, ResidentTensors, gathered_attributes
+from ..device.gather import (ID_FIELDS, GatherPlan, ResidentTensors, gathered_attributes,
+                             untensored_attributes)
 from ..device.placement import GPU, plan_data_placement
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
@@ -189,6 +191,11 @@ class DevicePath:
             return "its features are partitioned over ranks (partition_features)"
         if type(loader).filter_fn is not NodeLoader.filter_fn:
             return f"{type(loader).__name__} overrides filter_fn"
+        untensored = untensored_attributes(loader.data)
+        if untensored and pyg_index_select() is None:
+            return (f"its data holds attributes that are not tensors ({', '.join(untensored)})"
+                    f" and PyG's index_select, which gathers them, is unavailable "
+                    f"(gnnorch.compat.unavailable() says why)")
         return None
 
     def _serve(self, loader: NeighborLoader, state: "LoaderState",
@@ -212,7 +219,7 @@ class DevicePath:
         if not host_why and tensor_version(data.edge_index) is None:
             host_why = ("torch has no in-place version counters to keep device copies "
                         "current")
-        tensors = {k: data[k] for k in node + edge}
+        tensors = {k: data[k] for k in node + edge if isinstance(data[k], torch.Tensor)}
         resident = sum(t.numel() * t.element_size() for t in tensors.values()
                        if self.resident.has_on_device(t, self.device))
         placement = plan_data_placement(
