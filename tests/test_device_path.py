@@ -387,23 +387,38 @@ def test_break_leaves_no_thread_and_next_epoch_repeats():
         _assert_same_batch(g, w)
 
 
-def test_an_abandoned_epoch_still_referenced_stops_before_the_next_one():
-    """An epoch left mid-way but still referenced (a traceback, a variable) keeps its producer
-    drawing ahead; the next epoch closes it before reseeding the generator, so the next
-    epoch's batches are those of a fixed-seed run."""
-    config = DataPathConfig(mode="device", prefetch=3)
+@pytest.mark.parametrize("depth", [0, 3])
+def test_epochs_of_one_loader_at_once_each_give_their_own_batches(depth):
+    """``zip(loader, loader)``, or an epoch left mid-way but still referenced (a traceback, a
+    variable) while the next one runs: as in PyG, both run to their end, and each draws
+    from its own epoch's generator only, so each gives the batches of a fixed-seed run."""
+    config = DataPathConfig(mode="device", prefetch=depth)
     _, path, loader, state = _served(config, batch_size=8)
-    kept = path.feed(iter(loader), loader, state, True)
-    next(kept)                                   # abandoned, but alive: `kept` holds it
-    second = _device_epoch(path, loader, state)
-    assert _no_pipeline_thread() and next(kept, None) is None   # closed by the next epoch
-    _, path2, loader2, state2 = _served(DataPathConfig(mode="device", prefetch=0),
-                                         batch_size=8)
-    _device_epoch(path2, loader2, state2)
-    again = _device_epoch(path2, loader2, state2)
-    assert len(second) == len(again)
-    for g, w in zip(second, again):
+    plain = _loader(batch_size=8)
+    want = [_plain_epoch(plain, epoch, shuffle_seed=11 + epoch) for epoch in range(2)]
+    # an epoch's shuffle draws its permutation from torch's RNG at its first batch (as PyG)
+    torch.manual_seed(11)
+    first = path.feed(iter(loader), loader, state, True)
+    heads = [next(first)]
+    torch.manual_seed(12)
+    second = path.feed(iter(loader), loader, state, True)
+    heads.append(next(second))
+    pairs = [tuple(heads)] + list(zip(first, second))
+    assert len(pairs) == len(want[0]) == len(loader)
+    for (a, b), wa, wb in zip(pairs, want[0], want[1]):
+        _assert_same_batch(a, wa)
+        _assert_same_batch(b, wb)
+    torch.manual_seed(11)
+    kept = path.feed(iter(loader), loader, state, True)     # epoch 2, left after one batch
+    head = next(kept)
+    third = _device_epoch(path, loader, state, shuffle_seed=13)   # epoch 3 runs meanwhile
+    rest = list(kept)                                       # epoch 2 resumes where it was
+    assert len(rest) + 1 == len(third) == len(loader)
+    for g, w in zip([head] + rest, _plain_epoch(plain, 2, shuffle_seed=11)):
         _assert_same_batch(g, w)
+    for g, w in zip(third, _plain_epoch(plain, 3, shuffle_seed=13)):
+        _assert_same_batch(g, w)
+    assert _no_pipeline_thread()
 
 
 def test_errors_arrive_in_place():

@@ -33,16 +33,17 @@ def sampling_seed(run_seed: int, rank: int, loader: int, epoch: int) -> int:
 
 
 class SamplingGenerator:
-    """One loader's sampling generator on `device`, reseeded at each epoch start."""
+    """One loader's sampling generators on `device`: a new one for each epoch (epochs of one
+    loader may run at once, each drawing from its own)."""
 
     def __init__(self, device: torch.device | str, run_seed: int, rank: int,
                  loader: int) -> None:
-        self.generator = torch.Generator(device=torch.device(device))
+        self.device = torch.device(device)
         self.run_seed, self.rank, self.loader = run_seed, rank, loader
         self.epochs = 0
 
     def next_epoch(self) -> torch.Generator:
-        """The generator, seeded for the next epoch of this loader."""
+        """A generator seeded for the next epoch of this loader."""
         seed = sampling_seed(self.run_seed, self.rank, self.loader, self.epochs)
         self.epochs += 1
-        return self.generator.manual_seed(seed)
+        return torch.Generator(device=self.device).manual_seed(seed)

@@ -12,13 +12,16 @@ before its buffers can be reused.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Iterator
+
+import torch
 
 from ..device.pipeline import Prefetcher
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 
-__all__ = ["pipelined"]
+__all__ = ["pipelined", "own_generator"]
 
 _END = object()
 
@@ -51,6 +54,22 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
         if move.stream is not None:   # work of dropped batches done before reuse
             move.stream.synchronize()
         publish()
+
+
+def own_generator(iterator: Iterator[Any], sampler: Any, generator: torch.Generator,
+                  lock: threading.Lock) -> Iterator[Any]:
+    """`iterator`'s batches, each drawn with the loader's sampler given `generator` under
+    `lock` (the loader's): epochs of one loader that run at once (``zip(loader, loader)``, an
+    epoch left but kept while the next one runs) each sample from their own generator only,
+    in whichever thread draws, so each gives the batches of a fixed-seed run."""
+    while True:
+        with lock:
+            sampler.generator = generator
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+        yield batch
 
 
 def _draw(iterator: Iterator[Any], move: DeviceTransfer) -> Any:

@@ -58,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -73,7 +74,7 @@ from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
-from .device_feed import pipelined
+from .device_feed import own_generator, pipelined
 from .model_watch import FirstModelWatch
 
 if TYPE_CHECKING:
@@ -137,8 +138,8 @@ class _Served:
         self.plan, self.move, self.generator, self.on_device = plan, move, generator, on_device
         self.cached = cached   # a training loader of the historical-embedding cache
         self.undo = undo
-        # the latest epoch's batch generator (weakly: an abandoned epoch is collected)
-        self.epoch: weakref.ref[Iterator[Any]] | None = None
+        # held while one epoch's batch is drawn with that epoch's generator (`own_generator`)
+        self.sampling = threading.Lock()
 
 
 class DevicePath:
@@ -383,11 +384,10 @@ class DevicePath:
         depth = self.config.prefetch
         in_process = int(getattr(loader, "num_workers", 0) or 0) == 0
         record.prefetch_reason = ""
-        previous = served.epoch() if served.epoch is not None else None
-        if previous is not None:   # an abandoned epoch still alive: its producer stops before
-            previous.close()       # the generator is reseeded under it
-        if served.generator is not None:
-            loader.node_sampler.generator = served.generator.next_epoch()
+        batches: Iterator[Any] = iter(iterator)
+        if served.generator is not None:   # this epoch's draws from this epoch's generator
+            batches = own_generator(batches, loader.node_sampler,
+                                    served.generator.next_epoch(), served.sampling)
         elif in_process and depth > 0:
             depth, record.prefetch_reason = 0, ("PyG's sampler draws from torch's global RNG: "
                                                 "sampled in the trainer thread")
@@ -395,9 +395,7 @@ class DevicePath:
         ahead = cache.may_draw_ahead if cache is not None else None
         record.prefetch = depth
         record.epochs += 1
-        epoch = pipelined(iter(iterator), served.move, depth, record, ahead, self._publish)
-        served.epoch = weakref.ref(epoch)
-        return epoch
+        return pipelined(batches, served.move, depth, record, ahead, self._publish)
 
     # -- report ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
