@@ -200,9 +200,11 @@ def test_sampling_seeds_differ_per_rank_loader_epoch_and_repeat():
              for e in (0, 1, 2)}
     assert len(seeds) == 24 and all(0 <= v < 2 ** 63 for v in seeds)
     a, b = SamplingGenerator("cpu", 3, 0, 1), SamplingGenerator("cpu", 3, 0, 1)
-    first = torch.rand(4, generator=a.next_epoch())
-    torch.rand(100, generator=a.generator)          # drawn ahead, then dropped
+    epoch0 = a.next_epoch()
+    first = torch.rand(4, generator=epoch0)
+    torch.rand(100, generator=epoch0)               # drawn ahead, then dropped
     second = torch.rand(4, generator=a.next_epoch())
+    torch.rand(7, generator=epoch0)                 # an older epoch still drawing: no effect
     assert torch.equal(first, torch.rand(4, generator=b.next_epoch()))
     assert torch.equal(second, torch.rand(4, generator=b.next_epoch()))
     assert not torch.equal(first, second)

@@ -307,6 +307,32 @@ def test_resident_copies_follow_in_place_writes():
     assert resident.has_on_device(x, cpu)
 
 
+def test_resident_copies_die_with_their_source():
+    """A tensor the user replaced and dropped (``data.x = augment(x0)`` at each epoch) frees
+    its copy; a live one keeps it."""
+    import weakref
+
+    from gnnorch.device.gather import ResidentTensors
+
+    resident, meta = ResidentTensors(), torch.device("meta")
+    kept = torch.ones(3)
+    copy_of_kept = resident.on_device(kept, meta)        # a real copy (another device)
+    assert resident.on_device(kept, meta) is copy_of_kept
+    dropped = torch.zeros(4)
+    copy_of_dropped = weakref.ref(resident.on_device(dropped, meta))
+    gc.collect()
+    assert copy_of_dropped() is not None                 # kept while its source lives
+    del dropped
+    gc.collect()
+    assert copy_of_dropped() is None and len(resident._copies) == 1
+    same = torch.ones(2)
+    assert resident.on_device(same, torch.device("cpu")) is same   # no copy: nothing kept
+    assert len(resident._copies) == 2
+    del same
+    gc.collect()
+    assert len(resident._copies) == 1
+
+
 def _train_losses(batches_of_epoch, epochs=2):
     torch.manual_seed(0)
     model = GraphSAGE(16, 32, 2, 4, dropout=0.3)

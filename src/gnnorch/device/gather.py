@@ -30,6 +30,7 @@ there; the host otherwise, then moved by the pipeline's transfer).
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -40,8 +41,7 @@ from ..compat.torch import tensor_version
 from .twin import twinned
 
 __all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "untensored_attributes",
-           "data_snapshot",
-           "ID_FIELDS", "sampled_exclusion"]
+           "data_snapshot", "ID_FIELDS", "sampled_exclusion"]
 
 #: batch fields kept on the host (ids: user code indexes host tensors with them)
 ID_FIELDS = ("n_id", "e_id", "input_id")
@@ -93,24 +93,43 @@ def data_snapshot(data: Any) -> tuple:
 
 class ResidentTensors:
     """Device copies and pinned host copies of data tensors, made once per source tensor and
-    shared by every loader that gathers from it (keyed by the source tensor's identity; the
-    source is kept alive so its identity cannot be reused). A copy is as current as its
-    source's in-place version counter (`gnnorch.compat.torch.tensor_version`): a source
-    written in place since is copied again when next asked for."""
+    shared by every loader that gathers from it. An entry is keyed by its source's identity
+    and dies with its source (a weak reference: a tensor the user replaced and dropped, e.g.
+    ``data.x = augment(x0)`` at each epoch, frees its copy; its identity cannot be reused
+    while the entry lives). A copy is as current as its source's in-place version counter
+    (`gnnorch.compat.torch.tensor_version`): a source written in place since is copied again
+    when next asked for."""
 
     def __init__(self) -> None:
-        self._copies: dict[tuple[int, str], tuple[Tensor, int | None, Any]] = {}
+        self._copies: dict[tuple[int, str], tuple[weakref.ref, int | None, Any]] = {}
         self.bytes_copied = 0
 
+    def _entry(self, source: Tensor, where: str) -> tuple[Any, int | None, Any] | None:
+        found = self._copies.get((id(source), where))
+        return found if found is not None and found[0]() is source else None
+
+    def _keep(self, source: Tensor, where: str, version: int | None, value: Any) -> None:
+        key, copies = (id(source), where), self._copies
+
+        def forget(_: weakref.ref) -> None:   # the source is gone: so is its copy
+            entry = copies.get(key)
+            if entry is not None and entry[0] is ref:
+                del copies[key]
+
+        ref = weakref.ref(source, forget)
+        copies[key] = (ref, version, value)
+
     def _get(self, tensor: Tensor, where: str, make: Callable[[Tensor], Tensor]) -> Tensor:
-        key, version = (id(tensor), where), tensor_version(tensor)
-        found = self._copies.get(key)
+        version = tensor_version(tensor)
+        found = self._entry(tensor, where)
         if found is None or found[1] != version:
             copied = make(tensor)
             if copied is not tensor:
                 self.bytes_copied += tensor.numel() * tensor.element_size()
-            found = self._copies[key] = (tensor, version, copied)
-        return found[2]
+            # the source itself (already there) is not kept: the entry must not keep it alive
+            self._keep(tensor, where, version, None if copied is tensor else copied)
+            return copied
+        return tensor if found[2] is None else found[2]
 
     def on_device(self, tensor: Tensor, device: torch.device) -> Tensor:
         return self._get(tensor, str(device), lambda t: t.to(device))
@@ -121,17 +140,19 @@ class ResidentTensors:
         GPU)."""
         if tensor.device == device and device.type != "cpu":
             return True
-        found = self._copies.get((id(tensor), str(device)))
+        found = self._entry(tensor, str(device))
         return found is not None and found[1] == tensor_version(tensor)
 
     def shared_structure(self, edge_index: Tensor, device: torch.device, tag: str,
                          make: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
         """One device CSC per graph (`edge_index`), device and `tag`, however many loaders
         sample it: made by `make` (e.g. a sampler moving its own CSC there) the first time."""
-        key = (id(edge_index), f"csc:{device}:{tag}")
-        found = self._copies.get(key)
+        where = f"csc:{device}:{tag}"
+        found = self._entry(edge_index, where)
         if found is None:   # PyG's sampler builds its CSC once too: no version check
-            found = self._copies[key] = (edge_index, None, make())
+            made = make()
+            self._keep(edge_index, where, None, made)
+            return made
         return found[2]
 
 
