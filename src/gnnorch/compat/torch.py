@@ -223,9 +223,8 @@ def _version_counter() -> Callable[[Tensor], int]:
 
 VERSION = Probe("torch.Tensor._version", "trim/materialize.py, device/gather.py",
                 "parameters are copied at each trimmed forward and compared by value instead; "
-                "the device data path keeps no copy of node / edge attributes on the device "
-                "(a batch's rows are gathered from the user's tensors at each batch)",
-                _version_counter)
+                "the device data path gathers a batch's rows from the user's tensors "
+                "(no device copy of them)", _version_counter)
 
 
 def tensor_version(tensor: Tensor) -> int | None:

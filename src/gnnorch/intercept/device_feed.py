@@ -13,13 +13,16 @@ before its buffers can be reused.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from ..device.pipeline import Prefetcher
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
+
+if TYPE_CHECKING:
+    from ..sampling.neighbor import FastNeighborSampler
 
 __all__ = ["pipelined", "own_generator"]
 
@@ -56,7 +59,8 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
         publish()
 
 
-def own_generator(iterator: Iterator[Any], sampler: Any, generator: torch.Generator,
+def own_generator(iterator: Iterator[Any], sampler: FastNeighborSampler,
+                  generator: torch.Generator,
                   lock: threading.Lock) -> Iterator[Any]:
     """`iterator`'s batches, each drawn with the loader's sampler given `generator` under
     `lock` (the loader's): epochs of one loader that run at once (``zip(loader, loader)``, an

@@ -9,7 +9,8 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
   (`gnnorch.device.placement.plan_data_placement`: budget from the device's free memory, or
   ``budget_bytes``), record the decision in ``state.device`` (`gnnorch.device.state.
   LoaderDevice`) and in ``stats["device"]``. A served loader builds its batches with a
-  `gnnorch.device.gather.GatherPlan` (its ``filter_fn``); when its structure fits, gnnorch's
+  `gnnorch.device.gather.GatherPlan` (its ``filter_fn``; what serving changes on the loader
+  and how `close` gives it back: `gnnorch.intercept.served_loader`); when its structure fits, gnnorch's
   sampler keeps its CSC on the device and samples there with a generator of its own
   (`gnnorch.device.seeds`), and the loader runs without worker processes. The user's `data` is
   never modified: device and pinned copies are the path's (shared by loaders over the same
@@ -55,10 +56,7 @@ session's end) restores what serving changed on it.
 """
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -67,15 +65,16 @@ import torch
 from ..compat.pyg import pyg_index_select
 from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
-from ..device.gather import (ID_FIELDS, GatherPlan, ResidentTensors, gathered_attributes,
+from ..device.gather import (GatherPlan, ResidentTensors, gathered_attributes,
                              untensored_attributes)
-from ..device.placement import GPU, plan_data_placement
+from ..device.placement import GPU, DataPlacement, plan_data_placement
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
 from .device_feed import own_generator, pipelined
 from .model_watch import FirstModelWatch
+from .served_loader import LoaderUndo, ServedLoader
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
@@ -83,63 +82,6 @@ if TYPE_CHECKING:
     from ..sampling.neighbor import FastNeighborSampler
 
     from .feeds import LoaderState
-
-
-_ABSENT = object()
-
-
-#: PyG's loader methods serving overrides on the instance: ``filter_fn`` builds the batch;
-#: the worker context managers have no worker to act on when sampling runs on the device
-_INSTANCE_METHODS = ("filter_fn", "enable_cpu_affinity", "enable_multithreading")
-
-
-class _Undo:
-    """What serving changed on a user's loader, as it was before (`DevicePath.close` puts it
-    back): the instance methods of `_INSTANCE_METHODS` (absent: PyG's own),
-    ``filter_per_worker``, ``num_workers``, and its sampler's device, ``use_pyg`` and
-    generator."""
-
-    def __init__(self, loader: NeighborLoader) -> None:
-        sampler = loader.node_sampler
-        self.methods = {name: loader.__dict__.get(name, _ABSENT) for name in _INSTANCE_METHODS}
-        self.filter_per_worker = loader.filter_per_worker
-        self.num_workers = loader.num_workers
-        colptr = getattr(sampler, "colptr", None)
-        self.sampler_device = colptr.device if isinstance(colptr, torch.Tensor) else None
-        self.use_pyg = getattr(sampler, "use_pyg", None)
-        self.generator = getattr(sampler, "generator", None)
-
-    def restore(self, loader: NeighborLoader) -> None:
-        for name, method in self.methods.items():
-            if method is _ABSENT:
-                loader.__dict__.pop(name, None)
-            else:
-                setattr(loader, name, method)
-        loader.filter_per_worker = self.filter_per_worker
-        loader.num_workers = self.num_workers
-        sampler = loader.node_sampler
-        colptr = getattr(sampler, "colptr", None)
-        if (self.sampler_device is not None and isinstance(colptr, torch.Tensor)
-                and colptr.device != self.sampler_device):
-            sampler.move_to(self.sampler_device)
-        if self.use_pyg is not None:
-            sampler.use_pyg = self.use_pyg
-        if hasattr(sampler, "generator"):
-            sampler.generator = self.generator
-
-
-class _Served:
-    """A served loader's parts: its gather plan, transfer and (fast-path) sampling generator,
-    and what serving changed on it (`undo`)."""
-
-    def __init__(self, plan: GatherPlan, move: DeviceTransfer,
-                 generator: SamplingGenerator | None, on_device: bool, cached: bool,
-                 undo: _Undo) -> None:
-        self.plan, self.move, self.generator, self.on_device = plan, move, generator, on_device
-        self.cached = cached   # a training loader of the historical-embedding cache
-        self.undo = undo
-        # held while one epoch's batch is drawn with that epoch's generator (`own_generator`)
-        self.sampling = threading.Lock()
 
 
 class DevicePath:
@@ -151,7 +93,7 @@ class DevicePath:
         self.device, self.reason = _resolve(config, device)
         self.resident = ResidentTensors()
         self.loaders: list[LoaderDevice] = []
-        self._served: weakref.WeakKeyDictionary[NeighborLoader, _Served] = \
+        self._served: weakref.WeakKeyDictionary[NeighborLoader, ServedLoader] = \
             weakref.WeakKeyDictionary()
         self._late = False   # the device was found at the model's first forward
         self._watch = (FirstModelWatch(self.model_found_on)
@@ -206,29 +148,15 @@ class DevicePath:
         assert self.device is not None
         cfg, data, sampler = self.config, loader.data, loader.node_sampler
         cuda = self.device.type == "cuda"
-        node, edge = gathered_attributes(data)
         fast = isinstance(sampler, FastNeighborSampler) and sampler.fallback_reason is None
-        undo = _Undo(loader)
+        undo = LoaderUndo(loader)
         cached = state.role == "train" and self.ctx.options.cache_config is not None
         why_host = None if fast else (
             f"its sampler ({type(sampler).__name__}"
             f"{', ' + sampler.fallback_reason if isinstance(sampler, FastNeighborSampler) else ''}"
             f") has no device path")
-        free, budget = _budget(self.device, cfg)
-        # device copies of attributes are kept current by version counters (`_replan`)
-        host_why: bool | str = cfg.features == "host"
-        if not host_why and tensor_version(data.edge_index) is None:
-            host_why = ("torch has no in-place version counters to keep device copies "
-                        "current")
-        tensors = {k: data[k] for k in node + edge if isinstance(data[k], torch.Tensor)}
-        resident = sum(t.numel() * t.element_size() for t in tensors.values()
-                       if self.resident.has_on_device(t, self.device))
-        placement = plan_data_placement(
-            int(data.num_nodes), int(sampler.row.numel()), tensors,
-            free_bytes=free, budget_bytes=budget, budget_fraction=cfg.budget_fraction,
-            pin=cfg.pin and cuda, features_host=host_why,
-            host_sampling=why_host,
-            resident_bytes=resident)
+        placement = _placement(self.device, cfg, data, sampler.row.numel(), self.resident,
+                               why_host)
         on_device = placement.structure == GPU
         generator, note = None, ""
         if on_device:
@@ -250,19 +178,9 @@ class DevicePath:
                           pin=cfg.pin, defer=defer)
         if placement.features == GPU:
             record.bytes_on_device += self.resident.bytes_copied - before
-        hidden = ID_FIELDS + plan.defer
-        move = DeviceTransfer(self.device, pin=cfg.pin, host_fields=hidden)
-        loader.filter_fn = functools.partial(_build, loader, plan)
-        loader.filter_per_worker = False   # workers (host sampling) return sampler outputs
-        user = state.user_num_workers
-        if on_device:
-            record.num_workers = (f"{'plan' if user is None else f'user ({user})'} -> 0: "
-                                  f"sampled on the device in the pipeline's thread")
-            loader.num_workers = 0
-            for name in _INSTANCE_METHODS[1:]:   # PyG's raise at 0 workers
-                setattr(loader, name, functools.partial(_no_worker_to_act_on, record, name))
-        else:
-            record.num_workers = "plan" if user is None else f"user ({user})"
+        move = DeviceTransfer(self.device, pin=cfg.pin)
+        served = ServedLoader(plan, move, generator, on_device, cached, undo)
+        served.install(loader, record, state.user_num_workers)
         if cuda:
             torch.cuda.synchronize(self.device)   # copies made here precede every stream
         record.served, record.samples_on_device = True, on_device
@@ -270,7 +188,7 @@ class DevicePath:
             plan.defer
         record.reason = (f"{'sampled and gathered' if on_device else 'gathered'} for "
                          f"{self.device} ({placement.reasons[-1]}){note}")
-        self._served[loader] = _Served(plan, move, generator, on_device, cached, undo)
+        self._served[loader] = served
 
     def _structure_to_device(self, data: Any, sampler: FastNeighborSampler,
                              record: LoaderDevice, nbytes: int, keep_host: bool) -> None:
@@ -326,7 +244,7 @@ class DevicePath:
             record.reason += f"; served from its epoch {_epochs_before(state)} (0-based) on"
         self._publish()
 
-    def _replan(self, loader: NeighborLoader, state: "LoaderState", served: _Served,
+    def _replan(self, loader: NeighborLoader, state: "LoaderState", served: ServedLoader,
                 record: LoaderDevice) -> None:
         """PyG's ``filter_fn`` reads ``loader.data`` at each batch, so the batches follow what
         the user changed in it after building the loader (an attribute deleted, added,
@@ -340,7 +258,7 @@ class DevicePath:
             return
         if (not isinstance(data, type(served.plan.data))
                 or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
-            served.undo.restore(loader)
+            served.restore(loader)
             del self._served[loader]
             record.served = record.samples_on_device = False
             record.reason = (f"given back to PyG at its epoch {_epochs_before(state)}: its data "
@@ -349,11 +267,9 @@ class DevicePath:
             self._publish()
             return
         before = self.resident.bytes_copied
-        served.plan = served.plan.remade(data, self.resident, self.config.pin)
+        served.use_plan(loader, served.plan.remade(data, self.resident, self.config.pin))
         if served.plan.features == GPU:
             record.bytes_on_device += self.resident.bytes_copied - before
-        served.move.host_fields = ID_FIELDS + served.plan.defer
-        loader.filter_fn = functools.partial(_build, loader, served.plan)
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)   # the new copies precede every stream
         record.deferred = served.plan.defer
@@ -363,14 +279,14 @@ class DevicePath:
     # -- the run's end --------------------------------------------------------------------
     def close(self) -> None:
         """The session ends: every served loader still alive is given back as it was before
-        `adopt` (`_Undo`: PyG's ``filter_fn``, the loader's ``filter_per_worker`` and
+        `adopt` (`LoaderUndo`: PyG's ``filter_fn``, the loader's ``filter_per_worker`` and
         ``num_workers``, its sampler's CSC on the device it came from, ``use_pyg`` and
         generator), so a loader the user keeps iterates as a plain PyG loader. The path's
         device and pinned copies go with it."""
         if self._watch is not None:
             self._watch.remove()
         for loader, served in list(self._served.items()):
-            served.undo.restore(loader)
+            served.restore(loader)
         self._served.clear()
 
     # -- feed -----------------------------------------------------------------------------
@@ -409,30 +325,9 @@ class DevicePath:
         self.ctx.stats["device"] = self.stats()
 
 
-@contextlib.contextmanager
-def _no_worker_to_act_on(record: LoaderDevice, name: str, *args: Any,
-                         **kwargs: Any) -> Iterator[None]:
-    """A served loader's ``enable_cpu_affinity`` / ``enable_multithreading`` while it samples
-    on the device: it has no worker process for PyG's context manager to bind or thread (PyG
-    raises at ``num_workers=0``), so the user's block runs as it is and the stats say so."""
-    note = f"; the user's {name}() had no worker to act on"
-    if record.num_workers is not None and note not in record.num_workers:
-        record.num_workers += note
-    yield
-
-
 def _epochs_before(state: "LoaderState") -> int:
     """Epochs the loader ran before this one (training and evaluation)."""
     return int(getattr(state, "epochs", 0) or 0) + int(getattr(state, "eval_epochs", 0) or 0)
-
-
-def _build(loader: NeighborLoader, plan: GatherPlan, out: Any) -> Any:
-    """A served loader's ``filter_fn``: PyG's hook from sampler output to batch."""
-    transform_out = getattr(loader, "transform_sampler_output", None)
-    if transform_out is not None:
-        out = transform_out(out)
-    return plan.batch(out, loader.node_sampler.edge_permutation,
-                      getattr(loader, "transform", None))
 
 
 def _resolve(config: DataPathConfig,
@@ -447,6 +342,26 @@ def _resolve(config: DataPathConfig,
         return device, f"the run trains on {device}"
     return None, ("the run trains on the CPU (mode 'auto' serves CUDA runs; mode 'device' runs "
                   "the same path with the CPU as the device)")
+
+
+def _placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edges: int,
+               resident: ResidentTensors, host_sampling: str | None) -> DataPlacement:
+    """Where one loader's structure and tensor attributes live (`plan_data_placement`): the
+    budget from the device's free memory or ``budget_bytes``, bytes already resident there
+    free of charge; features on the host where asked, or where torch has no in-place version
+    counters to keep device copies current (`DevicePath._replan`): failing closed."""
+    free, budget = _budget(device, cfg)
+    host_why: bool | str = cfg.features == "host"
+    if not host_why and tensor_version(data.edge_index) is None:
+        host_why = "torch has no in-place version counters to keep device copies current"
+    node, edge = gathered_attributes(data)
+    tensors = {k: data[k] for k in node + edge if isinstance(data[k], torch.Tensor)}
+    on_device = sum(t.numel() * t.element_size() for t in tensors.values()
+                    if resident.has_on_device(t, device))
+    return plan_data_placement(
+        int(data.num_nodes), int(num_edges), tensors, free_bytes=free, budget_bytes=budget,
+        budget_fraction=cfg.budget_fraction, pin=cfg.pin and device.type == "cuda",
+        features_host=host_why, host_sampling=host_sampling, resident_bytes=on_device)
 
 
 def _budget(device: torch.device, config: DataPathConfig) -> tuple[int | None, int | None]:

@@ -1,0 +1,133 @@
+"""What the device data path changes on a user's PyG loader it serves, and how the loader is
+given back (`gnnorch.intercept.device_path` decides; this module applies and undoes).
+
+Serving a `NeighborLoader` changes, on the instance only:
+
+* ``filter_fn`` (PyG's hook from sampler output to batch): `build_batch`, through the loader's
+  `gnnorch.device.gather.GatherPlan`; ``filter_per_worker`` off (worker processes, where the
+  structure stays on the host, return sampler outputs);
+* where the loader samples on the device: ``num_workers`` 0, and PyG's ``enable_cpu_affinity``
+  / ``enable_multithreading`` context managers, which raise at 0 workers, become ones that run
+  the user's block as it is (there is no worker to bind or thread);
+* its sampler: moved to the device, ``use_pyg`` off, a generator of the path's.
+
+`LoaderUndo`, taken before any of it, puts every one back (`ServedLoader.restore`): a loader the
+user keeps after the run iterates as a plain PyG loader.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+from ..device.gather import ID_FIELDS, GatherPlan
+from ..device.seeds import SamplingGenerator
+from ..device.state import LoaderDevice
+from ..device.transfer import DeviceTransfer
+
+if TYPE_CHECKING:
+    from torch_geometric.loader import NeighborLoader
+
+__all__ = ["LoaderUndo", "ServedLoader", "build_batch"]
+
+_ABSENT = object()
+
+#: PyG's loader methods serving overrides on the instance: ``filter_fn`` builds the batch;
+#: the worker context managers have no worker to act on when sampling runs on the device
+_INSTANCE_METHODS = ("filter_fn", "enable_cpu_affinity", "enable_multithreading")
+
+
+class LoaderUndo:
+    """What serving changes on a user's loader, as it was before: the instance methods of
+    `_INSTANCE_METHODS` (absent: PyG's own), ``filter_per_worker``, ``num_workers``, and its
+    sampler's device, ``use_pyg`` and generator."""
+
+    def __init__(self, loader: NeighborLoader) -> None:
+        sampler = loader.node_sampler
+        self.methods = {name: loader.__dict__.get(name, _ABSENT) for name in _INSTANCE_METHODS}
+        self.filter_per_worker = loader.filter_per_worker
+        self.num_workers = loader.num_workers
+        colptr = getattr(sampler, "colptr", None)
+        self.sampler_device = colptr.device if isinstance(colptr, torch.Tensor) else None
+        self.use_pyg = getattr(sampler, "use_pyg", None)
+        self.generator = getattr(sampler, "generator", None)
+
+    def restore(self, loader: NeighborLoader) -> None:
+        for name, method in self.methods.items():
+            if method is _ABSENT:
+                loader.__dict__.pop(name, None)
+            else:
+                setattr(loader, name, method)
+        loader.filter_per_worker = self.filter_per_worker
+        loader.num_workers = self.num_workers
+        sampler = loader.node_sampler
+        colptr = getattr(sampler, "colptr", None)
+        if (self.sampler_device is not None and isinstance(colptr, torch.Tensor)
+                and colptr.device != self.sampler_device):
+            sampler.move_to(self.sampler_device)
+        if self.use_pyg is not None:
+            sampler.use_pyg = self.use_pyg
+        if hasattr(sampler, "generator"):
+            sampler.generator = self.generator
+
+
+class ServedLoader:
+    """A served loader's parts: its gather plan, transfer, (fast-path) sampling generator and
+    `LoaderUndo`; `install` / `use_plan` / `restore` apply and undo them on the loader."""
+
+    def __init__(self, plan: GatherPlan, move: DeviceTransfer,
+                 generator: SamplingGenerator | None, on_device: bool, cached: bool,
+                 undo: LoaderUndo) -> None:
+        self.plan, self.move, self.generator, self.on_device = plan, move, generator, on_device
+        self.cached = cached   # a training loader of the historical-embedding cache
+        self.undo = undo
+        # held while one epoch's batch is drawn with that epoch's generator (`own_generator`)
+        self.sampling = threading.Lock()
+
+    def install(self, loader: NeighborLoader, record: LoaderDevice,
+                user_num_workers: int | None) -> None:
+        """Batches built by the plan; on the device, no workers (the module docstring)."""
+        self.use_plan(loader, self.plan)
+        loader.filter_per_worker = False   # workers (host sampling) return sampler outputs
+        user = "plan" if user_num_workers is None else f"user ({user_num_workers})"
+        if not self.on_device:
+            record.num_workers = user
+            return
+        record.num_workers = f"{user} -> 0: sampled on the device in the pipeline's thread"
+        loader.num_workers = 0
+        for name in _INSTANCE_METHODS[1:]:   # PyG's raise at 0 workers
+            setattr(loader, name, functools.partial(_no_worker_to_act_on, record, name))
+
+    def use_plan(self, loader: NeighborLoader, plan: GatherPlan) -> None:
+        """Build the loader's batches with `plan` from its next iterator on (PyG's iterator
+        takes ``filter_fn`` when it is made)."""
+        self.plan = plan
+        self.move.host_fields = ID_FIELDS + plan.defer
+        loader.filter_fn = functools.partial(build_batch, loader, plan)
+
+    def restore(self, loader: NeighborLoader) -> None:
+        self.undo.restore(loader)
+
+
+def build_batch(loader: NeighborLoader, plan: GatherPlan, out: Any) -> Any:
+    """A served loader's ``filter_fn``: PyG's hook from sampler output to batch."""
+    transform_out = getattr(loader, "transform_sampler_output", None)
+    if transform_out is not None:
+        out = transform_out(out)
+    return plan.batch(out, loader.node_sampler.edge_permutation,
+                      getattr(loader, "transform", None))
+
+
+@contextlib.contextmanager
+def _no_worker_to_act_on(record: LoaderDevice, name: str, *args: Any,
+                         **kwargs: Any) -> Iterator[None]:
+    """A served loader's ``enable_cpu_affinity`` / ``enable_multithreading`` while it samples
+    on the device: it has no worker process for PyG's context manager to bind or thread (PyG
+    raises at ``num_workers=0``), so the user's block runs as it is and the stats say so."""
+    note = f"; the user's {name}() had no worker to act on"
+    if record.num_workers is not None and note not in record.num_workers:
+        record.num_workers += note
+    yield
