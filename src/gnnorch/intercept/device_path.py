@@ -10,11 +10,11 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
   ``budget_bytes``), record the decision in ``state.device`` (`gnnorch.device.state.
   LoaderDevice`) and in ``stats["device"]``. A served loader builds its batches with a
   `gnnorch.device.gather.GatherPlan` (its ``filter_fn``; what serving changes on the loader
-  and how `close` gives it back: `gnnorch.intercept.served_loader`); when its structure fits, gnnorch's
-  sampler keeps its CSC on the device and samples there with a generator of its own
-  (`gnnorch.device.seeds`), and the loader runs without worker processes. The user's `data` is
-  never modified: device and pinned copies are the path's (shared by loaders over the same
-  tensors).
+  and how `close` gives it back: `gnnorch.intercept.served_loader`); when its structure
+  fits, gnnorch's sampler keeps its CSC on the device and samples there with a generator of
+  its own (`gnnorch.device.seeds`), and the loader runs without worker processes. The
+  user's `data` is never modified: device and pinned copies are the path's (shared by
+  loaders over the same tensors).
 * `epoch_start` (before an epoch's iterator is made): PyG's ``filter_fn`` reads
   ``loader.data`` at each batch, so a served loader whose data the user changed since
   (``del loader.data.x`` as PyG's reddit example does, an attribute added or replaced, a
@@ -26,7 +26,9 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
   gathers and copies on a side stream (`gnnorch.device.transfer.DeviceTransfer`), while the
   trainer works on the previous batch; the consumer's stream waits on each batch's event. The
   first batch of an epoch is drawn in the trainer's thread (the loader's shuffling draws its
-  permutation seed from torch's global RNG there, as in a plain run).
+  permutation seed from torch's global RNG there, as in a plain run). Each epoch samples from
+  a generator of its own (`device_feed.own_generator`), so epochs of one loader that run at
+  once (``zip(loader, loader)``) each give the batches of a fixed-seed run, as in PyG.
 
 When it serves: ``mode="auto"`` on a CUDA device, ``mode="device"`` always (the CPU as the
 device where the run has none), ``mode="host"`` never. A ``mode="auto"`` run whose device says
@@ -35,12 +37,14 @@ MessagePassing layer (`FirstModelWatch`, one global forward pre-hook, removed at
 parameters are on a CUDA device, the path serves that device from then on (`model_found_on`):
 loaders built afterwards at `adopt`, loaders built before at the start of their next epoch
 (`epoch_start`; an epoch already running stays as it started). It steps aside, saying why, for
-HeteroData, partitioned features and a class that overrides ``filter_fn``. Training loaders of
+HeteroData, partitioned features, a class that overrides ``filter_fn``, and numpy attributes
+where PyG's ``index_select`` is missing. Training loaders of
 the historical-embedding cache (``cache=True``) are sampled on the device like any other, the
 cache's exclusion mask there (hot vertices are not expanded); the cache's hotness, admission
 and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`, kept for
-them), and its rows live where the model computes them. They prefetch too: each batch carries the pruning mask it was sampled with (`gnnorch.device.
-gather.sampled_exclusion`), and the pipeline draws ahead only once the cache allows it
+them), and its rows live where the model computes them. They prefetch too: each batch
+carries the pruning mask it was sampled with (`gnnorch.device.gather.sampled_exclusion`),
+and the pipeline draws ahead only once the cache allows it
 (`cache.loader.LoaderCache.may_draw_ahead`: not while admission is pending), so a fixed seed
 gives the same batches whatever the depth.
 A loader whose structure stays on the host (it does not fit the budget, its sampler has no

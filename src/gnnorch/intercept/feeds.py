@@ -8,8 +8,9 @@ object. Two feeds plug into the seam as collaborators passed to its constructor:
   the loader's arguments before PyG's ``__init__``; `feed` fills ``batch.x`` per batch;
 * the GPU data path (`DevicePathHook`, issue 21): `adopt` sees every intercepted loader at the
   end of its ``__init__`` and records its decision in ``state.device`` (`DeviceDecision`);
-  `epoch_start` may decide again before an epoch's iterator is made; `feed` wraps the epoch's batches after the partition feed; `close` (the session's end)
-  gives every loader it changed back as PyG built it.
+  `epoch_start` may decide again before an epoch's iterator is made; `feed` wraps the
+  epoch's batches after the partition feed; `close` (the session's end) gives every loader
+  it changed back as PyG built it.
 
 The seam's order in ``__iter__`` is fixed: PyG's iterator -> partition feed -> device path
 feed -> announced to the layer seam -> timed. A loader whose ``state.device`` says
