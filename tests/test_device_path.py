@@ -295,6 +295,43 @@ def test_numpy_attributes_are_gathered_as_pyg_gathers_them(tmp_path, features):
         _assert_same_batch(g, w)
 
 
+def test_worker_processes_never_share_one_sampling_generator():
+    """Where workers sample (the structure stays on the host; the user's ``num_workers``
+    kept), each worker draws from torch's RNG as PyG seeds it per worker: a generator set on
+    the sampler would be forked into every worker in the same state, and batch i of worker 0
+    would draw the same numbers as batch i of worker 1. Here every seed has 12 in-neighbours
+    and a fanout of 3: with shared draws, batches 2j and 2j+1 (workers 0 and 1) would pick
+    the same 3 places of their seeds' CSC segments (by chance: 1 in 220 per pair)."""
+    from torch_geometric.data import Data
+
+    hubs = torch.arange(16, 28)
+    seeds = torch.arange(16)
+    edge_index = torch.stack([hubs.repeat(16), seeds.repeat_interleave(12)])
+    data = Data(x=torch.randn(28, 2), edge_index=edge_index, num_nodes=28)
+    config = DataPathConfig(mode="device", budget_bytes=16)       # structure on the host
+    ctx = _ctx(config)
+    path = DevicePath(ctx, config, None)
+    loader = NeighborLoader(data, num_neighbors=[3], input_nodes=seeds, batch_size=1,
+                            num_workers=2, neighbor_sampler=FastNeighborSampler(
+                                data, num_neighbors=[3]))
+    state = _state()
+    state.user_num_workers = 2
+    path.adopt(loader, state)
+    assert state.device.served and not state.device.samples_on_device
+    colptr, row = loader.node_sampler.colptr, loader.node_sampler.row
+
+    def positions(batch):   # which places of its seed's CSC segment the draw picked
+        seed = int(batch.n_id[0])
+        segment = row[colptr[seed]:colptr[seed + 1]].tolist()
+        return frozenset(segment.index(v) for v in batch.n_id[1:].tolist())
+
+    for _ in range(3):                        # epochs 1 and 2 fork workers after epoch 0
+        picked = [positions(b) for b in _seam_epoch(path, loader, state)]
+        assert len(picked) == 16 and all(len(p) == 3 for p in picked)
+        same = sum(picked[2 * j] == picked[2 * j + 1] for j in range(8))
+        assert same < 4, f"workers drew alike in {same} of 8 pairs"
+
+
 def test_resident_copies_follow_in_place_writes():
     from gnnorch.device.gather import ResidentTensors
 

@@ -63,16 +63,21 @@ def own_generator(iterator: Iterator[Any], sampler: FastNeighborSampler,
                   generator: torch.Generator,
                   lock: threading.Lock) -> Iterator[Any]:
     """`iterator`'s batches, each drawn with the loader's sampler given `generator` under
-    `lock` (the loader's): epochs of one loader that run at once (``zip(loader, loader)``, an
-    epoch left but kept while the next one runs) each sample from their own generator only,
-    in whichever thread draws, so each gives the batches of a fixed-seed run."""
+    `lock` (the loader's) for that draw only: epochs of one loader that run at once
+    (``zip(loader, loader)``, an epoch left but kept while the next one runs) each sample from
+    their own generator only, in whichever thread draws, so each gives the batches of a
+    fixed-seed run. Between draws the sampler holds its own generator again, so worker
+    processes forked from it later never share one generator state. For in-process sampling
+    only (``num_workers=0``)."""
     while True:
         with lock:
-            sampler.generator = generator
+            own, sampler.generator = sampler.generator, generator
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
+            finally:
+                sampler.generator = own
         yield batch
 
 

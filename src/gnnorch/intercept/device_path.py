@@ -305,7 +305,9 @@ class DevicePath:
         in_process = int(getattr(loader, "num_workers", 0) or 0) == 0
         record.prefetch_reason = ""
         batches: Iterator[Any] = iter(iterator)
-        if served.generator is not None:   # this epoch's draws from this epoch's generator
+        # this epoch's draws from this epoch's generator; workers draw from torch's RNG as
+        # PyG's DataLoader seeds it per worker (a shared generator would be forked alike)
+        if served.generator is not None and in_process:
             batches = own_generator(batches, loader.node_sampler,
                                     served.generator.next_epoch(), served.sampling)
         elif in_process and depth > 0:
