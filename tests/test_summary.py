@@ -146,3 +146,14 @@ def test_missing_or_odd_statistics_are_skipped_not_errors():
     info = _info(FULL)
     info.stats = {}                                  # no rank reported statistics
     assert render_summary(info).startswith("gnnorch: 2 ranks on cpu")
+
+
+def test_fork_guard_line_only_when_a_stuck_child_was_killed():
+    quiet = {"fork_guard": {"forks": 8, "stuck_killed": 0, "waited_seconds": 0.01}}
+    assert "fork guard" not in render_summary(_info(quiet))
+    info = _info(quiet)
+    info.stats = {0: quiet, 1: {"fork_guard": {"forks": 8, "stuck_killed": 1}}}
+    assert ("fork guard: 1 forked child stuck in CPython's after-fork (gh-112275) killed and "
+            "forked again") in render_summary(info)
+    info.stats = {0: {"fork_guard": {"stuck_killed": "x"}}, 1: {"fork_guard": None}}
+    assert "fork guard" not in render_summary(info)

@@ -7,9 +7,9 @@ Every public configuration class, error and warning is importable from here.
 """
 from .cache import CacheConfig, CacheWarning
 from .device.config import DataPathConfig
-from .errors import (CollectiveError, GnnorchError, GnnorchWarning, RankDiedError,
-                     RankFailedError, RankStartError, SerializationError, StalenessError,
-                     TrimmingError, TrimmingWarning, UnevenRanksError)
+from .errors import (CollectiveError, ForkStuckError, GnnorchError, GnnorchWarning,
+                     RankDiedError, RankFailedError, RankStartError, SerializationError,
+                     StalenessError, TrimmingError, TrimmingWarning, UnevenRanksError)
 from .launch.config import LaunchConfig
 from .partition.config import PartitionConfig
 from .run_options import RunOptions
@@ -22,6 +22,6 @@ __all__ = ["Runtime", "RunInfo", "RunOptions", "VALID_OPTIONS",
            "TuningReport",
            "GnnorchError", "RankDiedError", "RankFailedError", "RankStartError",
            "SerializationError", "StalenessError", "TrimmingError", "UnevenRanksError",
-           "CollectiveError",
+           "CollectiveError", "ForkStuckError",
            "GnnorchWarning", "TrimmingWarning", "CacheWarning",
            "__version__"]

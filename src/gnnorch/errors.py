@@ -69,3 +69,10 @@ class CollectiveError(GnnorchError, RuntimeError):
     """A gnnorch collective did not complete: a rank did not reach it within the stated bound
     (the run's ``collective_timeout``), or a rank left the world in the middle of it. The
     message names the ranks involved and where each was last seen."""
+
+
+class ForkStuckError(GnnorchError, RuntimeError):
+    """Every fork a rank process tried left its child stuck inside CPython's after-fork
+    reinitialisation (CPython gh-112275: Python before 3.12; `gnnorch.launch.fork_guard`
+    retries a stuck fork, so this needs several in a row). Use Python 3.12 or newer, or give
+    the loader ``multiprocessing_context="spawn"``."""

@@ -8,6 +8,7 @@ built and wired by `intercept.session.session(ctx)`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable, Sequence
 
@@ -15,6 +16,7 @@ import torch
 
 from ..run_options import RunOptions
 from ..intercept.session import session
+from ..launch import fork_guard
 from ..launch.context import RankContext, RankProcess
 from ..rewrite.decisions import load_decisions
 from .hooks import Hook, finish_all, prepare_all
@@ -46,8 +48,14 @@ class RankJob:
         if self.rng_state is not None:
             torch.set_rng_state(self.rng_state)
         ctx = self.context(process)
-        value = run_session(ctx, fn, args, kwargs, self.hooks, process.comm_device,
-                            self.training_device(process))
+        # collectives' threads beside the user's forks: see `launch.fork_guard`
+        with fork_guard.guarding() if process.world_size > 1 else contextlib.nullcontext() \
+                as guarded:
+            forks_before = fork_guard.stats()
+            value = run_session(ctx, fn, args, kwargs, self.hooks, process.comm_device,
+                                self.training_device(process))
+            if guarded:
+                ctx.stats["fork_guard"] = fork_guard.stats().since(forks_before).to_dict()
         return value, ctx.summary()
 
     def training_device(self, process: RankProcess) -> torch.device | None:

@@ -34,7 +34,8 @@ def render_summary(info: RunInfo, tuning: str | None = None) -> str:
     lines = [_headline(info)]
     if tuning:
         lines.append(f"autotune: {tuning}")
-    parts = (_epochs(info), _samplers(stats), _trim(info, stats), _rewrite(info, stats))
+    parts = (_epochs(info), _samplers(stats), _trim(info, stats), _rewrite(info, stats),
+             _fork_guard(info))
     lines += [part for part in parts if part]
     state = [part for part in (_cache(info, stats), _partition(info, stats),
                                _data_path(info, stats)) if part]
@@ -166,6 +167,19 @@ def _rewrite(info: RunInfo, stats: dict) -> str | None:
         return f"rewrite{mode}: no layer with a rewrite rule ran"
     return f"rewrite{mode}: none taken ({len(layers)} layer{'s' if len(layers) != 1 else ''} " \
            f"kept their order)"
+
+
+def _fork_guard(info: RunInfo) -> str | None:
+    """Only when the guard had to act, on any rank (`launch.fork_guard`)."""
+    killed = 0
+    for rank_stats in info.stats.values():
+        guard = rank_stats.get("fork_guard") if isinstance(rank_stats, dict) else None
+        value = guard.get("stuck_killed") if isinstance(guard, dict) else None
+        killed += value if isinstance(value, int) and value > 0 else 0
+    if not killed:
+        return None
+    return (f"fork guard: {killed} forked child{'ren' if killed != 1 else ''} stuck in "
+            f"CPython's after-fork (gh-112275) killed and forked again")
 
 
 def _positive(value: Any) -> bool:
