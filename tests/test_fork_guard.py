@@ -251,3 +251,21 @@ def test_one_rank_runs_in_the_callers_process_unguarded():
     runtime = gnnorch.Runtime(train_with_loader_workers, processes=1)
     assert runtime(cora(), 1) == os.getpid()
     assert os.fork is original and "fork_guard" not in runtime.last_run.stats[0]
+
+
+@needs_guard
+def test_pipe_descriptors_above_select_limit(tmp_path):
+    result = _run(tmp_path, """
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 2048), hard), hard))
+        held = [os.dup(0) for _ in range(1100)]
+        fork_guard.install()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"top": max(held), "code": os.waitstatus_to_exitcode(status),
+                          **fork_guard.stats().to_dict()}))
+    """, stuck=1)
+    assert result["top"] > 1024 and result["code"] == 3 and result["stuck_killed"] == 1

@@ -111,9 +111,11 @@ def _announce_in_child() -> None:
 
 
 def _wait_announced(read_fd: int, timeout: float) -> bool:
-    """Whether the child announced (or ended: end of file) within `timeout` seconds."""
-    ready, _, _ = select.select([read_fd], [], [], timeout)
-    return bool(ready)
+    """Whether the child announced (or ended: end of file) within `timeout` seconds (poll,
+    not select: a rank with many open files gets pipe descriptors above select's 1024)."""
+    poller = select.poll()
+    poller.register(read_fd, select.POLLIN)
+    return bool(poller.poll(int(timeout * 1000)))
 
 
 def _kill_and_reap(pid: int) -> None:
