@@ -16,7 +16,9 @@ Outcomes per run: ``ok`` (returned), ``expected`` (the error the pattern provoke
 killed rank's `RankDiedError` naming rank 1, `KeyboardInterrupt` for Ctrl-C), ``error`` (any
 other exception; ``named`` says whether it is a gnnorch error naming a rank), ``hang`` (past
 the deadline). After every run, child processes of this process still alive 10 s later are
-counted as leftovers (and killed). Writes a JSON file and prints a table per pattern.
+counted as leftovers (and killed). Writes a JSON file and prints a table per pattern, with the
+fork guard's counts summed over ranks (`gnnorch.launch.fork_guard`: forks made through it and
+stuck children it killed and forked again; ``workers_each_epoch`` forks most).
 """
 from __future__ import annotations
 
@@ -75,6 +77,25 @@ def persistent(data, delay):
     evaluate = NeighborLoader(data, num_neighbors=[-1], batch_size=512, num_workers=1,
                               persistent_workers=True)
     for _ in range(2):
+        model.train()
+        for batch in loader:
+            _train_step(model, optimizer, batch)
+            _jitter(delay)
+        model.eval()
+        with torch.no_grad():
+            for batch in evaluate:
+                model(batch.x, batch.edge_index)
+    return "ok"
+
+
+def workers_each_epoch(data, delay):
+    """Training and evaluation loaders whose workers start at every epoch (not persistent):
+    each start forks right after the previous epoch's collectives (the fork race)."""
+    from torch_geometric.loader import NeighborLoader
+
+    loader, model, optimizer = _parts(data, num_workers=2)
+    evaluate = NeighborLoader(data, num_neighbors=[-1], batch_size=512, num_workers=2)
+    for _ in range(3):
         model.train()
         for batch in loader:
             _train_step(model, optimizer, batch)
@@ -179,6 +200,7 @@ def ctrl_c(data, delay):
 
 PATTERNS = {
     "persistent": (persistent, {}, None),
+    "workers_each_epoch": (workers_each_epoch, {}, None),
     "break": (early_break, {}, None),
     "evaluation": (evaluation, {}, None),
     "own_group": (own_group, {}, None),
@@ -245,6 +267,9 @@ def run_once(name: str, data, deadline: float, delay: float, log_dir: Path) -> d
                                           "collective_timeout": 60},
                                   **options)
         runtime(data, delay)
+        guards = [stats.get("fork_guard") or {} for stats in runtime.last_run.stats.values()]
+        record["forks"] = sum(g.get("forks", 0) for g in guards)
+        record["stuck_killed"] = sum(g.get("stuck_killed", 0) for g in guards)
         if expected is not None:
             record.update(outcome="error", error=f"expected {expected}, the run returned")
     except Deadline as exc:
@@ -268,7 +293,7 @@ def run_once(name: str, data, deadline: float, delay: float, log_dir: Path) -> d
 
 def table(records: list[dict]) -> str:
     rows = [("pattern", "runs", "ok", "expected", "errors", "unnamed", "hangs", "leftover",
-             "median s")]
+             "median s", "guarded forks", "stuck killed")]
     for name in list(PATTERNS) + ["all"]:
         mine = [r for r in records if name == "all" or r["pattern"] == name]
         if not mine:
@@ -277,7 +302,9 @@ def table(records: list[dict]) -> str:
         rows.append((name, len(mine), count("ok"), count("expected"), count("error"),
                      sum(r["outcome"] == "error" and not r["named"] for r in mine),
                      count("hang"), sum(len(r["leftovers"]) for r in mine),
-                     f"{statistics.median(r['seconds'] for r in mine):.1f}"))
+                     f"{statistics.median(r['seconds'] for r in mine):.1f}",
+                     sum(r.get("forks", 0) for r in mine),
+                     sum(r.get("stuck_killed", 0) for r in mine)))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("| " + " | ".join(str(v).ljust(w) for v, w in zip(row, widths)) + " |"
                      for row in rows)
