@@ -69,14 +69,14 @@ def _train_step(model, optimizer, batch):
     return loss
 
 
-def persistent(data, delay):
-    """Persistent-worker training loader and a persistent evaluation loader (reddit's shape)."""
+def _train_and_evaluate(data, delay, epochs, **workers):
+    """Train on a loader and evaluate on a full-neighbourhood loader every epoch, both with
+    the loader worker options `workers`."""
     from torch_geometric.loader import NeighborLoader
 
-    loader, model, optimizer = _parts(data, num_workers=1, persistent_workers=True)
-    evaluate = NeighborLoader(data, num_neighbors=[-1], batch_size=512, num_workers=1,
-                              persistent_workers=True)
-    for _ in range(2):
+    loader, model, optimizer = _parts(data, **workers)
+    evaluate = NeighborLoader(data, num_neighbors=[-1], batch_size=512, **workers)
+    for _ in range(epochs):
         model.train()
         for batch in loader:
             _train_step(model, optimizer, batch)
@@ -86,25 +86,17 @@ def persistent(data, delay):
             for batch in evaluate:
                 model(batch.x, batch.edge_index)
     return "ok"
+
+
+def persistent(data, delay):
+    """Persistent-worker training loader and a persistent evaluation loader (reddit's shape)."""
+    return _train_and_evaluate(data, delay, 2, num_workers=1, persistent_workers=True)
 
 
 def workers_each_epoch(data, delay):
     """Training and evaluation loaders whose workers start at every epoch (not persistent):
     each start forks right after the previous epoch's collectives (the fork race)."""
-    from torch_geometric.loader import NeighborLoader
-
-    loader, model, optimizer = _parts(data, num_workers=2)
-    evaluate = NeighborLoader(data, num_neighbors=[-1], batch_size=512, num_workers=2)
-    for _ in range(3):
-        model.train()
-        for batch in loader:
-            _train_step(model, optimizer, batch)
-            _jitter(delay)
-        model.eval()
-        with torch.no_grad():
-            for batch in evaluate:
-                model(batch.x, batch.edge_index)
-    return "ok"
+    return _train_and_evaluate(data, delay, 3, num_workers=2)
 
 
 def early_break(data, delay):
