@@ -788,3 +788,44 @@ def test_a_run_reports_missing_names_and_trims_nothing_without_trim_to_layer(mon
     models = stats["trim"]["models"]
     assert models and not any(m["trimmed"] for m in models)
     assert stats["trim"]["rows_computed"] == stats["trim"]["rows_untrimmed"]
+
+
+def test_probes_leave_pygs_message_passing_base_class_as_it_was(tmp_path):
+    """PyG compiles ``propagate`` at a class's first instantiation and sets it on that class;
+    a probe that instantiated ``MessagePassing`` itself replaced the base class's propagate, so
+    every subclass defined after a run lost PyG's explain mode and TorchScript (found by PyG's
+    test_message_passing.py under the runtime, in file order)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import torch
+        from torch_geometric.nn import MessagePassing
+        import torch_geometric.nn.conv.message_passing as mp
+        import gnnorch
+        from gnnorch.compat import pyg
+
+        names = ("propagate", "collect", "_orig_propagate", "_jinja_propagate")
+        before = {n: MessagePassing.__dict__.get(n) for n in names}
+        assert pyg.MP_HOOKS.get() is not None
+        gnnorch.Runtime(lambda: None, processes=1, autotune=False, verbose=False)()
+        assert {n: MessagePassing.__dict__.get(n) for n in names} == before
+
+        class Later(MessagePassing):
+            def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+                return self.propagate(edge_index, x=x)
+
+        conv = Later()
+        assert conv.propagate.__module__.endswith("Later_propagate")
+        conv.explain = True
+        assert conv.propagate.__module__.endswith("message_passing")
+        conv.explain = False
+        torch.jit.script(Later())
+        print("ok")
+    """)
+    script = tmp_path / "later.py"      # a file: PyG compiles a class from its source
+    script.write_text(code)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

@@ -143,7 +143,12 @@ MESSAGE_PASSING_HOOKS = frozenset(f"_{stage}_forward{pre}_hooks"
 def _mp_hooks() -> tuple[str, ...]:
     from torch_geometric.nn import MessagePassing
 
-    layer = MessagePassing()
+    class _HookProbe(MessagePassing):
+        """A throwaway subclass: PyG's first instantiation of a class compiles its
+        ``propagate`` and sets it *on that class*; on the base class itself it would change
+        every subclass defined afterwards (their explain mode and TorchScript)."""
+
+    layer = _HookProbe()
     found = tuple(sorted(n for n, v in vars(layer).items()
                          if _MP_HOOK.match(n) and isinstance(v, dict)))
     missing = sorted(MESSAGE_PASSING_HOOKS - set(found))
