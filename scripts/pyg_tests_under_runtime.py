@@ -52,6 +52,8 @@ DEFAULT_FILES = [
     "test/nn/models/test_basic_gnn.py",
     "test/nn/conv/test_pna_conv.py",
     "test/utils/test_trim_to_layer.py",
+    "test/nn/conv/test_message_passing.py",   # explain mode, TorchScript of MessagePassing
+    "test/explain/algorithm/test_gnn_explainer.py",
 ]
 # --extended: every loader test, every model and conv test (the rewrite seam acts on every layer
 # call), fx / to_hetero / compile tests.
@@ -60,7 +62,7 @@ EXTENDED_FILES = [
     "test/nn/test_sequential.py", "test/nn/test_to_hetero_transformer.py",
     "test/nn/test_to_hetero_with_bases_transformer.py", "test/nn/test_to_hetero_module.py",
     "test/nn/test_compile_basic.py", "test/nn/test_compile_conv.py",
-    "test/nn/test_compile_dynamic.py", "test/utils/test_trim_to_layer.py",
+    "test/nn/test_compile_dynamic.py", "test/utils/test_trim_to_layer.py", "test/explain/",
 ]
 DEFAULT_OPTIONS = {"processes": 1, "autotune": False}
 MODES = ("plain", "runtime")
