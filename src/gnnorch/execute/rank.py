@@ -8,7 +8,6 @@ built and wired by `intercept.session.session(ctx)`.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any, Callable, Sequence
 
@@ -49,8 +48,7 @@ class RankJob:
             torch.set_rng_state(self.rng_state)
         ctx = self.context(process)
         # collectives' threads beside the user's forks: see `launch.fork_guard`
-        with fork_guard.guarding() if process.world_size > 1 else contextlib.nullcontext() \
-                as guarded:
+        with fork_guard.guarding(enabled=process.world_size > 1) as guarded:
             forks_before = fork_guard.stats()
             value = run_session(ctx, fn, args, kwargs, self.hooks, process.comm_device,
                                 self.training_device(process))

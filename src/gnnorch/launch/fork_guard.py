@@ -85,7 +85,6 @@ class _Guard:
 
     def __init__(self) -> None:
         self.original: Callable[[], int] | None = None   # os.fork before installation
-        self.installed_fork: Callable[[], int] | None = None
         self.lock = threading.Lock()
         self.pending: tuple[int, int] | None = None       # (read, write) of the fork in flight
         self.hook_registered = False
@@ -192,7 +191,6 @@ def install() -> bool:
         os.register_at_fork(after_in_child=_announce_in_child)
         _GUARD.hook_registered = True
     _GUARD.original = os.fork
-    _GUARD.installed_fork = guarded_fork
     os.fork = guarded_fork
     return True
 
@@ -201,9 +199,9 @@ def uninstall() -> None:
     """Give ``os.fork`` back as it was (only while it is still the guard's)."""
     if _GUARD.original is None:
         return
-    if os.fork is _GUARD.installed_fork:
+    if os.fork is guarded_fork:
         os.fork = _GUARD.original
-    _GUARD.original = _GUARD.installed_fork = None
+    _GUARD.original = None
 
 
 def stats() -> ForkGuardStats:
@@ -212,11 +210,11 @@ def stats() -> ForkGuardStats:
 
 
 @contextlib.contextmanager
-def guarding() -> Iterator[bool]:
-    """The guard for the block (yields whether it is installed); an installation made before
-    the block is kept after it."""
+def guarding(enabled: bool = True) -> Iterator[bool]:
+    """The guard for the block when `enabled` (yields whether it is installed); an
+    installation made before the block is kept after it."""
     already = _GUARD.original is not None
-    installed = install()
+    installed = install() if enabled else already
     try:
         yield installed
     finally:
