@@ -681,7 +681,7 @@ def _device_path_over(data):
     loader = NeighborLoader(data, num_neighbors=[2], batch_size=4,
                             neighbor_sampler=FastNeighborSampler(data, num_neighbors=[2]))
     state = SimpleNamespace(role="train", index=0, user_num_workers=0, partition=None,
-                            device=None)
+                            device=None, kind="node")
     path.adopt(loader, state)
     return state.device
 

@@ -48,7 +48,7 @@ def _ctx(config, **options):
 
 def _state(role="train"):
     return types.SimpleNamespace(role=role, index=0, user_num_workers=0, partition=None,
-                                 device=None)
+                                 device=None, kind="node")
 
 
 def _loader(data=DATA, batch_size=32):

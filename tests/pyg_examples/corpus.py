@@ -95,6 +95,10 @@ class Case:
     (a :class:`gnnorch.errors.GnnorchError` that is not a rank crash, whose message names an
     option to pass) counts as a pass. ``options`` are extra ``Runtime`` options for both
     runtime modes (empty: the default runtime exactly as a new user writes it).
+    ``shard_sums`` names metrics the function sums over a training epoch's batches and divides
+    by a constant (``total_loss / data.num_nodes``): with p ranks each rank sums its own 1/p of
+    the batches and only rank 0's value returns (README, semantics with p > 1), so they are
+    compared multiplied by the run's number of ranks.
     ``vanilla_kwargs`` override keyword arguments in vanilla mode only (with ``vanilla_note``
     saying why: vanilla PyG cannot run the same call). ``time_limit`` bounds one mode's run
     over all seeds in seconds (a hang fails the test with ``TimeoutError`` instead of blocking
@@ -111,6 +115,7 @@ class Case:
     slow: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     may_refuse: frozenset[str] = frozenset()
+    shard_sums: tuple[str, ...] = ()
     vanilla_kwargs: dict[str, Any] = field(default_factory=dict)
     vanilla_note: str = ""
     time_limit: float = 300.0

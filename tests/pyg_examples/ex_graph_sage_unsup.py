@@ -102,9 +102,12 @@ CASE = Case(
     train=train,
     make_args=make_args,
     metrics={"test_acc": acc(0.0715), "val_acc": acc(0.0584), "loss": loss(0.1043)},
+    shard_sums=("loss",),   # total_loss / data.num_nodes: with p ranks, rank 0's 1/p
     doc=("Vanilla over seeds 0-9 (measure_noise.py --seeds 10, mean +- sd): test_acc 0.597 +- "
          "0.072, val_acc 0.585 +- 0.058, loss 4.077 +- 0.104 (3 epochs; the logistic-regression"
          " accuracy on unsupervised embeddings is noisy early on, the loss is the sharp "
          "metric). Unsupervised GraphSAGE with LinkNeighborLoader (negative sampling); the "
-         "whole output h is read at edge_label_index, not a seed prefix."),
+         "whole output h is read at edge_label_index, not a seed prefix. Its loss is a sum over "
+         "the epoch's batches divided by the number of nodes: with p ranks gnnorch shards the "
+         "training LinkNeighborLoader and rank 0 sums its 1/p (compared x p)."),
 )

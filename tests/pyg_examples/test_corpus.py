@@ -71,7 +71,12 @@ def _run_once(case: Case, mode: str, seed: int):
     import gnnorch
 
     options = {**case.options, **corpus.MODE_OPTIONS[mode]}
-    return gnnorch.Runtime(case.train, **options)(*args, **kwargs)
+    runtime = gnnorch.Runtime(case.train, **options)
+    result = runtime(*args, **kwargs)
+    ranks = runtime.last_run.plan.processes
+    if case.shard_sums and ranks > 1 and isinstance(result, dict):   # rank 0's 1/p of a sum
+        result = {**result, **{key: result[key] * ranks for key in case.shard_sums}}
+    return result
 
 
 def _dump_stacks() -> int:

@@ -23,7 +23,7 @@ __all__ = ["trim_to_layer_type", "self_trimming", "sampler_hook_reason", "pyg_sa
            "sampler_parameters", "message_passing_hooks_reason", "gcn_cache_reason",
            "gcn_cached", "set_gcn_cached", "gat_has_residual", "missing_attributes",
            "loader_arguments", "basic_gnn_forward", "bind_arguments", "MESSAGE_PASSING_HOOKS",
-           "set_orig_edge_index", "pyg_index_select"]
+           "set_orig_edge_index", "pyg_index_select", "negative_sampling_class"]
 
 
 def _parameters(fn: Any) -> list[str]:
@@ -293,6 +293,34 @@ def pyg_index_select() -> Callable[..., Any] | None:
     edge attribute of any type they support (tensor, numpy array, TensorFrame); None when
     missing."""
     return INDEX_SELECT.get()
+
+
+# -- NegativeSampling ------------------------------------------------------------------------
+
+def _negative_sampling() -> type:
+    from torch_geometric.sampler import NegativeSampling
+
+    for fn, want in ((NegativeSampling.__init__, ["mode", "amount", "src_weight", "dst_weight"]),
+                     (NegativeSampling.sample, ["num_samples", "endpoint", "num_nodes"])):
+        if (got := _parameters(fn)[1:]) != want:
+            raise Missing(f"NegativeSampling.{fn.__name__} takes {got}, expected {want}")
+    with torch.random.fork_rng(devices=[]):     # the user's random stream is untouched
+        out = NegativeSampling("binary", 2).sample(3, "src", 5)
+    if not (isinstance(out, torch.Tensor) and out.dtype == torch.long and out.shape == (3,)):
+        raise Missing("NegativeSampling.sample no longer returns num_samples node indices")
+    return NegativeSampling
+
+
+NEGATIVE_SAMPLING = Probe(
+    "torch_geometric.sampler.NegativeSampling.sample(num_samples, endpoint, num_nodes)",
+    "sampling/negatives.py", "a link loader with negatives that the device data path serves "
+    "samples in the trainer's thread (PyG draws them from torch's global RNG): no prefetch",
+    _negative_sampling)
+
+
+def negative_sampling_class() -> type | None:
+    """PyG's ``NegativeSampling`` if `gnnorch.sampling.negatives` can copy it, else None."""
+    return NEGATIVE_SAMPLING.get()
 
 
 # -- layer attributes and argument binding --------------------------------------------------

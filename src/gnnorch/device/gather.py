@@ -7,8 +7,10 @@ batch PyG's ``NodeLoader.filter_fn`` makes for the same output, field by field a
 key order (tested against it): every node-level tensor indexed by the sampled nodes along its
 concatenation dimension, ``edge_index = [row; col]``, every edge-level tensor indexed by the
 sampled edges' original ids (``perm[edge]``), the other attributes as they are, then ``n_id``,
-``e_id``, ``batch``, the hop counts, ``input_id``, ``seed_time`` and ``batch_size``, and the
-loader's ``transform``. Where the values live differs:
+``e_id``, ``batch``, the hop counts (that much is the `subgraph`, which link batches share:
+`gnnorch.intercept.served_loader.link_batch` adds ``LinkLoader.filter_fn``'s fields), then
+``input_id``, ``seed_time`` and ``batch_size``, and the loader's ``transform``. Where the
+values live differs:
 
 * ``features="gpu"``: the gathered tensors have a device copy (`ResidentTensors`, one per run,
   so loaders over the same data share it) and are indexed there;
@@ -195,8 +197,25 @@ class GatherPlan:
                           defer=self.requested_defer)
 
     def batch(self, out: Any, perm: Tensor | None, transform: Callable | None = None) -> Any:
-        """The batch of sampler output `out` (PyG's ``SamplerOutput``); ``perm``: the sampler's
-        CSC edge permutation (None: CSC positions are edge ids)."""
+        """The batch of a node loader's sampler output `out` (PyG's ``SamplerOutput``; the
+        fields of PyG's ``NodeLoader.filter_fn``): the `subgraph`, then the seed nodes'
+        fields; ``perm``: the sampler's CSC edge permutation (None: CSC positions are edge
+        ids)."""
+        batch = self.subgraph(out, perm)
+        if getattr(out, "orig_row", None) is not None and out.orig_col is not None:
+            set_orig_edge_index(batch, torch.stack([out.orig_row, out.orig_col], dim=0))
+        batch.input_id = self.host_id(out.metadata[0])
+        batch.seed_time = out.metadata[1]
+        batch.batch_size = out.metadata[0].size(0)
+        version = getattr(out, "exclusion_version", None)
+        if isinstance(version, int):
+            setattr(batch, _EXCLUSION, version)   # see `sampled_exclusion`
+        return batch if transform is None else transform(batch)
+
+    def subgraph(self, out: Any, perm: Tensor | None) -> Any:
+        """The sampled subgraph of `out` with every attribute gathered, its ids (``n_id``,
+        ``e_id``: on the host, see `host_id`) and hop counts: the fields node and link
+        batches share, in PyG's order; the seeds' fields are the caller's."""
         node, edge = out.node, out.edge
         n_id = node.cpu()
         e_id = None
@@ -222,15 +241,12 @@ class GatherPlan:
         batch.batch = out.batch
         batch.num_sampled_nodes = out.num_sampled_nodes
         batch.num_sampled_edges = out.num_sampled_edges
-        if getattr(out, "orig_row", None) is not None and out.orig_col is not None:
-            set_orig_edge_index(batch, torch.stack([out.orig_row, out.orig_col], dim=0))
-        batch.input_id = self._twin(out.metadata[0])
-        batch.seed_time = out.metadata[1]
-        batch.batch_size = out.metadata[0].size(0)
-        version = getattr(out, "exclusion_version", None)
-        if isinstance(version, int):
-            setattr(batch, _EXCLUSION, version)   # see `sampled_exclusion`
-        return batch if transform is None else transform(batch)
+        return batch
+
+    def host_id(self, ids: Tensor) -> Tensor:
+        """An id field of the batch (``ID_FIELDS``): kept on the host, carrying its device
+        copy (`_twin`)."""
+        return self._twin(ids)
 
     def _on_sources(self, index: Tensor | None) -> Tensor | None:
         """`index` where device-resident sources live (host sampling with device features:

@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from ..device.pipeline import Prefetcher
+from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
+from .served_loader import loader_sampler
 
 if TYPE_CHECKING:
     from ..sampling.neighbor import FastNeighborSampler
 
-__all__ = ["pipelined", "own_generator"]
+__all__ = ["pipelined", "own_generator", "own_generators"]
 
 _END = object()
 
@@ -59,25 +61,54 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
         publish()
 
 
+def own_generators(iterator: Iterator[Any], loader: Any, generators: SamplingGenerator,
+                   lock: threading.Lock) -> tuple[Iterator[Any], str]:
+    """The epoch's batches of `loader` drawn with the epoch's generators (`own_generator`),
+    and why they may not be drawn ahead ("" when they may). A link loader's negatives come
+    from the epoch's CPU generator (`SamplingGenerator.negatives`, drawn through
+    `gnnorch.sampling.negatives.seeded_negatives`); where they cannot, PyG draws them from
+    torch's global RNG, so the epoch is sampled in the trainer's thread."""
+    from ..sampling.negatives import seeded_negatives
+
+    link = getattr(loader, "node_sampler", None) is None
+    sampler, generator = loader_sampler(loader), generators.next_epoch()
+    users = getattr(loader, "neg_sampling", None) if link else None
+    if users is None:
+        return own_generator(iterator, sampler, generator, lock), ""
+    seeded = seeded_negatives(users, generators.negatives())
+    if seeded is None:
+        return own_generator(iterator, sampler, generator, lock), (
+            "its negative link samples are drawn from torch's global RNG (gnnorch.compat."
+            "unavailable() says why, or a node weight is off the CPU): sampled in the "
+            "trainer thread")
+    return own_generator(iterator, sampler, generator, lock, (loader, seeded)), ""
+
+
 def own_generator(iterator: Iterator[Any], sampler: FastNeighborSampler,
-                  generator: torch.Generator,
-                  lock: threading.Lock) -> Iterator[Any]:
+                  generator: torch.Generator, lock: threading.Lock,
+                  negatives: tuple[Any, Any] | None = None) -> Iterator[Any]:
     """`iterator`'s batches, each drawn with the loader's sampler given `generator` under
     `lock` (the loader's) for that draw only: epochs of one loader that run at once
     (``zip(loader, loader)``, an epoch left but kept while the next one runs) each sample from
     their own generator only, in whichever thread draws, so each gives the batches of a
     fixed-seed run. Between draws the sampler holds its own generator again, so worker
-    processes forked from it later never share one generator state. For in-process sampling
-    only (``num_workers=0``)."""
+    processes forked from it later never share one generator state. `negatives`: (a link
+    loader, the epoch's seeded ``neg_sampling``), set on the loader for each draw in the same
+    way. For in-process sampling only (``num_workers=0``)."""
+    loader, seeded = negatives if negatives is not None else (None, None)
     while True:
         with lock:
             own, sampler.generator = sampler.generator, generator
+            if loader is not None:
+                users, loader.neg_sampling = loader.neg_sampling, seeded
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
             finally:
                 sampler.generator = own
+                if loader is not None:
+                    loader.neg_sampling = users
         yield batch
 
 

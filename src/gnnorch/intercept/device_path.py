@@ -27,7 +27,7 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
   trainer works on the previous batch; the consumer's stream waits on each batch's event. The
   first batch of an epoch is drawn in the trainer's thread (the loader's shuffling draws its
   permutation seed from torch's global RNG there, as in a plain run). Each epoch samples from
-  a generator of its own (`device_feed.own_generator`), so epochs of one loader that run at
+  a generator of its own (`device_feed.own_generators`), so epochs of one loader that run at
   once (``zip(loader, loader)``) each give the batches of a fixed-seed run, as in PyG.
 
 When it serves: ``mode="auto"`` on a CUDA device, ``mode="device"`` always (the CPU as the
@@ -76,9 +76,9 @@ from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
-from .device_feed import own_generator, pipelined
+from .device_feed import own_generators, pipelined
 from .model_watch import FirstModelWatch
-from .served_loader import LoaderUndo, ServedLoader
+from .served_loader import LoaderUndo, ServedLoader, loader_sampler
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
@@ -126,6 +126,7 @@ class DevicePath:
     def _aside(self, loader: NeighborLoader, state: "LoaderState") -> str | None:
         """Why the path does not serve `loader`, or None."""
         from torch_geometric.data import Data
+        from torch_geometric.loader.link_loader import LinkLoader
         from torch_geometric.loader.node_loader import NodeLoader
 
         if self.device is None:
@@ -136,7 +137,8 @@ class DevicePath:
             return "the data has no edge_index tensor (e.g. adj_t): built as PyG builds them"
         if getattr(state, "partition", None) is not None:
             return "its features are partitioned over ranks (partition_features)"
-        if type(loader).filter_fn is not NodeLoader.filter_fn:
+        pyg_filter = LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
+        if type(loader).filter_fn is not pyg_filter:
             return f"{type(loader).__name__} overrides filter_fn"
         untensored = untensored_attributes(loader.data)
         if untensored and pyg_index_select() is None:
@@ -150,11 +152,12 @@ class DevicePath:
         from ..sampling.neighbor import FastNeighborSampler
 
         assert self.device is not None
-        cfg, data, sampler = self.config, loader.data, loader.node_sampler
+        cfg, data, sampler = self.config, loader.data, loader_sampler(loader)
         cuda = self.device.type == "cuda"
         fast = isinstance(sampler, FastNeighborSampler) and sampler.fallback_reason is None
         undo = LoaderUndo(loader)
-        cached = state.role == "train" and self.ctx.options.cache_config is not None
+        cached = (state.role == "train" and state.kind == "node"   # (no cache for links)
+                  and self.ctx.options.cache_config is not None)
         why_host = None if fast else (
             f"its sampler ({type(sampler).__name__}"
             f"{', ' + sampler.fallback_reason if isinstance(sampler, FastNeighborSampler) else ''}"
@@ -308,8 +311,10 @@ class DevicePath:
         # this epoch's draws from this epoch's generator; workers draw from torch's RNG as
         # PyG's DataLoader seeds it per worker (a shared generator would be forked alike)
         if served.generator is not None and in_process:
-            batches = own_generator(batches, loader.node_sampler,
-                                    served.generator.next_epoch(), served.sampling)
+            batches, not_ahead = own_generators(batches, loader, served.generator,
+                                                served.sampling)
+            if not_ahead:
+                depth, record.prefetch_reason = 0, not_ahead
         elif in_process and depth > 0:
             depth, record.prefetch_reason = 0, ("PyG's sampler draws from torch's global RNG: "
                                                 "sampled in the trainer thread")

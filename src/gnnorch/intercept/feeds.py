@@ -66,6 +66,7 @@ class LoaderState:
     setup_s: float | None = None   # gnnorch's sampler: its set-up (PyG's CSC conversion)
     partition: Feed | None = None  # set when its features come from the partitioned store
     device: DeviceDecision | None = None  # set by the device path's `adopt`
+    kind: str = "node"             # "node" (NeighborLoader) or "link" (LinkNeighborLoader)
 
     @property
     def samples_on_device(self) -> bool:
@@ -73,7 +74,8 @@ class LoaderState:
         return self.device is not None and self.device.samples_on_device
 
     def to_dict(self) -> dict:
-        out = {"role": self.role, "index": self.index, "backend": self.backend,
+        out = {"kind": self.kind, "role": self.role, "index": self.index,
+               "backend": self.backend,
                "reason": self.backend_reason, "directional": self.directional,
                "num_hops": self.num_hops,
                "num_workers": ("plan" if self.user_num_workers is None

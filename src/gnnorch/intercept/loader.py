@@ -1,7 +1,12 @@
-"""Interception of `torch_geometric.loader.NeighborLoader` under the runtime.
+"""Interception of `torch_geometric.loader.NeighborLoader` and `LinkNeighborLoader` under the
+runtime.
 
-The seam is the class itself (its `__init__` and `__iter__`), so a loader is intercepted however
-the user imported the name, and user subclasses are intercepted through `super().__init__`.
+The seam is each class itself (its `__init__` and `__iter__`), so a loader is intercepted however
+the user imported the name, and user subclasses are intercepted through `super().__init__`. A
+LinkNeighborLoader is served as a NeighborLoader is (its seeds are supervision edges: a
+training loader's edges are sharded, gnnorch's sampler draws the subgraph, the device path
+builds the batch), except that the historical-embedding cache and the partitioned features
+leave it to PyG, and its batches carry no ``batch_size``, so its layers run untrimmed.
 
 * Training epochs are sharded over p > 1 ranks. A loader built with `shuffle=True` gets a
   `ShardSampler` instead of its random sampler. Whether one *epoch* of it (one `iter(loader)`) is
@@ -21,10 +26,10 @@ the user imported the name, and user subclasses are intercepted through `super()
   argument), built from the loader's own sampling arguments; it returns hop counts. With
   pyg-lib installed, "auto" times both backends on the loader's graph once
   (`gnnorch.sampling.choice`) and keeps the faster (the cache's training loaders keep ours:
-  it prunes with it). "pyg" leaves PyG's choice. HeteroData and link loaders run as PyG runs
-  them.
+  it prunes with it). "pyg" leaves PyG's choice. HeteroData loaders run as PyG runs them.
 * Every batch of an intercepted loader is announced to the layer seam (`intercept.layers`) with
-  its hop layout, so the user's layers can be trimmed while they work on it.
+  its hop layout (`intercept.announce`), so the user's layers can be trimmed while they work on
+  it.
 * Workers: the user's loader configuration is theirs. A loader built with an explicit
   `num_workers` (0 included) keeps it, with `persistent_workers`, `prefetch_factor` and the
   user's own `enable_cpu_affinity` / `enable_multithreading` calls. Only where the user left
@@ -50,9 +55,9 @@ import torch
 
 from ..compat import pyg as compat_pyg
 from ..launch.context import EpochTimer, RankContext
-from ..trim.hops import HopLayout, hops_from_edges
+from .announce import announced, batch_graph, defers_features, layout_kind
 from .feeds import DevicePathHook, LoaderState
-from .layers import BatchGraph, LayerSeam
+from .layers import LayerSeam
 from .procgroup import UserDistribution
 from .shard import ShardSampler
 
@@ -73,13 +78,34 @@ def _loader_seed(ctx: RankContext, index: int) -> int:
 
 
 def _seeds_in(batch: Any) -> int:
+    """The batch's seeds: its seed nodes, or the supervision edges of a link batch."""
     size = getattr(batch, "batch_size", None)
     if isinstance(size, int):
         return size
+    input_id = getattr(batch, "input_id", None)   # link batches: one per supervision edge
+    if isinstance(input_id, torch.Tensor):
+        return int(input_id.numel())
     input_type = getattr(batch, "input_type", None)  # HeteroData batches
     if input_type is not None:
         return int(getattr(batch[input_type], "batch_size", 0))
     return 0
+
+
+class _Originals:
+    """PyG's own ``__init__`` / ``__iter__`` of one loader class, put back by `restore`."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.init = cls.__init__
+        self.had_iter = "__iter__" in cls.__dict__
+        self.iter = cls.__iter__
+
+    def restore(self) -> None:
+        self.cls.__init__ = self.init
+        if self.had_iter:
+            self.cls.__iter__ = self.iter
+        else:
+            del self.cls.__iter__
 
 
 class NeighborLoaderInterceptor:
@@ -96,7 +122,7 @@ class NeighborLoaderInterceptor:
                  cache: CacheManager | None = None, partition: PartitionManager | None = None,
                  distribution: UserDistribution | None = None,
                  device_path: DevicePathHook | None = None) -> None:
-        from torch_geometric.loader import NeighborLoader
+        from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
 
         self.ctx = ctx
         self.layer_seam = layer_seam
@@ -106,34 +132,36 @@ class NeighborLoaderInterceptor:
         self.device_path = device_path
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
-        self.cls = NeighborLoader
-        self._orig_init = NeighborLoader.__init__
-        self._had_iter = "__iter__" in NeighborLoader.__dict__
-        self._orig_iter = NeighborLoader.__iter__
+        self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link"}
+        self._originals = {cls: _Originals(cls) for cls in self.classes}
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        interceptor = self
+        with contextlib.ExitStack() as stack:
+            for cls, kind in self.classes.items():
+                stack.enter_context(self._patched(cls, kind))
+            yield
+
+    @contextlib.contextmanager
+    def _patched(self, cls: type, kind: str) -> Iterator[None]:
+        interceptor, orig = self, self._originals[cls]
 
         def __init__(loader: NeighborLoader, *args: Any, **kwargs: Any) -> None:
-            interceptor._init(loader, args, kwargs)
+            interceptor._init(loader, kind, orig, args, kwargs)
 
         def __iter__(loader: NeighborLoader) -> Iterator[Any]:
-            return interceptor._iter(loader)
+            return interceptor._iter(loader, orig)
 
-        self.cls.__init__ = __init__
-        self.cls.__iter__ = __iter__
+        cls.__init__ = __init__
+        cls.__iter__ = __iter__
         try:
             yield
         finally:
-            self.cls.__init__ = self._orig_init
-            if self._had_iter:
-                self.cls.__iter__ = self._orig_iter
-            else:
-                del self.cls.__iter__
+            orig.restore()
 
     # -- patched methods ------------------------------------------------------------------
-    def _init(self, loader: NeighborLoader, args: tuple, kwargs: dict) -> None:
+    def _init(self, loader: NeighborLoader, kind: str, orig: _Originals, args: tuple,
+              kwargs: dict) -> None:
         ctx = self.ctx
         train = bool(kwargs.get("shuffle", False))
         batch_size = kwargs.get("batch_size", 1)
@@ -141,16 +169,17 @@ class NeighborLoaderInterceptor:
         state = LoaderState(role="train" if train else "eval",
                             index=ctx.next_loader_index() if train else -1,
                             global_batch_size=batch_size,
-                            user_num_workers=None if workers is None else int(workers))
+                            user_num_workers=None if workers is None else int(workers),
+                            kind=kind)
         if workers is None:  # left open by the user: the plan decides
             kwargs["num_workers"] = ctx.plan.sampler_cores
             if ctx.plan.sampler_cores == 0:
                 for key in _WORKER_ONLY_KWARGS:
                     kwargs.pop(key, None)
-        if self.partition is not None:   # built on the data without x (features_fetch)
+        if self.partition is not None and kind == "node":   # built without x (features_fetch)
             args, kwargs, state.partition = self.partition.adopt(
-                self._orig_init, args, kwargs, state.role, state.index)
-        self._choose_sampler(ctx, state, args, kwargs)
+                orig.init, args, kwargs, state.role, state.index)
+        self._choose_sampler(ctx, state, orig.init, args, kwargs)
         shard = (train and ctx.distributed and not self.distribution.active
                  and kwargs.get("sampler") is None and kwargs.get("batch_sampler") is None)
         if shard:
@@ -159,10 +188,11 @@ class NeighborLoaderInterceptor:
             kwargs["sampler"] = state.shard
             if batch_size is not None:
                 kwargs["batch_size"] = -(-int(batch_size) // ctx.world_size)
-        self._orig_init(loader, *args, **kwargs)
+        orig.init(loader, *args, **kwargs)
         if state.shard is not None:
             state.shard.num_items = len(loader.dataset)
-        state.directional, state.num_hops = _layout_kind(loader)
+        state.directional, state.num_hops = layout_kind(loader)
+        state.directional &= kind == "node"   # link batches have no batch_size: not trimmed
         if self.device_path is not None:
             self.device_path.adopt(loader, state)
             if state.samples_on_device:   # no loader workers for device tensors
@@ -170,14 +200,15 @@ class NeighborLoaderInterceptor:
         self.states[loader] = state
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.to_dict())
 
-    def _choose_sampler(self, ctx: RankContext, state: LoaderState, args: tuple,
+    def _choose_sampler(self, ctx: RankContext, state: LoaderState, init: Any, args: tuple,
                         kwargs: dict) -> None:
-        """Pass gnnorch's sampler as `neighbor_sampler` when the features ask for it."""
+        """Pass gnnorch's sampler as `neighbor_sampler` when the features ask for it (`init`:
+        PyG's own ``__init__`` of the loader's class)."""
         from torch_geometric.data import Data
         import torch_geometric.typing as pyg_typing
 
         choice = ctx.options.sampler
-        bound = compat_pyg.loader_arguments(self._orig_init, args, kwargs)  # {}: PyG samples
+        bound = compat_pyg.loader_arguments(init, args, kwargs)  # {}: PyG samples
         data = bound.get("data")
         if choice == "pyg":
             state.backend_reason = "sampler='pyg'"
@@ -224,15 +255,16 @@ class NeighborLoaderInterceptor:
         state.backend, state.backend_reason = choice.backend, choice.reason
         state.sampler_choice = choice.to_dict()
 
-    def _iter(self, loader: NeighborLoader) -> Iterator[Any]:
+    def _iter(self, loader: NeighborLoader, orig: _Originals) -> Iterator[Any]:
         ctx = self.ctx
         state = self.states.get(loader)
         if state is None:   # built before the run: PyG's own epoch
-            return self._orig_iter(loader)
+            return orig.iter(loader)
         training = state.role == "train" and _training_now(self.layer_seam)
         if state.shard is not None:
             _set_sharded(loader, state, training)
-        if training and state.cache is None and self.cache is not None:  # first epoch
+        if (training and state.cache is None and self.cache is not None
+                and state.kind == "node"):  # first epoch (link batches are not cached)
             state.cache = self.cache.attach(loader, state)
         if self.device_path is not None and state.device is not None:
             self.device_path.epoch_start(loader, state)
@@ -249,16 +281,16 @@ class NeighborLoaderInterceptor:
         cpus = ctx.sampler_cpus
         if plan_workers and loader.num_workers > 0 and cpus and len(cpus) == loader.num_workers:
             with loader.enable_cpu_affinity(loader_cores=cpus):
-                iterator = self._orig_iter(loader)
+                iterator = orig.iter(loader)
         else:
-            iterator = self._orig_iter(loader)
+            iterator = orig.iter(loader)
         if self.partition is not None and state.partition is not None:  # batch.x: the store
             iterator = self.partition.feed(iterator, loader, state.partition, training)
         if self.device_path is not None and state.device is not None:
             iterator = self.device_path.feed(iterator, loader, state, training)
         if self.layer_seam is not None:
-            iterator = _announced(iterator, self.layer_seam, state, training,
-                                  defer=_defers_features(ctx))
+            iterator = announced(iterator, self.layer_seam, state, training,
+                                 defer=defers_features(ctx))
         if not training:
             state.eval_epochs += state.role == "train"
             return iterator
@@ -296,77 +328,6 @@ def _set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> 
     if batch_sampler is not None and state.global_batch_size is not None:
         size = int(state.global_batch_size)
         batch_sampler.batch_size = -(-size // shard.world_size) if training else size
-
-
-def _layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
-    """(whether the loader's batches are directional hop-ordered samples, number of hops)."""
-    from torch_geometric.sampler import NeighborSampler
-    from torch_geometric.sampler.base import SubgraphType
-
-    sampler = getattr(loader, "node_sampler", None)
-    if not isinstance(sampler, NeighborSampler) or sampler.is_hetero:
-        return False, None
-    directional = (sampler.subgraph_type == SubgraphType.directional and not sampler.disjoint
-                   and getattr(loader, "transform_sampler_output", None) is None)
-    return directional, len(sampler.num_neighbors.get_mapped_values())
-
-
-def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchGraph | None:
-    """What the layer seam needs to know of a batch, with its hop layout when trimmable."""
-    from torch_geometric.data import Data
-
-    edge_index = getattr(batch, "edge_index", None) if isinstance(batch, Data) else None
-    size = getattr(batch, "batch_size", None)
-    if not isinstance(edge_index, torch.Tensor) or not isinstance(size, int):
-        return None
-    graph = BatchGraph(edge_index=edge_index, num_nodes=int(batch.num_nodes), batch_size=size,
-                       layout=None, n_id=getattr(batch, "n_id", None),
-                       training=training)
-    if not state.directional or state.num_hops is None:
-        graph.reason = "the loader's batches are not directional neighbour samples"
-        return graph
-    nodes = getattr(batch, "num_sampled_nodes", None)
-    edges = getattr(batch, "num_sampled_edges", None)
-    if nodes is not None and edges is not None and len(nodes) == len(edges) + 1:
-        graph.layout = HopLayout.from_counts(list(map(int, nodes)), list(map(int, edges)))
-        return graph
-    graph.layout = hops_from_edges(edge_index, graph.num_nodes, size, state.num_hops)
-    if graph.layout is None:
-        graph.reason = "the batch's vertices are not laid out by hop"
-    return graph
-
-
-def _defers_features(ctx: RankContext) -> bool:
-    """Batch features may wait on the host for the rewrite engine's host transform
-    (`gnnorch.rewrite.host`): rewrites are on and a CUDA device is visible."""
-    return ctx.options.rewrite is not False and torch.cuda.is_available()
-
-
-def _mark_features(batch: Any) -> None:
-    """Mark a batch's `x` so that moving it to a CUDA device defers the copy."""
-    from torch_geometric.data import Data
-
-    from ..rewrite.host import mark_host_features
-
-    if isinstance(batch, Data) and isinstance(getattr(batch, "x", None), torch.Tensor):
-        batch.x = mark_host_features(batch.x)
-
-
-def _announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState,
-               training: bool, defer: bool) -> Iterator[Any]:
-    """Announce each batch to the layer seam while the user works on it (and, with `defer`: a
-    CUDA machine with rewrites on, mark its features for the host transform)."""
-    try:
-        for batch in iterator:
-            if defer:
-                _mark_features(batch)
-            graph = batch_graph(batch, state, training)
-            if graph is not None and training and state.cache is not None:
-                state.cache.annotate(graph, batch)
-            seam.set_batch(graph)
-            yield batch
-    finally:
-        seam.set_batch(None)
 
 
 def _timed(iterator: Iterator[Any], timer: EpochTimer) -> Iterator[Any]:

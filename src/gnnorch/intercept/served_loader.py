@@ -1,7 +1,7 @@
 """What the device data path changes on a user's PyG loader it serves, and how the loader is
 given back (`gnnorch.intercept.device_path` decides; this module applies and undoes).
 
-Serving a `NeighborLoader` changes, on the instance only:
+Serving a `NeighborLoader` or a `LinkNeighborLoader` changes, on the instance only:
 
 * ``filter_fn`` (PyG's hook from sampler output to batch): `build_batch`, through the loader's
   `gnnorch.device.gather.GatherPlan`; ``filter_per_worker`` off (worker processes, where the
@@ -29,9 +29,9 @@ from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 
 if TYPE_CHECKING:
-    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
 
-__all__ = ["LoaderUndo", "ServedLoader", "build_batch"]
+__all__ = ["LoaderUndo", "ServedLoader", "build_batch", "link_batch", "loader_sampler"]
 
 _ABSENT = object()
 
@@ -46,7 +46,7 @@ class LoaderUndo:
     sampler's device, ``use_pyg`` and generator."""
 
     def __init__(self, loader: NeighborLoader) -> None:
-        sampler = loader.node_sampler
+        sampler = loader_sampler(loader)
         self.methods = {name: loader.__dict__.get(name, _ABSENT) for name in _INSTANCE_METHODS}
         self.filter_per_worker = loader.filter_per_worker
         self.num_workers = loader.num_workers
@@ -63,7 +63,7 @@ class LoaderUndo:
                 setattr(loader, name, method)
         loader.filter_per_worker = self.filter_per_worker
         loader.num_workers = self.num_workers
-        sampler = loader.node_sampler
+        sampler = loader_sampler(loader)
         colptr = getattr(sampler, "colptr", None)
         if (self.sampler_device is not None and isinstance(colptr, torch.Tensor)
                 and colptr.device != self.sampler_device):
@@ -112,13 +112,50 @@ class ServedLoader:
         self.undo.restore(loader)
 
 
-def build_batch(loader: NeighborLoader, plan: GatherPlan, out: Any) -> Any:
-    """A served loader's ``filter_fn``: PyG's hook from sampler output to batch."""
+def loader_sampler(loader: NeighborLoader | LinkNeighborLoader) -> Any:
+    """The loader's PyG sampler: a NeighborLoader's ``node_sampler``, a LinkNeighborLoader's
+    ``link_sampler``."""
+    sampler = getattr(loader, "node_sampler", None)
+    return sampler if sampler is not None else loader.link_sampler
+
+
+def build_batch(loader: NeighborLoader | LinkNeighborLoader, plan: GatherPlan, out: Any) -> Any:
+    """A served loader's ``filter_fn``: PyG's hook from sampler output to batch (a node batch,
+    `GatherPlan.batch`, or a `link_batch`)."""
     transform_out = getattr(loader, "transform_sampler_output", None)
     if transform_out is not None:
         out = transform_out(out)
-    return plan.batch(out, loader.node_sampler.edge_permutation,
-                      getattr(loader, "transform", None))
+    transform = getattr(loader, "transform", None)
+    if getattr(loader, "node_sampler", None) is not None:
+        return plan.batch(out, loader.node_sampler.edge_permutation, transform)
+    batch = link_batch(plan, out, loader.link_sampler.edge_permutation,
+                       getattr(loader, "neg_sampling", None))
+    return batch if transform is None else transform(batch)
+
+
+def link_batch(plan: GatherPlan, out: Any, perm: torch.Tensor | None,
+               neg_sampling: Any) -> Any:
+    """The batch PyG's ``LinkLoader.filter_fn`` makes of `out`, gathered by `plan`: the
+    `GatherPlan.subgraph`, then ``input_id`` (the supervision edges' ids, on the host) and the
+    supervision fields of ``out.metadata`` (PyG's ``edge_sample``): without negatives or with
+    binary ones, ``edge_label_index`` (local node indices), ``edge_label`` and
+    ``edge_label_time``; with triplet ones, ``src_index``, ``dst_pos_index``,
+    ``dst_neg_index`` and ``seed_time``, and no ``edge_label_index`` / ``edge_label_time``
+    (PyG deletes them in case the data carries them)."""
+    batch = plan.subgraph(out, perm)
+    batch.input_id = plan.host_id(out.metadata[0])
+    if neg_sampling is None or neg_sampling.is_binary():
+        batch.edge_label_index = out.metadata[1]
+        batch.edge_label = out.metadata[2]
+        batch.edge_label_time = out.metadata[3]
+    else:   # triplet
+        batch.src_index = out.metadata[1]
+        batch.dst_pos_index = out.metadata[2]
+        batch.dst_neg_index = out.metadata[3]
+        batch.seed_time = out.metadata[4]
+        del batch.edge_label_index
+        del batch.edge_label_time
+    return batch
 
 
 @contextlib.contextmanager

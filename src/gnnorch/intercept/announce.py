@@ -1,0 +1,96 @@
+"""What the layer seam learns of each batch of an intercepted loader (`intercept.loader`).
+
+While the user works on a batch, the seam knows its `BatchGraph`: its ``edge_index``, node
+count, seed count (``batch_size``) and, when the loader's batches are directional neighbour
+samples, its hop layout (`gnnorch.trim.hops.HopLayout`: from the sampler's per-hop counts, or
+derived from the edges), which trimming needs. Link batches carry no ``batch_size``: the seam
+learns nothing of them and their layers run untrimmed. On a CUDA machine with rewrites on, each
+batch's ``x`` is marked so that moving it to the device defers the copy for DAHA's host
+pre-transformation (`gnnorch.rewrite.host`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+from ..launch.context import RankContext
+from ..trim.hops import HopLayout, hops_from_edges
+from .feeds import LoaderState
+from .layers import BatchGraph, LayerSeam
+
+if TYPE_CHECKING:
+    from torch_geometric.loader import NeighborLoader
+
+__all__ = ["announced", "batch_graph", "defers_features", "layout_kind"]
+
+
+def layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
+    """(whether the loader's batches are directional hop-ordered samples, number of hops)."""
+    from torch_geometric.sampler import NeighborSampler
+    from torch_geometric.sampler.base import SubgraphType
+
+    sampler = getattr(loader, "node_sampler", getattr(loader, "link_sampler", None))
+    if not isinstance(sampler, NeighborSampler) or sampler.is_hetero:
+        return False, None
+    directional = (sampler.subgraph_type == SubgraphType.directional and not sampler.disjoint
+                   and getattr(loader, "transform_sampler_output", None) is None)
+    return directional, len(sampler.num_neighbors.get_mapped_values())
+
+
+def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchGraph | None:
+    """What the layer seam needs to know of a batch, with its hop layout when trimmable."""
+    from torch_geometric.data import Data
+
+    edge_index = getattr(batch, "edge_index", None) if isinstance(batch, Data) else None
+    size = getattr(batch, "batch_size", None)
+    if not isinstance(edge_index, torch.Tensor) or not isinstance(size, int):
+        return None
+    graph = BatchGraph(edge_index=edge_index, num_nodes=int(batch.num_nodes), batch_size=size,
+                       layout=None, n_id=getattr(batch, "n_id", None),
+                       training=training)
+    if not state.directional or state.num_hops is None:
+        graph.reason = "the loader's batches are not directional neighbour samples"
+        return graph
+    nodes = getattr(batch, "num_sampled_nodes", None)
+    edges = getattr(batch, "num_sampled_edges", None)
+    if nodes is not None and edges is not None and len(nodes) == len(edges) + 1:
+        graph.layout = HopLayout.from_counts(list(map(int, nodes)), list(map(int, edges)))
+        return graph
+    graph.layout = hops_from_edges(edge_index, graph.num_nodes, size, state.num_hops)
+    if graph.layout is None:
+        graph.reason = "the batch's vertices are not laid out by hop"
+    return graph
+
+
+def defers_features(ctx: RankContext) -> bool:
+    """Batch features may wait on the host for the rewrite engine's host transform
+    (`gnnorch.rewrite.host`): rewrites are on and a CUDA device is visible."""
+    return ctx.options.rewrite is not False and torch.cuda.is_available()
+
+
+def _mark_features(batch: Any) -> None:
+    """Mark a batch's `x` so that moving it to a CUDA device defers the copy."""
+    from torch_geometric.data import Data
+
+    from ..rewrite.host import mark_host_features
+
+    if isinstance(batch, Data) and isinstance(getattr(batch, "x", None), torch.Tensor):
+        batch.x = mark_host_features(batch.x)
+
+
+def announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState,
+              training: bool, defer: bool) -> Iterator[Any]:
+    """Announce each batch to the layer seam while the user works on it (and, with `defer`: a
+    CUDA machine with rewrites on, mark its features for the host transform)."""
+    try:
+        for batch in iterator:
+            if defer:
+                _mark_features(batch)
+            graph = batch_graph(batch, state, training)
+            if graph is not None and training and state.cache is not None:
+                state.cache.annotate(graph, batch)
+            seam.set_batch(graph)
+            yield batch
+    finally:
+        seam.set_batch(None)

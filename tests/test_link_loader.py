@@ -1,0 +1,238 @@
+"""LinkNeighborLoader under the runtime: gnnorch's sampler, training epochs sharded over ranks,
+and the GPU data path (the CPU as the device) building the batches PyG's ``LinkLoader.filter_fn``
+builds, with negatives drawn from the path's own generator."""
+from __future__ import annotations
+
+import json
+import os
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch_geometric.loader import LinkNeighborLoader
+from torch_geometric.nn import GraphSAGE
+from torch_geometric.sampler import NegativeSampling
+
+import gnnorch
+from gnnorch.compat import pyg as compat_pyg
+from gnnorch.datasets.synthetic import power_law_graph
+from gnnorch.device.config import DataPathConfig
+from gnnorch.device.seeds import sampling_seed
+from gnnorch.intercept.device_path import DevicePath
+from gnnorch.launch.context import RankContext
+from gnnorch.launch.plan import CorePlan
+from gnnorch.run_options import RunOptions
+from gnnorch.sampling.negatives import seeded_negatives
+from gnnorch.sampling.neighbor import FastNeighborSampler
+
+pytestmark = pytest.mark.usefixtures("no_leftover_children")
+
+SEED = 5
+FANOUT = [4, 3]
+NEGATIVES = {"binary": dict(neg_sampling_ratio=2.0),
+             "triplet": dict(neg_sampling=NegativeSampling("triplet", 2)),
+             "none": {}}
+
+
+def _graph(num_nodes=400, seed=0):
+    data = power_law_graph(num_nodes=num_nodes, avg_degree=8.0, num_features=16,
+                           num_classes=4, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    data.edge_attr = torch.randn(data.edge_index.size(1), 3, generator=gen)
+    # what RandomLinkSplit leaves on its splits: PyG's batches overwrite or delete them
+    data.edge_label_index = data.edge_index[:, :50]
+    data.edge_label = torch.ones(50)
+    return data
+
+
+DATA = _graph()
+
+
+def _link_loader(negatives, data=DATA, batch_size=16, **kwargs):
+    sampler = FastNeighborSampler(data, num_neighbors=FANOUT)
+    return LinkNeighborLoader(data, num_neighbors=FANOUT, edge_label_index=data.edge_index,
+                              batch_size=batch_size, shuffle=True, num_workers=0,
+                              neighbor_sampler=sampler, **NEGATIVES[negatives], **kwargs)
+
+
+def _state():
+    return types.SimpleNamespace(role="train", index=0, user_num_workers=0, partition=None,
+                                 device=None, kind="link")
+
+
+def _plain_epoch(loader, epoch, shuffle_seed=11):
+    """One epoch of PyG's own LinkLoader (its filter_fn), sampling and drawing negatives with
+    the generators the path's policy gives."""
+    loader.link_sampler.generator = torch.Generator().manual_seed(
+        sampling_seed(SEED, 0, 0, epoch))
+    users = loader.neg_sampling
+    if users is not None:
+        loader.neg_sampling = seeded_negatives(users, torch.Generator().manual_seed(
+            sampling_seed(SEED, 0, 0, epoch, stream=1)))
+    torch.manual_seed(shuffle_seed)
+    try:
+        return list(loader)
+    finally:
+        loader.neg_sampling = users
+
+
+def _served(negatives, prefetch=2):
+    config = DataPathConfig(mode="device", prefetch=prefetch)
+    ctx = RankContext(rank=0, world_size=1, plan=CorePlan(1, 0, 1), cores=None, seed=SEED,
+                      options=RunOptions(data_path=config))
+    path = DevicePath(ctx, config, None)
+    loader, state = _link_loader(negatives), _state()
+    path.adopt(loader, state)
+    return path, loader, state
+
+
+def _assert_same_batch(got, want):
+    assert list(got.keys()) == list(want.keys())
+    for key in want.keys():
+        a, b = got[key], want[key]
+        if isinstance(b, torch.Tensor):
+            assert isinstance(a, torch.Tensor) and a.dtype == b.dtype, key
+            assert torch.equal(a.cpu(), b), key
+        else:
+            assert a == b, key
+
+
+@pytest.mark.parametrize("negatives", sorted(NEGATIVES))
+def test_device_path_link_batches_equal_pygs_filter_fn(negatives):
+    path, loader, state = _served(negatives)
+    plain = _link_loader(negatives)
+    assert state.device.served and state.device.samples_on_device
+    for epoch in range(2):
+        want = _plain_epoch(plain, epoch)
+        torch.manual_seed(11)
+        got = list(path.feed(iter(loader), loader, state, True))
+        assert len(got) == len(want) == -(-DATA.edge_index.size(1) // 16)
+        for a, b in zip(got, want):
+            _assert_same_batch(a, b)
+    last = got[-1]
+    assert torch.equal(last.x, DATA.x[last.n_id])
+    assert torch.equal(last.edge_attr, DATA.edge_attr[last.e_id])
+    if negatives == "triplet":
+        assert "edge_label_index" not in last and last.dst_neg_index.shape[1] == 2
+    else:   # positives are edges of the graph, in local indices
+        pos = last.edge_label_index if negatives == "none" else \
+            last.edge_label_index[:, last.edge_label == 1]
+        edges = set(map(tuple, DATA.edge_index.t().tolist()))
+        assert set(map(tuple, last.n_id[pos].t().tolist())) <= edges
+
+
+def test_negatives_drawn_ahead_leave_the_users_random_stream_alone():
+    """Sampling ahead in the producer thread takes no number from torch's global RNG: after
+    an epoch the global state is the same with negatives as without (the shuffle's draw
+    only), and a fixed seed gives the same batches whatever the prefetch depth."""
+    states, batches = {}, {}
+    for negatives, prefetch in (("binary", 2), ("none", 2), ("binary", 0)):
+        path, loader, state = _served(negatives, prefetch)
+        torch.manual_seed(3)
+        batches[negatives, prefetch] = list(path.feed(iter(loader), loader, state, True))
+        states[negatives, prefetch] = torch.get_rng_state()
+        assert state.device.prefetch == prefetch and state.device.prefetch_reason == ""
+        path.close()
+    assert torch.equal(states["binary", 2], states["none", 2])
+    for a, b in zip(batches["binary", 2], batches["binary", 0]):
+        _assert_same_batch(a, b)
+
+
+def test_seeded_negatives_draw_pygs_law_from_the_generator():
+    gen = lambda: torch.Generator().manual_seed(1)   # noqa: E731
+    uniform = seeded_negatives(NegativeSampling("binary", 1.5), gen())
+    assert torch.equal(uniform.sample(50, "src", 9), torch.randint(9, (50,), generator=gen()))
+    assert uniform.is_binary() and uniform.amount == 1.5
+    weight = torch.tensor([0.0, 1.0, 0.0, 3.0])
+    weighted = seeded_negatives(NegativeSampling("triplet", 2, dst_weight=weight), gen())
+    draws = weighted.sample(400, "dst", 4)
+    assert set(draws.tolist()) <= {1, 3} and 0.6 < (draws == 3).float().mean() < 0.9
+    src = seeded_negatives(NegativeSampling("triplet", 2, dst_weight=weight), gen())
+    assert torch.equal(src.sample(5, "src", 4), torch.randint(4, (5,), generator=gen()))
+    assert weighted.is_triplet() and weighted.amount == 2
+    # a subclass with its own sample, or weights off the generator's device: not seeded
+    subclass = type("Mine", (NegativeSampling,), {})("binary")
+    assert seeded_negatives(subclass, gen()) is None
+    meta = NegativeSampling("binary", 1, src_weight=torch.ones(4, device="meta"))
+    assert seeded_negatives(meta, gen()) is None
+
+
+def test_seeded_negatives_fail_closed_on_another_shape(monkeypatch):
+    monkeypatch.setattr(compat_pyg, "negative_sampling_class", lambda: None)
+    assert seeded_negatives(NegativeSampling("binary"), torch.Generator()) is None
+    path, loader, state = _served("binary")
+    list(path.feed(iter(loader), loader, state, True))
+    assert state.device.prefetch == 0 and "global RNG" in state.device.prefetch_reason
+    path.close()
+
+
+# ------------------------------------------------------------------------------ runtime
+def _record_link_epochs(data, out_dir, epochs=2):
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    train = LinkNeighborLoader(data, num_neighbors=[3], batch_size=40, shuffle=True,
+                               neg_sampling_ratio=1.0)
+    evaluate = LinkNeighborLoader(data, num_neighbors=[3], batch_size=500)
+    seen = {"batch_size": train.batch_size, "epochs": [], "eval": [],
+            "sampler": type(train.link_sampler).__name__}
+    for _ in range(epochs):
+        seen["epochs"].append([b.input_id.tolist() for b in train])
+    seen["eval"] = [i for b in evaluate for i in b.input_id.tolist()]
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(seen, f)
+
+
+def test_training_link_loader_sharded_over_ranks(tmp_path):
+    data = _graph(num_nodes=200)
+    runtime = gnnorch.Runtime(_record_link_epochs, processes=2)
+    runtime(data, str(tmp_path))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    edges = set(range(data.edge_index.size(1)))
+    for seen in ranks:
+        assert seen["batch_size"] == 20 and seen["sampler"] == "FastNeighborSampler"
+        assert sorted(seen["eval"]) == sorted(edges)   # evaluation: every edge, every rank
+    for epoch in range(2):
+        a = [i for b in ranks[0]["epochs"][epoch] for i in b]
+        b = [i for b in ranks[1]["epochs"][epoch] for i in b]
+        assert len(ranks[0]["epochs"][epoch]) == len(ranks[1]["epochs"][epoch])
+        assert not set(a) & set(b) and set(a) | set(b) == edges
+    loaders = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert [(s["kind"], s["role"], s["backend"]) for s in loaders] == [
+        ("link", "train", "gnnorch"), ("link", "eval", "gnnorch")]
+    assert all(e["seeds"] > 0 for e in runtime.last_run.epochs[0])
+
+
+def _train_link_prediction(data, epochs=2):
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 16, num_layers=2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = LinkNeighborLoader(data, num_neighbors=FANOUT, batch_size=64, shuffle=True,
+                                neg_sampling_ratio=1.0)
+    losses = []
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            h = model(batch.x, batch.edge_index)
+            src, dst = batch.edge_label_index
+            loss = F.binary_cross_entropy_with_logits((h[src] * h[dst]).sum(-1),
+                                                      batch.edge_label)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+    return losses
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_link_prediction_on_the_device_path_repeats_whatever_the_prefetch(prefetch):
+    data = _graph(num_nodes=300)
+    runs = {}
+    for depth in (prefetch, 1):
+        runtime = gnnorch.Runtime(_train_link_prediction, processes=1, autotune=False,
+                                  data_path={"mode": "device", "prefetch": depth})
+        torch.manual_seed(1)
+        runs[depth] = runtime(data)
+        record = runtime.last_run.stats[0]["device"]["loaders"][0]
+        assert record["served"] and record["samples_on_device"] and record["prefetch"] == depth
+    assert runs[prefetch] == runs[1]
+    assert all(torch.isfinite(torch.tensor(runs[1])))
