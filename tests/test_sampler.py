@@ -295,6 +295,16 @@ def test_duplicate_seeds_kept_and_expanded(mixed):
     assert (out.row != 2).all()  # the second copy of 3 is never a source: it maps to copy 0
 
 
+def test_no_hop_gives_the_seeds_alone(mixed):
+    """``num_neighbors=[]`` (PyG's ``test_homo_link_neighbor_loader_no_edges``): the seeds,
+    no edge, one hop count, as PyG's samplers return."""
+    _, colptr, row = mixed
+    out = sample_neighbors(colptr, row, torch.tensor([4, 1]), [])
+    assert out.node.tolist() == [4, 1] and out.num_sampled_nodes == [2]
+    assert out.row.numel() == out.col.numel() == out.edge.numel() == 0
+    assert out.row.dtype == torch.long and out.num_sampled_edges == []
+
+
 def test_workspace_is_reset_and_reusable(medium):
     _, colptr, row, _ = medium
     ws = new_workspace(colptr.numel() - 1)
@@ -466,6 +476,9 @@ def test_pickle_drops_scratch_and_keeps_exclusion(medium):
 def test_fallback_reasons(medium):
     data = medium[0]
     assert FastNeighborSampler(data, [5], disjoint=True).fallback_reason == "disjoint sampling"
+    narrow = FastNeighborSampler(data, [5])   # pyg-lib keeps an int32 edge_index's CSC int32
+    narrow.colptr, narrow.row = narrow.colptr.int(), narrow.row.int()
+    assert "torch.int32 graph structure" in narrow.fallback_reason
     hetero = HeteroData()
     hetero["a"].num_nodes = 4
     hetero["a", "to", "a"].edge_index = torch.tensor([[0, 1], [1, 2]])

@@ -149,6 +149,9 @@ class FastNeighborSampler(NeighborSampler):
             return "weighted sampling (weight_attr)"
         if self.disjoint:
             return "disjoint sampling"
+        if self.colptr.dtype != torch.long or self.row.dtype != torch.long:
+            return (f"{self.row.dtype} graph structure (pyg-lib keeps int32 indices; gnnorch's "
+                    f"sampler indexes with int64)")
         return None
 
     def set_exclusion(self, mask: Tensor | None, hops: Iterable[int] = ()) -> None:

@@ -165,6 +165,8 @@ def _sample(colptr: Tensor, row: Tensor, seeds: Tensor, num_neighbors: list[int]
     if not directed:
         src, dst, pos = _induced_edges(colptr, row, node, g2l)
         return SampledSubgraph(node, src, dst, pos, num_sampled_nodes, None)
+    if not rows:   # no hop (``num_neighbors=[]``): the seeds alone
+        rows = cols = edges = [seeds.new_empty(0)]
     return SampledSubgraph(node, torch.cat(rows), torch.cat(cols), torch.cat(edges),
                            num_sampled_nodes, num_sampled_edges)
 
