@@ -3,8 +3,8 @@ machine (gnnorch serves LinkNeighborLoader since 2026-11-24, session 5).
 
 Workload: products-like synthetic graph (default 100K nodes, avg degree 25, 100 features), 2-layer
 GraphSAGE 100->256->256, a LinkNeighborLoader over 100K supervision edges (a fixed random subset
-of the graph's edges), fanout [10, 5], batch 1024, binary negatives (ratio 1), dot-product
-decoder, binary cross-entropy: `examples/graph_sage_unsup.py`'s loop at a larger scale. After
+of the graph's edges), fanout [10, 5], batch 1024, binary negatives (ratio 1), scaled
+dot-product decoder, binary cross-entropy: `examples/graph_sage_unsup.py`'s loop at a larger scale. After
 the training epochs the function scores 4096 held-out supervision edges against as many random
 negatives (ROC AUC, an evaluation LinkNeighborLoader with shuffle=False), so the rows can be
 compared for quality too.
@@ -74,7 +74,7 @@ def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0):
             optimizer.zero_grad()
             h = model(batch.x, batch.edge_index)
             src, dst = batch.edge_label_index
-            pred = (h[src] * h[dst]).sum(dim=-1)
+            pred = (h[src] * h[dst]).sum(dim=-1) / hidden ** 0.5
             loss = F.binary_cross_entropy_with_logits(pred, batch.edge_label)
             loss.backward()
             optimizer.step()
@@ -90,7 +90,7 @@ def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0):
         for batch in test:
             h = model(batch.x, batch.edge_index)
             src, dst = batch.edge_label_index
-            scores.append((h[src] * h[dst]).sum(dim=-1))
+            scores.append((h[src] * h[dst]).sum(dim=-1) / hidden ** 0.5)
             labels.append(batch.edge_label)
     auc = roc_auc_score(torch.cat(labels).numpy(), torch.cat(scores).numpy())
     return {"epoch_seconds": epoch_seconds, "losses": losses, "auc": float(auc)}
@@ -111,7 +111,7 @@ def measure_one(label: str, args: argparse.Namespace) -> dict:
         out = runtime(data, epochs=args.epochs)
         run = runtime.last_run
         loaders = run.stats[0].get("sampler", {}).get("loaders", [])
-        extra = {"plan": run.plan.to_dict(),
+        extra = {"plan": run.plan.to_dict(), "summary": runtime.summary(),
                  "loaders": [{k: s.get(k) for k in ("kind", "role", "backend")}
                              for s in loaders]}
     import torch_geometric.typing as pyg_typing

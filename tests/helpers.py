@@ -34,3 +34,16 @@ def test_accuracy(model, data) -> float:
 
 
 test_accuracy.__test__ = False  # not a pytest test
+
+
+def assert_same_batch(got, want):
+    """Two loader batches carry the same fields, in the same key order, with equal values and
+    dtypes (tensors compared on the host)."""
+    assert list(got.keys()) == list(want.keys())
+    for key in want.keys():
+        a, b = got[key], want[key]
+        if isinstance(b, torch.Tensor):
+            assert isinstance(a, torch.Tensor) and a.dtype == b.dtype, key
+            assert torch.equal(a.cpu(), b), key
+        else:
+            assert a == b, key

@@ -26,6 +26,8 @@ from gnnorch.launch.plan import CorePlan
 from gnnorch.run_options import RunOptions
 from gnnorch.sampling.neighbor import FastNeighborSampler
 
+from helpers import assert_same_batch
+
 SEED = 7
 FANOUT = [4, 3]
 
@@ -77,17 +79,6 @@ def _plain_epoch(loader, epoch, key=0, shuffle_seed=11):
 def _device_epoch(path, loader, state, shuffle_seed=11):
     torch.manual_seed(shuffle_seed)
     return list(path.feed(iter(loader), loader, state, True))
-
-
-def _assert_same_batch(got, want):
-    assert list(got.keys()) == list(want.keys())
-    for key in want.keys():
-        a, b = got[key], want[key]
-        if isinstance(b, torch.Tensor):
-            assert isinstance(a, torch.Tensor) and a.dtype == b.dtype, key
-            assert torch.equal(a.cpu(), b), key
-        else:
-            assert a == b, key
 
 
 def _no_pipeline_thread():
@@ -151,7 +142,7 @@ def test_same_batches_as_the_plain_path(config):
         got = _device_epoch(path, loader, state)
         assert len(got) == len(want) == len(loader)
         for g, w in zip(got, want):
-            _assert_same_batch(g, w)
+            assert_same_batch(g, w)
     assert state.device.epochs == 2 and state.device.batches == 2 * len(loader)
     assert _no_pipeline_thread()
 
@@ -170,7 +161,7 @@ def test_host_sampling_with_device_features_gives_the_same_batches():
         got = _device_epoch(path, loader, state)
         assert len(got) == len(want)
         for g, w in zip(got, want):
-            _assert_same_batch(g, w)
+            assert_same_batch(g, w)
 
 
 def test_host_side_uses_of_batch_fields():
@@ -225,7 +216,7 @@ def test_changes_to_the_loaders_data_are_seen_from_the_next_epoch(features):
         got = _seam_epoch(path, loader, state)
         assert len(got) == len(want)
         for g, w in zip(got, want):
-            _assert_same_batch(g, w)
+            assert_same_batch(g, w)
         assert ("edge_attr" in got[0]) == (epoch == 0)
         assert state.device.replans == (0 if epoch == 0 else 1)    # once, not every epoch
     assert state.device.served and loader.data is data
@@ -245,7 +236,7 @@ def test_data_replaced_by_one_without_edge_index_is_given_back_to_pyg():
     want, got = _plain_epoch(plain, 0), _plain_epoch(loader, 0)
     for g, w in zip(got, want):
         assert "edge_index" not in g
-        _assert_same_batch(g, w)
+        assert_same_batch(g, w)
 
 
 def test_user_worker_contexts_run_as_is_while_sampling_on_the_device():
@@ -261,7 +252,7 @@ def test_user_worker_contexts_run_as_is_while_sampling_on_the_device():
         got += _seam_epoch(path, loader, state)
     want = _plain_epoch(plain, 0) + _plain_epoch(plain, 1)
     for g, w in zip(got, want):
-        _assert_same_batch(g, w)
+        assert_same_batch(g, w)
     assert "enable_cpu_affinity() had no worker" in state.device.num_workers
     assert "enable_multithreading() had no worker" in state.device.num_workers
     path.close()
@@ -292,7 +283,7 @@ def test_numpy_attributes_are_gathered_as_pyg_gathers_them(tmp_path, features):
     for g, w in zip(got, want):
         assert isinstance(g.x, torch.Tensor) and g.x.size(0) == g.n_id.numel()
         assert torch.equal(g.weight, torch.from_numpy(data.weight)[g.e_id])
-        _assert_same_batch(g, w)
+        assert_same_batch(g, w)
 
 
 def test_worker_processes_never_share_one_sampling_generator():
@@ -447,7 +438,7 @@ def test_break_leaves_no_thread_and_next_epoch_repeats():
     _device_epoch(path2, loader2, state2)
     again = _device_epoch(path2, loader2, state2)
     for g, w in zip(second, again):
-        _assert_same_batch(g, w)
+        assert_same_batch(g, w)
 
 
 @pytest.mark.parametrize("depth", [0, 3])
@@ -469,8 +460,8 @@ def test_epochs_of_one_loader_at_once_each_give_their_own_batches(depth):
     pairs = [tuple(heads)] + list(zip(first, second))
     assert len(pairs) == len(want[0]) == len(loader)
     for (a, b), wa, wb in zip(pairs, want[0], want[1]):
-        _assert_same_batch(a, wa)
-        _assert_same_batch(b, wb)
+        assert_same_batch(a, wa)
+        assert_same_batch(b, wb)
     torch.manual_seed(11)
     kept = path.feed(iter(loader), loader, state, True)     # epoch 2, left after one batch
     head = next(kept)
@@ -478,9 +469,9 @@ def test_epochs_of_one_loader_at_once_each_give_their_own_batches(depth):
     rest = list(kept)                                       # epoch 2 resumes where it was
     assert len(rest) + 1 == len(third) == len(loader)
     for g, w in zip([head] + rest, _plain_epoch(plain, 2, shuffle_seed=11)):
-        _assert_same_batch(g, w)
+        assert_same_batch(g, w)
     for g, w in zip(third, _plain_epoch(plain, 3, shuffle_seed=13)):
-        _assert_same_batch(g, w)
+        assert_same_batch(g, w)
     assert _no_pipeline_thread()
 
 
@@ -637,7 +628,7 @@ def test_loaders_kept_after_the_run_are_plain_pyg_loaders():
             want = list(plain)
             assert len(got) == len(want) > 0
             for a, b in zip(got, want):
-                _assert_same_batch(a, b)
+                assert_same_batch(a, b)
                 assert "_exclusion_version" not in a._store.__dict__
 
 
@@ -859,7 +850,7 @@ def test_device_found_at_first_forward_serves_from_the_next_epoch():
     want = _plain_epoch(_loader(), 0)
     assert len(got) == len(want)
     for a, b in zip(got, want):
-        _assert_same_batch(a, b)
+        assert_same_batch(a, b)
 
 
 def test_first_model_watch_reports_cuda_parameters_once(monkeypatch):
@@ -921,7 +912,7 @@ def test_loaders_of_one_graph_share_one_device_structure():
     want = _plain_epoch(_loader(), 0, key=1)
     assert len(got) == len(want)
     for x, y in zip(got, want):
-        _assert_same_batch(x, y)
+        assert_same_batch(x, y)
 
 
 def _train_on(data, device, epochs=3):

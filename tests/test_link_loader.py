@@ -27,6 +27,8 @@ from gnnorch.run_options import RunOptions
 from gnnorch.sampling.negatives import seeded_negatives
 from gnnorch.sampling.neighbor import FastNeighborSampler
 
+from helpers import assert_same_batch
+
 pytestmark = pytest.mark.usefixtures("no_leftover_children")
 
 SEED = 5
@@ -88,17 +90,6 @@ def _served(negatives, prefetch=2):
     return path, loader, state
 
 
-def _assert_same_batch(got, want):
-    assert list(got.keys()) == list(want.keys())
-    for key in want.keys():
-        a, b = got[key], want[key]
-        if isinstance(b, torch.Tensor):
-            assert isinstance(a, torch.Tensor) and a.dtype == b.dtype, key
-            assert torch.equal(a.cpu(), b), key
-        else:
-            assert a == b, key
-
-
 @pytest.mark.parametrize("negatives", sorted(NEGATIVES))
 def test_device_path_link_batches_equal_pygs_filter_fn(negatives):
     path, loader, state = _served(negatives)
@@ -110,7 +101,7 @@ def test_device_path_link_batches_equal_pygs_filter_fn(negatives):
         got = list(path.feed(iter(loader), loader, state, True))
         assert len(got) == len(want) == -(-DATA.edge_index.size(1) // 16)
         for a, b in zip(got, want):
-            _assert_same_batch(a, b)
+            assert_same_batch(a, b)
     last = got[-1]
     assert torch.equal(last.x, DATA.x[last.n_id])
     assert torch.equal(last.edge_attr, DATA.edge_attr[last.e_id])
@@ -137,7 +128,7 @@ def test_negatives_drawn_ahead_leave_the_users_random_stream_alone():
         path.close()
     assert torch.equal(states["binary", 2], states["none", 2])
     for a, b in zip(batches["binary", 2], batches["binary", 0]):
-        _assert_same_batch(a, b)
+        assert_same_batch(a, b)
 
 
 def test_seeded_negatives_draw_pygs_law_from_the_generator():

@@ -24,6 +24,9 @@ from ..device.transfer import DeviceTransfer
 from .served_loader import loader_sampler
 
 if TYPE_CHECKING:
+    from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
+    from torch_geometric.sampler import NegativeSampling
+
     from ..sampling.neighbor import FastNeighborSampler
 
 __all__ = ["pipelined", "own_generator", "own_generators"]
@@ -61,7 +64,8 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
         publish()
 
 
-def own_generators(iterator: Iterator[Any], loader: Any, generators: SamplingGenerator,
+def own_generators(iterator: Iterator[Any], loader: NeighborLoader | LinkNeighborLoader,
+                   generators: SamplingGenerator,
                    lock: threading.Lock) -> tuple[Iterator[Any], str]:
     """The epoch's batches of `loader` drawn with the epoch's generators (`own_generator`),
     and why they may not be drawn ahead ("" when they may). A link loader's negatives come
@@ -86,7 +90,8 @@ def own_generators(iterator: Iterator[Any], loader: Any, generators: SamplingGen
 
 def own_generator(iterator: Iterator[Any], sampler: FastNeighborSampler,
                   generator: torch.Generator, lock: threading.Lock,
-                  negatives: tuple[Any, Any] | None = None) -> Iterator[Any]:
+                  negatives: tuple[LinkNeighborLoader, NegativeSampling] | None = None
+                  ) -> Iterator[Any]:
     """`iterator`'s batches, each drawn with the loader's sampler given `generator` under
     `lock` (the loader's) for that draw only: epochs of one loader that run at once
     (``zip(loader, loader)``, an epoch left but kept while the next one runs) each sample from

@@ -1,6 +1,8 @@
 """The device data path at the NeighborLoader seam (issue 21): on a training device, a loader's
 graph structure and attributes live there, batches are sampled and gathered there, and batch
-k+1 is prepared while batch k trains.
+k+1 is prepared while batch k trains. LinkNeighborLoaders are served alike: their batches get
+the fields of PyG's ``LinkLoader.filter_fn`` (`served_loader.link_batch`), and the negatives
+PyG draws for them come from a CPU generator of the epoch's (`device_feed.own_generators`).
 
 One `DevicePath` per rank and run, built by `intercept.session` and called by the loader seam
 (`intercept.loader`) at two points:

@@ -30,6 +30,7 @@ from ..device.transfer import DeviceTransfer
 
 if TYPE_CHECKING:
     from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
+    from torch_geometric.sampler import NegativeSampling, NeighborSampler, SamplerOutput
 
 __all__ = ["LoaderUndo", "ServedLoader", "build_batch", "link_batch", "loader_sampler"]
 
@@ -112,7 +113,7 @@ class ServedLoader:
         self.undo.restore(loader)
 
 
-def loader_sampler(loader: NeighborLoader | LinkNeighborLoader) -> Any:
+def loader_sampler(loader: NeighborLoader | LinkNeighborLoader) -> NeighborSampler:
     """The loader's PyG sampler: a NeighborLoader's ``node_sampler``, a LinkNeighborLoader's
     ``link_sampler``."""
     sampler = getattr(loader, "node_sampler", None)
@@ -133,8 +134,8 @@ def build_batch(loader: NeighborLoader | LinkNeighborLoader, plan: GatherPlan, o
     return batch if transform is None else transform(batch)
 
 
-def link_batch(plan: GatherPlan, out: Any, perm: torch.Tensor | None,
-               neg_sampling: Any) -> Any:
+def link_batch(plan: GatherPlan, out: SamplerOutput, perm: torch.Tensor | None,
+               neg_sampling: NegativeSampling | None) -> Any:
     """The batch PyG's ``LinkLoader.filter_fn`` makes of `out`, gathered by `plan`: the
     `GatherPlan.subgraph`, then ``input_id`` (the supervision edges' ids, on the host) and the
     supervision fields of ``out.metadata`` (PyG's ``edge_sample``): without negatives or with

@@ -11,16 +11,20 @@ initialisation) nor draws batches that depend on how far ahead it ran.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..compat import pyg as compat_pyg
 
+if TYPE_CHECKING:
+    from torch_geometric.sampler import NegativeSampling
+
 __all__ = ["seeded_negatives"]
 
 
-def seeded_negatives(negatives: Any, generator: torch.Generator) -> Any | None:
+def seeded_negatives(negatives: NegativeSampling,
+                     generator: torch.Generator) -> NegativeSampling | None:
     """A copy of `negatives` (PyG's ``NegativeSampling``) drawing from `generator` (a CPU
     generator), or None when it cannot be made to draw the same law from it: this PyG's
     ``NegativeSampling`` is not the shape relied on (`compat.pyg.negative_sampling_class`),
