@@ -134,6 +134,16 @@ def run_fresh(label: str, args: argparse.Namespace, python: str) -> dict:
     return row
 
 
+def _machine() -> dict:
+    import os
+
+    import torch_geometric
+
+    return {"platform": platform.platform(), "cpus": len(os.sched_getaffinity(0)),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "torch_geometric": torch_geometric.__version__}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=100_000)
@@ -170,8 +180,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "benchmark": "bench_link", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "argv": sys.argv, "nodes": args.nodes, "labels": args.labels, "epochs": args.epochs,
-        "rows": rows}, indent=1))
+        "machine": _machine(), "argv": sys.argv, "nodes": args.nodes, "labels": args.labels,
+        "epochs": args.epochs, "rows": rows}, indent=1))
     print(f"wrote {args.out}")
 
 
