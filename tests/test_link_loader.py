@@ -227,3 +227,49 @@ def test_link_prediction_on_the_device_path_repeats_whatever_the_prefetch(prefet
         assert record["served"] and record["samples_on_device"] and record["prefetch"] == depth
     assert runs[prefetch] == runs[1]
     assert all(torch.isfinite(torch.tensor(runs[1])))
+
+
+# --------------------------------------------------------------------------------- CUDA
+def _served_on(device, negatives, prefetch):
+    config = DataPathConfig(mode="auto", prefetch=prefetch)
+    ctx = RankContext(rank=0, world_size=1, plan=CorePlan(1, 0, 1), cores=None, seed=SEED,
+                      options=RunOptions(data_path=config, rewrite=False))
+    path = DevicePath(ctx, config, device)
+    loader, state = _link_loader(negatives), _state()
+    path.adopt(loader, state)
+    return path, loader, state
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("negatives", sorted(NEGATIVES))
+def test_cuda_link_batches_are_sampled_and_gathered_on_the_device(negatives):
+    """On CUDA: the structure and features on the device, every gathered field equal to the
+    source rows at the batch's host ids, positives real edges, and the same batches at
+    prefetch depth 2 as at 0 (the epoch's CUDA and CPU generators)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    epochs = {}
+    for prefetch in (0, 2):
+        path, loader, state = _served_on(device, negatives, prefetch)
+        assert state.device.served and state.device.samples_on_device
+        assert state.device.features == "gpu"
+        torch.manual_seed(11)
+        epochs[prefetch] = list(path.feed(iter(loader), loader, state, True))
+        assert state.device.prefetch == prefetch and state.device.prefetch_reason == ""
+        path.close()
+    edges = set(map(tuple, DATA.edge_index.t().tolist()))
+    for batch in epochs[2]:
+        assert batch.x.is_cuda and batch.edge_index.is_cuda and batch.edge_attr.is_cuda
+        assert batch.n_id.device.type == "cpu" and batch.input_id.device.type == "cpu"
+        assert torch.equal(batch.x.cpu(), DATA.x[batch.n_id])
+        assert torch.equal(batch.edge_attr.cpu(), DATA.edge_attr[batch.e_id])
+        assert torch.equal(batch.n_id[batch.edge_index.cpu()], DATA.edge_index[:, batch.e_id])
+        if negatives == "triplet":
+            assert "edge_label_index" not in batch and batch.dst_neg_index.shape[1] == 2
+            continue
+        label_index = batch.edge_label_index.cpu()
+        pos = label_index if negatives == "none" else \
+            label_index[:, batch.edge_label.cpu() == 1]
+        assert set(map(tuple, batch.n_id[pos].t().tolist())) <= edges
+    assert len(epochs[0]) == len(epochs[2])
+    for a, b in zip(epochs[0], epochs[2]):
+        assert_same_batch(a, b)
