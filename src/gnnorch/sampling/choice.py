@@ -68,7 +68,8 @@ def choose_sampler(samplers: dict[str, Callable[[Tensor], Any]], pool: Tensor,
     """Time every backend in `samplers` (name -> one sampling call on a seed tensor) on
     `rounds` batches from `pool` at `threads` torch threads; return the faster (see the module
     docstring). `key` identifies graph and shape; a decision is remembered per `key` and
-    `threads` and reused without measuring."""
+    `threads` and reused without measuring. The samplers' draws from torch's global CPU RNG
+    are undone: the user's random stream is the same whether this measured or reused."""
     memo = (key, threads, tuple(sorted(samplers)))
     known = _DECISIONS.get(memo)
     if known is not None:
@@ -81,12 +82,13 @@ def choose_sampler(samplers: dict[str, Callable[[Tensor], Any]], pool: Tensor,
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     try:
-        for round_ in range(rounds):
-            seeds = pool[torch.randperm(pool.numel(), generator=generator)[:size]]
-            for name in (names if round_ % 2 == 0 else names[::-1]):
-                tick = time.perf_counter()
-                samplers[name](seeds)
-                times[name].append(time.perf_counter() - tick)
+        with torch.random.fork_rng(devices=[]):   # the user's random stream is untouched
+            for round_ in range(rounds):
+                seeds = pool[torch.randperm(pool.numel(), generator=generator)[:size]]
+                for name in (names if round_ % 2 == 0 else names[::-1]):
+                    tick = time.perf_counter()
+                    samplers[name](seeds)
+                    times[name].append(time.perf_counter() - tick)
     finally:
         torch.set_num_threads(saved_threads)
     medians = {name: 1e3 * statistics.median(values) for name, values in times.items()}
@@ -94,3 +96,4 @@ def choose_sampler(samplers: dict[str, Callable[[Tensor], Any]], pool: Tensor,
     choice = SamplerChoice(best, medians, time.perf_counter() - start, threads)
     _DECISIONS[memo] = choice
     return choice
+
