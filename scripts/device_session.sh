@@ -104,7 +104,7 @@ prepare() {
       print "# offline copy (gnnorch scripts/device_session.sh prepare): no pip install here;"
       print "# cmake, wheel and setuptools must be installed already"
       print "\"$py\" -c \"import setuptools, wheel\""
-      print "command -v cmake >/dev/null"
+      print "command -v cmake >/dev/null || [ -x \"$(dirname \"$py\")/cmake\" ]"
       next } { print }' "$SHARED/build-pyg-lib.sh" > .carry/build-pyg-lib.sh
   chmod +x .carry/build-pyg-lib.sh
   git check-ignore -q .whl/x && git check-ignore -q .carry/x \

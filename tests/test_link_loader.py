@@ -229,6 +229,83 @@ def test_link_prediction_on_the_device_path_repeats_whatever_the_prefetch(prefet
     assert all(torch.isfinite(torch.tensor(runs[1])))
 
 
+def _link_objective(batch, h):
+    """PyG's link objectives, read at the batch's seed-relative indices."""
+    if hasattr(batch, "dst_neg_index"):      # triplet: src, a positive, k negatives each
+        pos = (h[batch.src_index] * h[batch.dst_pos_index]).sum(-1)
+        neg = (h[batch.src_index].unsqueeze(1) * h[batch.dst_neg_index]).sum(-1)
+        return F.softplus(neg - pos.unsqueeze(1)).mean()
+    src, dst = batch.edge_label_index
+    return F.binary_cross_entropy_with_logits((h[src] * h[dst]).sum(-1), batch.edge_label)
+
+
+def _train_link_trimmable(data, negatives, epochs=2, read_all=False, disjoint=False):
+    """Link prediction with a 2-layer GraphSAGE; returns each step's loss and the first
+    step's gradients (forward and backward of a link batch, trimmed or not)."""
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 16, num_layers=2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = LinkNeighborLoader(data, num_neighbors=FANOUT, batch_size=32, shuffle=True,
+                                disjoint=disjoint, **NEGATIVES[negatives])
+    losses, first_grads = [], None
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            h = model(batch.x, batch.edge_index)
+            loss = _link_objective(batch, h)
+            if read_all:                      # a read of every row, not only the seeds'
+                loss = loss + 1e-3 * h.pow(2).mean()
+            loss.backward()
+            if first_grads is None:
+                first_grads = [p.grad.clone() for p in model.parameters()]
+            optimizer.step()
+            losses.append(loss.item())
+    return {"losses": losses, "grads": first_grads}
+
+
+def _run_trim(trim, *args, **kwargs):
+    runtime = gnnorch.Runtime(_train_link_trimmable, processes=1, autotune=False, trim=trim)
+    torch.manual_seed(1)
+    value = runtime(*args, **kwargs)
+    return value, runtime.last_run.stats[0]["trim"]
+
+
+@pytest.mark.parametrize("negatives", ["binary", "triplet"])
+def test_link_batches_are_trimmed_to_their_seeds_exactly(negatives):
+    """A link batch's layers are trimmed to its first hop's nodes (the endpoints of its
+    supervision edges and negatives): losses and first gradients equal the untrimmed run's."""
+    data = _graph(num_nodes=500)
+    plain, off = _run_trim(False, data, negatives)
+    trimmed, stats = _run_trim(True, data, negatives)
+    assert not off["models"]
+    (model,) = stats["models"]
+    assert model["trimmed"] and model["materialized"] == 0, model
+    assert model["trimmed_forwards"] == len(trimmed["losses"])
+    assert stats["rows_computed"] < stats["rows_untrimmed"]
+    torch.testing.assert_close(torch.tensor(trimmed["losses"]), torch.tensor(plain["losses"]),
+                               rtol=1e-4, atol=1e-5)
+    for a, b in zip(trimmed["grads"], plain["grads"]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_link_output_read_beyond_its_seeds_is_recomputed_exactly():
+    data = _graph(num_nodes=300)
+    plain, _ = _run_trim(False, data, "binary", epochs=1, read_all=True)
+    with pytest.warns(gnnorch.errors.TrimmingWarning, match="edge_label_index"):
+        value, stats = _run_trim(True, data, "binary", epochs=1, read_all=True)
+    torch.testing.assert_close(torch.tensor(value["losses"]), torch.tensor(plain["losses"]),
+                               rtol=1e-4, atol=1e-5)
+    (model,) = stats["models"]
+    assert not model["trimmed"] and model["materialized"] == 1
+
+
+def test_disjoint_link_batches_are_not_trimmed():
+    pytest.importorskip("pyg_lib")           # PyG samples disjoint subgraphs with pyg-lib only
+    data = _graph(num_nodes=300)
+    _, stats = _run_trim(True, data, "binary", epochs=1, disjoint=True)
+    assert not any(m["trimmed_forwards"] for m in stats["models"])
+
+
 # --------------------------------------------------------------------------------- CUDA
 def _served_on(device, negatives, prefetch):
     config = DataPathConfig(mode="auto", prefetch=prefetch)

@@ -3,8 +3,9 @@
 While the user works on a batch, the seam knows its `BatchGraph`: its ``edge_index``, node
 count, seed count (``batch_size``) and, when the loader's batches are directional neighbour
 samples, its hop layout (`gnnorch.trim.hops.HopLayout`: from the sampler's per-hop counts, or
-derived from the edges), which trimming needs. Link batches carry no ``batch_size``: the seam
-learns nothing of them and their layers run untrimmed. On a CUDA machine with rewrites on, each
+derived from the edges), which trimming needs. A link batch carries no ``batch_size``; its
+seeds are its first hop's nodes (`link_seeds`), so it is announced and trimmed as a node batch
+is. On a CUDA machine with rewrites on, each
 batch's ``x`` is marked so that moving it to the device defers the copy for DAHA's host
 pre-transformation (`gnnorch.rewrite.host`).
 """
@@ -22,7 +23,7 @@ from .layers import BatchGraph, LayerSeam
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
 
-__all__ = ["announced", "batch_graph", "defers_features", "layout_kind"]
+__all__ = ["announced", "batch_graph", "defers_features", "layout_kind", "link_seeds"]
 
 
 def layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
@@ -44,6 +45,8 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
 
     edge_index = getattr(batch, "edge_index", None) if isinstance(batch, Data) else None
     size = getattr(batch, "batch_size", None)
+    if size is None and state.kind == "link":
+        size = link_seeds(batch)
     if not isinstance(edge_index, torch.Tensor) or not isinstance(size, int):
         return None
     graph = BatchGraph(edge_index=edge_index, num_nodes=int(batch.num_nodes), batch_size=size,
@@ -61,6 +64,22 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
     if graph.layout is None:
         graph.reason = "the batch's vertices are not laid out by hop"
     return graph
+
+
+def link_seeds(batch: Any) -> int | None:
+    """The seed count of a link batch: the nodes of its first hop (None without hop counts).
+
+    PyG's ``LinkLoader`` samples from the endpoints of the batch's supervision edges and
+    negatives, deduplicated (``unique`` with the inverse, unless ``disjoint``), and the sampler
+    lays its seeds out first; ``edge_label_index`` (``src_index`` / ``dst_pos_index`` /
+    ``dst_neg_index`` for triplets) holds that inverse, so every row a link objective reads at
+    those indices lies in ``[0, num_sampled_nodes[0])``: the rows trimming computes exactly.
+    A read of any other row materialises the untrimmed output (`gnnorch.trim.exact_output`).
+    """
+    counts = getattr(batch, "num_sampled_nodes", None)
+    if counts is None or len(counts) == 0:
+        return None
+    return int(counts[0])
 
 
 def defers_features(ctx: RankContext) -> bool:

@@ -6,7 +6,8 @@ the user imported the name, and user subclasses are intercepted through `super()
 LinkNeighborLoader is served as a NeighborLoader is (its seeds are supervision edges: a
 training loader's edges are sharded, gnnorch's sampler draws the subgraph, the device path
 builds the batch), except that the historical-embedding cache and the partitioned features
-leave it to PyG, and its batches carry no ``batch_size``, so its layers run untrimmed.
+leave it to PyG; its batches are trimmed to their first hop's nodes (`announce.link_seeds`),
+where the supervision edges' endpoints are.
 
 * Training epochs are sharded over p > 1 ranks. A loader built with `shuffle=True` gets a
   `ShardSampler` instead of its random sampler. Whether one *epoch* of it (one `iter(loader)`) is
@@ -192,7 +193,6 @@ class NeighborLoaderInterceptor:
         if state.shard is not None:
             state.shard.num_items = len(loader.dataset)
         state.directional, state.num_hops = layout_kind(loader)
-        state.directional &= kind == "node"   # link batches have no batch_size: not trimmed
         if self.device_path is not None:
             self.device_path.adopt(loader, state)
             if state.samples_on_device:   # no loader workers for device tensors

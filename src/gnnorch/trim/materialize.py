@@ -104,7 +104,8 @@ def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,
             f"gnnorch: the output of {state.name} was read beyond its first {batch_size} rows "
             f"(the seed rows of the batch) by {reason}; hop-aware trimming computes only the "
             f"seed rows, so this forward was recomputed untrimmed (exact values) and trimming "
-            f"is now off for this model. To keep trimming, read only out[:batch.batch_size]; "
+            f"is now off for this model. To keep trimming, read only out[:batch.batch_size] (of a "
+            f"link batch: the rows at its edge_label_index); "
             f"to silence this, pass trim=False to gnnorch.Runtime."), stacklevel=4)
         return rerun(grad, training, snapshot if stale else None)
 
