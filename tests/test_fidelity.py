@@ -92,6 +92,30 @@ def test_prefix_exact_row_local_ops_and_autograd():
     assert torch.equal(out[3], base[3] * 10)
 
 
+def test_prefix_exact_index_select_of_seed_rows_is_cheap():
+    """`index_select` along the rows reads exact rows as indexing does (a link objective's
+    ``h.index_select(0, edge_label_index[0])``); beyond them, or along another dimension of
+    a 1-row selection, it materialises."""
+    base = torch.randn(6, 3)
+    calls = []
+
+    def materialize(reason):
+        calls.append(reason)
+        return base * 10
+
+    out = gnnorch.trim.exact_output.prefix_exact(base.clone(), 2, materialize)
+    idx = torch.tensor([1, 0, 1])
+    for picked in (out.index_select(0, idx), torch.index_select(out, 0, idx),
+                   torch.index_select(out, dim=-2, index=idx)):
+        assert type(picked) is torch.Tensor and torch.equal(picked, base[idx])
+    assert not calls
+    assert torch.equal(out.index_select(0, torch.tensor([0, 4])), (base * 10)[[0, 4]])
+    assert len(calls) == 1
+    fresh = gnnorch.trim.exact_output.prefix_exact(base.clone(), 2, materialize)
+    assert torch.equal(fresh.index_select(1, torch.tensor([2])), (base * 10)[:, [2]])
+    assert len(calls) == 2
+
+
 # -- models that trim themselves ----------------------------------------------------------------
 def hierarchical(data, epochs=1):
     """PyG's examples/hierarchical_sampling.py: BasicGNN with its own trim_to_layer."""

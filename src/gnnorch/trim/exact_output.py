@@ -10,7 +10,8 @@ observe is ever a placeholder.
 What stays cheap (no recomputation):
 * metadata (shape, dtype, device, `requires_grad`, ...);
 * indexing whose row part selects only exact rows: ``o[:b]`` with b <= exact_rows, ``o[i]``,
-  ``o[mask]`` where ``mask[exact_rows:]`` is all False, ``o[idx]`` with 0 <= idx < exact_rows;
+  ``o[mask]`` where ``mask[exact_rows:]`` is all False, ``o[idx]`` with 0 <= idx < exact_rows,
+  ``o.index_select(0, idx)`` likewise (a link objective's reads at ``edge_label_index``);
 * row-local operations (the value of output row i depends on input row i only): elementwise
   functions, softmax / log_softmax / argmax / squeeze / unsqueeze over a non-row dimension,
   ``o[:, j]``-style indexing of the other dimensions, dtype and device moves, ``detach``,
@@ -79,6 +80,7 @@ _SCALAR_ARITHMETIC = frozenset([
 ])
 
 
+
 class PrefixExact(Tensor):
     """See the module docstring. Built only by `prefix_exact` (or by row-local operations on
     one); never by the user."""
@@ -99,7 +101,9 @@ class PrefixExact(Tensor):
         if len(owners) == 1 and args and args[0] is owners[0]:
             owner = owners[0]
             if owner._gnnorch_exact is None:
-                if func is Tensor.__getitem__ and _selects_exact_rows(owner, args[1]):
+                if (func is Tensor.__getitem__ and _selects_exact_rows(owner, args[1])) or (
+                        _is_index_select(func)
+                        and _selects_exact_rows_along(owner, args, kwargs)):
                     with DisableTorchFunctionSubclass():
                         return func(*args, **kwargs)
                 if _row_local(func, owner, args, kwargs) or (
@@ -195,6 +199,21 @@ def _selects_exact_rows(owner: PrefixExact, key: Any) -> bool:
         return _row_key_ok(owner, key[0]) and not any(
             isinstance(k, Tensor) for k in key[1:])  # advanced indexing mixes dims
     return _row_key_ok(owner, key)
+
+
+def _is_index_select(func: Any) -> bool:
+    """``Tensor.index_select`` or torch's ``index_select`` builtin. By name: PyG replaces
+    ``torch.index_select`` with a wrapper (``torch_geometric.hash_tensor``) that calls the
+    builtin, so the function ``__torch_function__`` receives is not always the module's."""
+    return func is Tensor.index_select or getattr(func, "__name__", None) == "index_select"
+
+
+def _selects_exact_rows_along(owner: PrefixExact, args: tuple, kwargs: dict) -> bool:
+    """Whether ``index_select(owner, dim, index)`` picks exact rows only (``dim`` 0)."""
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    index = args[2] if len(args) > 2 else kwargs.get("index")
+    return (isinstance(dim, int) and owner.dim() >= 1 and dim % owner.dim() == 0
+            and isinstance(index, Tensor) and _row_key_ok(owner, index))
 
 
 def _keeps_rows(key: Any) -> bool:
