@@ -611,8 +611,9 @@ def test_loaders_kept_after_the_run_are_plain_pyg_loaders():
         runtime = gnnorch.Runtime(_train_and_keep, processes=1, seed=SEED, data_path=config)
         kept = runtime(DATA)
         assert all(r["served"] for r in runtime.last_run.stats[0]["device"]["loaders"])
-        for loader, mask, size, shuffle in zip(kept, (DATA.train_mask, DATA.test_mask),
-                                               (32, 64), (True, False)):
+        backends = [r["backend"] for r in runtime.last_run.stats[0]["sampler"]["loaders"]]
+        for loader, mask, size, shuffle, backend in zip(
+                kept, (DATA.train_mask, DATA.test_mask), (32, 64), (True, False), backends):
             plain = NeighborLoader(DATA, num_neighbors=FANOUT, input_nodes=mask,
                                    batch_size=size, shuffle=shuffle, num_workers=0,
                                    neighbor_sampler=FastNeighborSampler(DATA, FANOUT))
@@ -620,7 +621,9 @@ def test_loaders_kept_after_the_run_are_plain_pyg_loaders():
             assert loader.filter_per_worker == plain.filter_per_worker
             assert loader.num_workers == 0
             sampler = loader.node_sampler
-            assert sampler.generator is None and not sampler.use_pyg
+            # given back as sampler="auto" chose it (pyg-lib where installed and faster)
+            plain.node_sampler.use_pyg = sampler.use_pyg
+            assert sampler.generator is None and sampler.use_pyg == (backend == "pyg-lib")
             assert sampler.colptr.device.type == "cpu" and sampler.row.device.type == "cpu"
             torch.manual_seed(3)
             got = list(loader)

@@ -5,6 +5,7 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_geometric.typing as pyg_typing
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import GCN, GraphSAGE
 
@@ -82,7 +83,9 @@ def test_default_runtime_uses_gnnorch_sampler_and_trims():
     data = cora()
     value, stats = run(train_losses, data, 1)
     loaders = stats["sampler"]["loaders"]
-    assert [entry["backend"] for entry in loaders] == ["gnnorch"]
+    # sampler="auto": gnnorch's, unless pyg-lib is installed and timed faster on this graph
+    assert [entry["backend"] for entry in loaders] == ["gnnorch"] or (
+        pyg_typing.WITH_PYG_LIB and [entry["backend"] for entry in loaders] == ["pyg-lib"])
     assert stats["trim"]["models"][0]["trimmed"]
     bs = value["batch_size"]
     assert stats["trim"]["models"][0]["materialized"] == 0
