@@ -317,10 +317,12 @@ def _encoded_train(data):
 
 def test_uncacheable_model_warns_and_trains_exactly():
     data = cora()
-    # rewrites off on both sides: their timing-based choices would change float rounding
+    # rewrites off on both sides: their timing-based choices would change float rounding;
+    # gnnorch's sampler on both (a cache's loader keeps it; "auto" may keep pyg-lib)
     with pytest.warns(CacheWarning, match="raw features"):
-        got, stats = run(_encoded_train, data, cache=True, seed=5, rewrite=False)
-    ref, _ = run(_encoded_train, data, seed=5, rewrite=False)
+        got, stats = run(_encoded_train, data, cache=True, seed=5, rewrite=False,
+                         sampler="gnnorch")
+    ref, _ = run(_encoded_train, data, seed=5, rewrite=False, sampler="gnnorch")
     assert stats["status"] == "off"
     for key, value in ref.items():
         assert torch.equal(got[key], value), key
@@ -451,7 +453,8 @@ def test_auto_ratio_at_zero_is_the_exact_fast_path(monkeypatch):
     import gnnorch.cache.hotset as hotset
 
     data = cora()
-    exact, _ = run(_losses_train, data, 2, seed=3, rewrite=False)
+    # gnnorch's sampler on both sides (a cache's loader keeps it; "auto" may keep pyg-lib)
+    exact, _ = run(_losses_train, data, 2, seed=3, rewrite=False, sampler="gnnorch")
     monkeypatch.setattr(hotset, "ratio_grid", lambda max_ratio: [0.0])
     cached, stats = run(_losses_train, data, 2, seed=3, rewrite=False,
                         cache=CacheConfig(hot_ratio="auto"))

@@ -80,6 +80,12 @@ def test_table_and_plot(tuned, tmp_path):
     for needle in ("gnnorch tuning report", "platform:", "space:", "decision: tuned",
                    "chosen by", "default", "seeds/s", "best:", "overhead: BO", "run:"):
         assert needle in text
+    try:
+        import matplotlib  # noqa: F401  (an optional extra: gnnorch[plot])
+    except ImportError:   # without it, plot says how to get it
+        with pytest.raises(ImportError, match="pip install matplotlib"):
+            runtime.report.plot(tmp_path / "tuning.png")
+        return
     png = runtime.report.plot(tmp_path / "tuning.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

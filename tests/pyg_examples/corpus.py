@@ -102,7 +102,8 @@ class Case:
     ``vanilla_kwargs`` override keyword arguments in vanilla mode only (with ``vanilla_note``
     saying why: vanilla PyG cannot run the same call). ``time_limit`` bounds one mode's run
     over all seeds in seconds (a hang fails the test with ``TimeoutError`` instead of blocking
-    the suite).
+    the suite). ``needs``: modules without which the example cannot run even in vanilla PyG
+    (the case is skipped where one is missing).
     """
 
     name: str
@@ -120,6 +121,7 @@ class Case:
     vanilla_note: str = ""
     time_limit: float = 300.0
     doc: str = ""
+    needs: tuple[str, ...] = ()   # modules the example itself needs (PyG's HGTLoader: torch_sparse)
 
 
 class OfflineDataset:

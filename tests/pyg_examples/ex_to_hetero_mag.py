@@ -54,7 +54,9 @@ def mag_like(seed, num_papers=1500, num_authors=1000, num_institutions=40, num_f
             dst[pick] = pool[torch.randint(0, pool.numel(), (int(pick.sum()), ),
                                            generator=gen)]
         edge_index = torch.stack([src, dst])
-        return torch.unique(edge_index, dim=1)
+        # contiguous, as a dataset's edge_index is (unique(dim=1) returns a transposed view,
+        # which pyg-lib's index_sort refuses: "Input should be contiguous")
+        return torch.unique(edge_index, dim=1).contiguous()
 
     y_paper, y_author, y_field = labels(num_papers), labels(num_authors), labels(num_fields)
     data = HeteroData()
@@ -192,5 +194,6 @@ CASES = [
         doc=("Vanilla over seeds 0-9 (measure_noise.py --seeds 10, mean +- sd): val_acc 0.915 "
              "+- 0.028, loss 0.171 +- 0.049. to_hetero (torch.fx) of a Sequential SAGE model, "
              "lazy (-1) channels, HGTLoader."),
+        needs=("torch_sparse",),     # PyG's HGTSampler
     ),
 ]

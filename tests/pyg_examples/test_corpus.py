@@ -185,6 +185,8 @@ def _params():
 
 @pytest.mark.parametrize("case, mode", list(_params()))
 def test_example(case: Case, mode: str):
+    for module in case.needs:
+        pytest.importorskip(module, reason=f"{case.name} needs {module} in vanilla PyG too")
     if mode == "vanilla":
         start = time.perf_counter()
         try:
