@@ -80,7 +80,6 @@ _SCALAR_ARITHMETIC = frozenset([
 ])
 
 
-
 class PrefixExact(Tensor):
     """See the module docstring. Built only by `prefix_exact` (or by row-local operations on
     one); never by the user."""
