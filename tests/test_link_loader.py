@@ -292,6 +292,22 @@ def test_link_batches_are_trimmed_to_their_seeds_exactly(negatives):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_link_batches_of_merged_graphs_are_trimmed_to_their_seeds():
+    """A loader over graphs merged by ``Batch.from_data_list`` (PyG's PPI example) yields
+    `Batch` objects, whose ``batch_size`` property is PyG's alias of ``num_graphs``: the seed
+    count is never read from it, so trimming stays on and exact."""
+    from torch_geometric.data import Batch
+
+    data = Batch.from_data_list([_graph(num_nodes=200, seed=s) for s in range(3)])
+    plain, _ = _run_trim(False, data, "binary", epochs=1)
+    trimmed, stats = _run_trim(True, data, "binary", epochs=1)
+    (model,) = stats["models"]
+    assert model["trimmed"] and model["materialized"] == 0, model
+    assert model["trimmed_forwards"] == len(trimmed["losses"])
+    torch.testing.assert_close(torch.tensor(trimmed["losses"]), torch.tensor(plain["losses"]),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_link_output_read_beyond_its_seeds_is_recomputed_exactly():
     data = _graph(num_nodes=300)
     plain, _ = _run_trim(False, data, "binary", epochs=1, read_all=True)

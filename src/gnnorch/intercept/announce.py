@@ -23,7 +23,8 @@ from .layers import BatchGraph, LayerSeam
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
 
-__all__ = ["announced", "batch_graph", "defers_features", "layout_kind", "link_seeds"]
+__all__ = ["announced", "batch_graph", "defers_features", "layout_kind", "link_seeds",
+           "stored_batch_size"]
 
 
 def layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
@@ -44,7 +45,7 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
     from torch_geometric.data import Data
 
     edge_index = getattr(batch, "edge_index", None) if isinstance(batch, Data) else None
-    size = getattr(batch, "batch_size", None)
+    size = stored_batch_size(batch)
     if size is None and state.kind == "link":
         size = link_seeds(batch)
     if not isinstance(edge_index, torch.Tensor) or not isinstance(size, int):
@@ -64,6 +65,22 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
     if graph.layout is None:
         graph.reason = "the batch's vertices are not laid out by hop"
     return graph
+
+
+def stored_batch_size(batch: Any) -> int | None:
+    """The seed count a node loader stored on its batch as ``batch_size`` (None if none).
+
+    Read from the batch's storage (``batch["batch_size"]``), never as an attribute: a loader
+    over graphs merged by ``Batch.from_data_list`` yields `Batch` objects, whose class
+    property ``batch_size`` is PyG's alias of ``num_graphs`` (the merged graph count) and
+    shadows the stored value.
+    """
+    from torch_geometric.data import Data
+
+    if not isinstance(batch, Data) or "batch_size" not in batch:
+        return None
+    size = batch["batch_size"]
+    return size if isinstance(size, int) else None
 
 
 def link_seeds(batch: Any) -> int | None:

@@ -56,7 +56,7 @@ import torch
 
 from ..compat import pyg as compat_pyg
 from ..launch.context import EpochTimer, RankContext
-from .announce import announced, batch_graph, defers_features, layout_kind
+from .announce import announced, batch_graph, defers_features, layout_kind, stored_batch_size
 from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
 from .procgroup import UserDistribution
@@ -80,8 +80,8 @@ def _loader_seed(ctx: RankContext, index: int) -> int:
 
 def _seeds_in(batch: Any) -> int:
     """The batch's seeds: its seed nodes, or the supervision edges of a link batch."""
-    size = getattr(batch, "batch_size", None)
-    if isinstance(size, int):
+    size = stored_batch_size(batch)
+    if size is not None:
         return size
     input_id = getattr(batch, "input_id", None)   # link batches: one per supervision edge
     if isinstance(input_id, torch.Tensor):
