@@ -12,8 +12,13 @@ compared for quality too.
 Rows, each in a fresh process (same graph, same seed), the function unchanged:
 * vanilla PyG: called directly (``--vanilla-python`` runs it in another environment, e.g.
   ``.venv-baseline/bin/python`` with pyg-lib: the strongest baseline);
+* PyG expert: vanilla PyG with PyG's own trimming enabled by hand (``expert=True``: the model
+  gets ``num_sampled_nodes_per_hop`` / ``num_sampled_edges_per_hop``, so BasicGNN computes only
+  the rows the link objective reads: a link batch's first hop); needs pyg-lib's per-hop counts;
 * gnnorch defaults: ``gnnorch.Runtime(train)`` (the tuner picks the layout);
 * gnnorch p=1: ``Runtime(train, processes=1, autotune=False)``;
+* gnnorch p=1 trim=False: the same without hop-aware trimming (link batches are trimmed since
+  session 6: the ablation shows what trimming adds);
 * gnnorch data path: ``Runtime(train, processes=1, autotune=False, data_path="device")``
   (issue 21's GPU path with the CPU as its device: sampling and negatives in a producer thread).
 
@@ -35,8 +40,10 @@ import torch.nn.functional as F
 
 ROWS = {
     "vanilla": None,
+    "PyG expert": None,
     "gnnorch defaults": {},
     "gnnorch p=1": {"processes": 1, "autotune": False},
+    "gnnorch p=1 trim=False": {"processes": 1, "autotune": False, "trim": False},
     "gnnorch data path (CPU as device)": {"processes": 1, "autotune": False,
                                           "data_path": "device"},
 }
@@ -53,9 +60,10 @@ def make_data(nodes: int, seed: int, labels: int):
     return data
 
 
-def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0):
+def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0, expert=False):
     """An ordinary PyG link-prediction function; returns its own epoch seconds, mean training
-    loss per epoch and the held-out ROC AUC."""
+    loss per epoch and the held-out ROC AUC. ``expert``: PyG's own trimming by hand (the
+    per-hop counts passed to the model in training)."""
     from sklearn.metrics import roc_auc_score
     from torch_geometric.loader import LinkNeighborLoader
     from torch_geometric.nn import GraphSAGE
@@ -72,7 +80,9 @@ def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0):
         start, total, count = time.perf_counter(), 0.0, 0
         for batch in loader:
             optimizer.zero_grad()
-            h = model(batch.x, batch.edge_index)
+            trim = dict(num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                        num_sampled_edges_per_hop=batch.num_sampled_edges) if expert else {}
+            h = model(batch.x, batch.edge_index, **trim)
             src, dst = batch.edge_label_index
             pred = (h[src] * h[dst]).sum(dim=-1) / hidden ** 0.5
             loss = F.binary_cross_entropy_with_logits(pred, batch.edge_label)
@@ -102,7 +112,7 @@ def measure_one(label: str, args: argparse.Namespace) -> dict:
     options = ROWS[label]
     start = time.perf_counter()
     if options is None:
-        out = train(data, epochs=args.epochs)
+        out = train(data, epochs=args.epochs, expert=label == "PyG expert")
         extra = {}
     else:
         import gnnorch
@@ -163,6 +173,7 @@ def main() -> None:
           f"{torch.__version__}, PyG {torch_geometric.__version__}; each row a fresh process",
           flush=True)
     rows = [run_fresh("vanilla", args, args.vanilla_python)]
+    rows.append(run_fresh("PyG expert", args, args.vanilla_python))
     rows += [run_fresh(label, args, sys.executable) for label in ROWS if ROWS[label] is not None]
     rows.append(run_fresh("vanilla", args, args.vanilla_python))
     rows[0]["label"], rows[-1]["label"] = "vanilla PyG (first)", "vanilla PyG (last)"
