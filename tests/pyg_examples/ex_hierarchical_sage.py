@@ -159,8 +159,11 @@ CASE = Case(
     source=f"examples/hetero/hierarchical_sage.py @ {PYG_REV}",
     train=train,
     make_args=make_args,
-    metrics={"val_acc": acc(0.0), "loss": loss(0.0)},
-    doc=("PENDING measure_noise. A hand-written hetero model that trims itself with PyG's "
-         "hetero trim_to_layer (dicts of per-hop counts) on a HeteroData NeighborLoader whose "
-         "batches carry num_sampled_nodes_dict / num_sampled_edges_dict."),
+    metrics={"val_acc": acc(0.0123), "loss": loss(0.0332)},
+    needs=("pyg_lib",),   # PyG samples hetero per-hop counts with pyg-lib only
+    doc=("Vanilla over seeds 0-9 (measure_noise.py --seeds 10, with pyg-lib, mean +- sd): "
+         "val_acc 0.959 +- 0.012, loss 0.072 +- 0.033. A hand-written hetero model that trims "
+         "itself with PyG's hetero trim_to_layer (dicts of per-hop counts) on a HeteroData "
+         "NeighborLoader whose batches carry num_sampled_nodes_dict / num_sampled_edges_dict "
+         "(PyG fills them with pyg-lib only)."),
 )
