@@ -161,3 +161,47 @@ def test_a_device_path_plugs_into_the_loader_seam():
     record = ctx.stats["sampler"]["loaders"][0]
     assert record["device"] == {"served": "in this test"}
     assert record["num_workers"] == "0 (sampled on the device)"
+
+
+def _train_on_merged_graphs(graphs, epochs=2):
+    """Node classification on graphs merged by ``Batch.from_data_list``: the loader's batches
+    are `Batch` objects, whose ``batch_size`` property is ``num_graphs``; the seed count is
+    ``batch["batch_size"]`` (what PyG's NodeLoader stored)."""
+    import torch.nn.functional as F
+    from torch_geometric.data import Batch
+    from torch_geometric.nn import GraphSAGE
+
+    data = Batch.from_data_list(graphs)
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 16, num_layers=2, out_channels=7)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = NeighborLoader(data, num_neighbors=[4, 3], batch_size=64, shuffle=True)
+    losses = []
+    for _ in range(epochs):
+        for batch in loader:
+            assert batch.batch_size == len(graphs)          # PyG's alias, as without gnnorch
+            seeds = batch["batch_size"]
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:seeds]
+            loss = F.cross_entropy(out, batch.y[:seeds])
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+def test_node_batches_of_merged_graphs_are_trimmed_to_their_seeds():
+    graphs = [cora()] * 2
+    runs = {}
+    for trim in (False, True):
+        runtime = gnnorch.Runtime(_train_on_merged_graphs, processes=1, autotune=False,
+                                  trim=trim)
+        torch.manual_seed(1)
+        runs[trim] = runtime(graphs)
+        stats, epochs = runtime.last_run.stats[0], runtime.last_run.epochs[0]
+    (model,) = stats["trim"]["models"]
+    assert model["trimmed"] and model["materialized"] == 0, model
+    assert model["trimmed_forwards"] == len(runs[True])
+    assert [e["seeds"] for e in epochs] == [2 * int(graphs[0].num_nodes)] * 2
+    torch.testing.assert_close(torch.tensor(runs[True]), torch.tensor(runs[False]),
+                               rtol=1e-4, atol=1e-5)
