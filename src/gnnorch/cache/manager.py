@@ -124,26 +124,11 @@ class CacheManager:
         return reason
 
     # -- loaders --------------------------------------------------------------------------
-    def attach(self, loader: NeighborLoader, state: LoaderFacts) -> LoaderCache:
+    def attach(self, loader: NeighborLoader, state: LoaderFacts,
+               aside: str | None = None) -> LoaderCache:
         """A training loader starts its first training epoch (`state`: the loader seam's
-        record of it)."""
-        from ..sampling.neighbor import FastNeighborSampler
-
-        sampler = getattr(loader, "node_sampler", None)
-        reason = None
-        if not isinstance(sampler, FastNeighborSampler):
-            reason = (f"training loader {state.index} samples with {state.backend} "
-                      f"({state.backend_reason}); pruned sampling needs gnnorch's sampler "
-                      f"(sampler='auto' or 'gnnorch')")
-        elif sampler.fallback_reason is not None:
-            reason = f"gnnorch's sampler cannot prune {sampler.fallback_reason}"
-        elif not state.directional:
-            reason = "the loader's batches are not directional neighbour samples"
-        elif getattr(loader, "persistent_workers", False):
-            reason = ("persistent_workers=True: the pruning mask cannot reach workers that "
-                      "outlive an epoch")
-        elif not isinstance(getattr(getattr(loader, "data", None), "x", None), Tensor):
-            reason = "the loader's data has no raw feature matrix data.x"
+        record of it; `aside`: why the loader seam already knows the cache cannot serve it)."""
+        reason = aside if aside is not None else _unservable(loader, state)
         lc = LoaderCache(self, loader, state.index, reason)
         self.loaders.append(lc)
         return lc
@@ -201,3 +186,24 @@ class CacheManager:
                "loaders": loaders}
         out.update({k: v for k, v in main.items() if k not in out})
         return out
+
+
+def _unservable(loader: NeighborLoader, state: LoaderFacts) -> str | None:
+    """Why the cache cannot serve `loader`'s training epochs, or None."""
+    from ..sampling.neighbor import FastNeighborSampler
+
+    sampler = getattr(loader, "node_sampler", None)
+    if not isinstance(sampler, FastNeighborSampler):
+        return (f"training loader {state.index} samples with {state.backend} "
+                f"({state.backend_reason}); pruned sampling needs gnnorch's sampler "
+                f"(sampler='auto' or 'gnnorch')")
+    if sampler.fallback_reason is not None:
+        return f"gnnorch's sampler cannot prune {sampler.fallback_reason}"
+    if not state.directional:
+        return "the loader's batches are not directional neighbour samples"
+    if getattr(loader, "persistent_workers", False):
+        return ("persistent_workers=True: the pruning mask cannot reach workers that "
+                "outlive an epoch")
+    if not isinstance(getattr(getattr(loader, "data", None), "x", None), Tensor):
+        return "the loader's data has no raw feature matrix data.x"
+    return None

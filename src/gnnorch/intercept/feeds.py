@@ -49,12 +49,15 @@ class DeviceDecision(Protocol):
 class LoaderState:
     """What the runtime knows about one intercepted loader."""
 
-    role: str                      # "train" (shuffle=True: may run training epochs) or "eval"
+    role: str                      # "train" (may run training epochs: built with shuffle=True,
+    #                                or promoted at its first training epoch) or "eval"
     index: int                     # training loaders: order of construction (same on all ranks)
     global_batch_size: int | None
     user_num_workers: int | None   # None: the user left num_workers to the runtime
     epochs: int = 0                # training epochs run
-    eval_epochs: int = 0           # epochs of a shuffle=True loader run as evaluation
+    eval_epochs: int = 0           # epochs run as evaluation (not training)
+    promoted_at: int | None = None  # built with shuffle=False: epochs run before it trained
+    record: dict | None = None     # its entry in the rank's sampler statistics
     shard: ShardSampler | None = None
     backend: str = "pyg"           # which sampler draws its batches
     backend_reason: str | None = None

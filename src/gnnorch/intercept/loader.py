@@ -19,7 +19,12 @@ where the supervision edges' endpoints are.
   p divides b), and all ranks run the same number of batches. Any other epoch (an evaluation
   under `torch.no_grad()` or after `model.eval()`, e.g. PyG's `ogbn_train.py`, whose val/test
   loaders shuffle) runs every seed of the permutation in every rank with the user's batch size:
-  metrics mean what they meant. Loaders built with `shuffle=False` are never sharded.
+  metrics mean what they meant. A loader built with `shuffle=False` gets a `ShardSampler` of
+  the identity order, unsharded (PyG's sequential order) until one of its epochs starts while a
+  model the layer seam has seen is in training mode (strictly: having seen no model is not
+  enough, so a pass before the model exists, as PyG's `PNAConv.get_degree_histogram` makes,
+  stays whole); it is then promoted to a training loader (`_promote`): sharded in order, timed,
+  tuned, cached.
 * When the user's own code manages distribution (it called `torch.distributed.
   init_process_group` inside the runtime's ranks, `intercept.procgroup`), sharding steps aside.
 * Sampling backend (`RunOptions.sampler`): for homogeneous `Data`, "gnnorch" and "auto" pass
@@ -181,13 +186,14 @@ class NeighborLoaderInterceptor:
             args, kwargs, state.partition = self.partition.adopt(
                 orig.init, args, kwargs, state.role, state.index)
         self._choose_sampler(ctx, state, orig.init, args, kwargs)
-        shard = (train and ctx.distributed and not self.distribution.active
+        shard = (ctx.distributed and not self.distribution.active
                  and kwargs.get("sampler") is None and kwargs.get("batch_sampler") is None)
-        if shard:
-            state.shard = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, state.index))
+        if shard:   # unshuffled: sequential, unsharded until one of its epochs trains
+            state.shard = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, state.index),
+                                       shuffle=train)
             kwargs["shuffle"] = False
             kwargs["sampler"] = state.shard
-            if batch_size is not None:
+            if batch_size is not None and train:
                 kwargs["batch_size"] = -(-int(batch_size) // ctx.world_size)
         orig.init(loader, *args, **kwargs)
         if state.shard is not None:
@@ -198,7 +204,8 @@ class NeighborLoaderInterceptor:
             if state.samples_on_device:   # no loader workers for device tensors
                 loader.num_workers = 0
         self.states[loader] = state
-        ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.to_dict())
+        state.record = state.to_dict()
+        ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.record)
 
     def _choose_sampler(self, ctx: RankContext, state: LoaderState, init: Any, args: tuple,
                         kwargs: dict) -> None:
@@ -236,6 +243,20 @@ class NeighborLoaderInterceptor:
         elif state.backend == "pyg" and pyg_typing.WITH_TORCH_SPARSE:
             state.backend = "torch_sparse"
 
+    def _promote(self, state: LoaderState) -> None:
+        """A loader built with ``shuffle=False`` starts an epoch that trains: from now on it is
+        a training loader (an index, timed epochs the tuner measures, sharded over p ranks in
+        order, the cache), as PyG's ``benchmark/multi_gpu/training`` builds its own."""
+        state.role, state.index = "train", self.ctx.next_loader_index()
+        state.promoted_at = state.eval_epochs
+        if state.device is not None:
+            state.device.role = "train"
+        if state.record is not None:
+            state.record.update(role="train", index=state.index,
+                                promoted=(f"built with shuffle=False; trains from its epoch "
+                                          f"{state.promoted_at + 1} (the first run while a "
+                                          f"model seen by the runtime was training)"))
+
     @staticmethod
     def _measure_samplers(sampler: FastNeighborSampler, state: LoaderState, bound: dict,
                           extra: dict, workers: int) -> None:
@@ -260,12 +281,17 @@ class NeighborLoaderInterceptor:
         state = self.states.get(loader)
         if state is None:   # built before the run: PyG's own epoch
             return orig.iter(loader)
-        training = state.role == "train" and _training_now(self.layer_seam)
+        if state.role == "train":
+            training = _training_now(self.layer_seam)
+        else:   # built with shuffle=False: trains once a seen model trains (`_promote`)
+            training = _training_now(self.layer_seam, strict=True)
+            if training:
+                self._promote(state)
         if state.shard is not None:
             _set_sharded(loader, state, training)
         if (training and state.cache is None and self.cache is not None
                 and state.kind == "node"):  # first epoch (link batches are not cached)
-            state.cache = self.cache.attach(loader, state)
+            state.cache = self.cache.attach(loader, state, aside=_cache_aside(state))
         if self.device_path is not None and state.device is not None:
             self.device_path.epoch_start(loader, state)
         plan_workers = (state.user_num_workers is None and not loader.persistent_workers
@@ -292,7 +318,7 @@ class NeighborLoaderInterceptor:
             iterator = announced(iterator, self.layer_seam, state, training,
                                  defer=defers_features(ctx))
         if not training:
-            state.eval_epochs += state.role == "train"
+            state.eval_epochs += 1
             return iterator
         epoch = state.epochs
         state.epochs += 1
@@ -311,13 +337,27 @@ def _batches(loader: NeighborLoader) -> int | None:
         return None
 
 
-def _training_now(seam: LayerSeam | None) -> bool:
+def _training_now(seam: LayerSeam | None, strict: bool = False) -> bool:
     """Whether an epoch starting now trains: gradients are on and a model the layer seam has
-    seen is in training mode (or the seam has seen none yet)."""
+    seen is in training mode (or the seam has seen none yet, unless `strict`: a loader built
+    with ``shuffle=False`` before any forward, e.g. the pass of PyG's
+    ``PNAConv.get_degree_histogram(loader)``, is not taken for training)."""
     if not torch.is_grad_enabled():
         return False
     models = list(seam.models.keys()) if seam is not None else []
-    return not models or any(m.training for m in models)
+    if not models:
+        return not strict
+    return any(m.training for m in models)
+
+
+def _cache_aside(state: LoaderState) -> str | None:
+    """Why the historical-embedding cache cannot serve a training loader the device path
+    serves without it (one built with ``shuffle=False``: `_promote`), or None."""
+    device = state.device
+    if state.promoted_at is None or device is None or not device.served:
+        return None
+    return ("the device path serves it without the cache: it was built with shuffle=False, "
+            "and the device path gives the cache only to loaders built with shuffle=True")
 
 
 def _set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:

@@ -62,7 +62,8 @@ class TuneConfig:
             int, else `assumed_epochs`.
         assumed_epochs: epochs assumed when none can be read (default 10).
         launch_seconds: assumed start-up of a multi-rank probe, for the projection (default 5).
-        setup_seconds: if the function has built no training (shuffle=True) NeighborLoader
+        setup_seconds: if the function has built no training NeighborLoader (one built with
+            shuffle=True, or an unshuffled one whose epoch has started training)
             this long after it started, it is run to its end with the default configuration,
             untuned, and its output is no longer held back (default 30). Once it has built one,
             the runtime waits for the measured steps however slow the first ones are.

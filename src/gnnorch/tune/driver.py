@@ -277,8 +277,9 @@ class Autotune:
             return False, None, None
         if run.verdict == "ended":                # ended before the meter was done
             if m["steps"] == 0:
-                reason = ("the function built no training (shuffle=True) NeighborLoader, or "
-                          "ran no step of one: nothing to tune; that run is the result")
+                reason = ("the function ran no training step on a NeighborLoader's batches "
+                          "(an epoch with gradients on and the model in training mode): "
+                          "nothing to tune; that run is the result")
             else:
                 reason = (f"the whole run ({m['steps']} training steps, "
                           f"{info.wall_seconds:.2f} s) finished before one probe was "
