@@ -23,8 +23,11 @@ where the supervision edges' endpoints are.
   the identity order, unsharded (PyG's sequential order) until one of its epochs starts while a
   model the layer seam has seen is in training mode (strictly: having seen no model is not
   enough, so a pass before the model exists, as PyG's `PNAConv.get_degree_histogram` makes,
-  stays whole); it is then promoted to a training loader (`_promote`): sharded in order, timed,
-  tuned, cached.
+  stays whole); it is then promoted to a training loader (`epoch_role.promote`): sharded in
+  order, timed, tuned, cached.
+* Each rank's sharded training epochs sample from a stream of their own
+  (`intercept.rank_streams`): forked ranks share one RNG state, and would otherwise draw the
+  same neighbour positions in every rank.
 * When the user's own code manages distribution (it called `torch.distributed.
   init_process_group` inside the runtime's ranks, `intercept.procgroup`), sharding steps aside.
 * Sampling backend (`RunOptions.sampler`): for homogeneous `Data`, "gnnorch" and "auto" pass
@@ -62,9 +65,11 @@ import torch
 from ..compat import pyg as compat_pyg
 from ..launch.context import EpochTimer, RankContext
 from .announce import announced, batch_graph, defers_features, layout_kind, stored_batch_size
+from .epoch_role import cache_aside, epoch_trains, set_sharded
 from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
 from .procgroup import UserDistribution
+from .rank_streams import independent_draws, rank_stream
 from .shard import ShardSampler
 
 if TYPE_CHECKING:
@@ -243,20 +248,6 @@ class NeighborLoaderInterceptor:
         elif state.backend == "pyg" and pyg_typing.WITH_TORCH_SPARSE:
             state.backend = "torch_sparse"
 
-    def _promote(self, state: LoaderState) -> None:
-        """A loader built with ``shuffle=False`` starts an epoch that trains: from now on it is
-        a training loader (an index, timed epochs the tuner measures, sharded over p ranks in
-        order, the cache), as PyG's ``benchmark/multi_gpu/training`` builds its own."""
-        state.role, state.index = "train", self.ctx.next_loader_index()
-        state.promoted_at = state.eval_epochs
-        if state.device is not None:
-            state.device.role = "train"
-        if state.record is not None:
-            state.record.update(role="train", index=state.index,
-                                promoted=(f"built with shuffle=False; trains from its epoch "
-                                          f"{state.promoted_at + 1} (the first run while a "
-                                          f"model seen by the runtime was training)"))
-
     @staticmethod
     def _measure_samplers(sampler: FastNeighborSampler, state: LoaderState, bound: dict,
                           extra: dict, workers: int) -> None:
@@ -281,17 +272,12 @@ class NeighborLoaderInterceptor:
         state = self.states.get(loader)
         if state is None:   # built before the run: PyG's own epoch
             return orig.iter(loader)
-        if state.role == "train":
-            training = _training_now(self.layer_seam)
-        else:   # built with shuffle=False: trains once a seen model trains (`_promote`)
-            training = _training_now(self.layer_seam, strict=True)
-            if training:
-                self._promote(state)
+        training = epoch_trains(state, self.layer_seam, ctx)
         if state.shard is not None:
-            _set_sharded(loader, state, training)
+            set_sharded(loader, state, training)
         if (training and state.cache is None and self.cache is not None
                 and state.kind == "node"):  # first epoch (link batches are not cached)
-            state.cache = self.cache.attach(loader, state, aside=_cache_aside(state))
+            state.cache = self.cache.attach(loader, state, aside=cache_aside(state))
         if self.device_path is not None and state.device is not None:
             self.device_path.epoch_start(loader, state)
         plan_workers = (state.user_num_workers is None and not loader.persistent_workers
@@ -304,12 +290,23 @@ class NeighborLoaderInterceptor:
                 loader.prefetch_factor = 2
         if training and state.cache is not None:  # before workers start: they copy the mask
             state.cache.epoch_start(loader)
+        stream = rank_stream(ctx, state, training)
+        in_process = int(loader.num_workers or 0) == 0
+        users_generator = loader.generator
+        if stream is not None and not in_process:   # the workers' base seed: the rank's
+            loader.generator = stream
         cpus = ctx.sampler_cpus
-        if plan_workers and loader.num_workers > 0 and cpus and len(cpus) == loader.num_workers:
-            with loader.enable_cpu_affinity(loader_cores=cpus):
+        try:
+            if (plan_workers and loader.num_workers > 0 and cpus
+                    and len(cpus) == loader.num_workers):
+                with loader.enable_cpu_affinity(loader_cores=cpus):
+                    iterator = orig.iter(loader)
+            else:
                 iterator = orig.iter(loader)
-        else:
-            iterator = orig.iter(loader)
+        finally:
+            loader.generator = users_generator
+        if stream is not None and in_process:
+            iterator = independent_draws(iter(iterator), stream)
         if self.partition is not None and state.partition is not None:  # batch.x: the store
             iterator = self.partition.feed(iterator, loader, state.partition, training)
         if self.device_path is not None and state.device is not None:
@@ -335,39 +332,6 @@ def _batches(loader: NeighborLoader) -> int | None:
         return len(loader)
     except TypeError:
         return None
-
-
-def _training_now(seam: LayerSeam | None, strict: bool = False) -> bool:
-    """Whether an epoch starting now trains: gradients are on and a model the layer seam has
-    seen is in training mode (or the seam has seen none yet, unless `strict`: a loader built
-    with ``shuffle=False`` before any forward, e.g. the pass of PyG's
-    ``PNAConv.get_degree_histogram(loader)``, is not taken for training)."""
-    if not torch.is_grad_enabled():
-        return False
-    models = list(seam.models.keys()) if seam is not None else []
-    if not models:
-        return not strict
-    return any(m.training for m in models)
-
-
-def _cache_aside(state: LoaderState) -> str | None:
-    """Why the historical-embedding cache cannot serve a training loader the device path
-    serves without it (one built with ``shuffle=False``: `_promote`), or None."""
-    device = state.device
-    if state.promoted_at is None or device is None or not device.served:
-        return None
-    return ("the device path serves it without the cache: it was built with shuffle=False, "
-            "and the device path gives the cache only to loaders built with shuffle=True")
-
-
-def _set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:
-    """Shard this epoch (training) or run every seed with the user's batch size."""
-    shard = state.shard
-    shard.sharded = training
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    if batch_sampler is not None and state.global_batch_size is not None:
-        size = int(state.global_batch_size)
-        batch_sampler.batch_size = -(-size // shard.world_size) if training else size
 
 
 def _timed(iterator: Iterator[Any], timer: EpochTimer) -> Iterator[Any]:

@@ -1,0 +1,84 @@
+"""Whether one epoch of an intercepted loader trains, decided when the epoch starts, and what
+follows from it: sharding over ranks (`set_sharded`) and the promotion of a loader built with
+``shuffle=False`` to a training loader (`promote`).
+
+The rule (`training_now`): an epoch trains when gradients are enabled and a model the layer
+seam has seen is in training mode. Having seen no model yet counts as training for a loader
+built with ``shuffle=True`` (the first epoch of a training loop starts before the model's first
+forward) but not for one built with ``shuffle=False``: a pass over it before any model ran
+(PyG's ``PNAConv.get_degree_histogram(loader)`` in ``benchmark/multi_gpu/training``) must keep
+every seed in every rank. Ranks run the same code, so they decide alike.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .feeds import LoaderState
+
+if TYPE_CHECKING:
+    from torch_geometric.loader import NeighborLoader
+
+    from ..launch.context import RankContext
+    from .layers import LayerSeam
+
+__all__ = ["cache_aside", "epoch_trains", "promote", "set_sharded", "training_now"]
+
+
+def training_now(seam: LayerSeam | None, strict: bool = False) -> bool:
+    """Whether an epoch starting now trains: gradients are on and a model the layer seam has
+    seen is in training mode (or the seam has seen none yet, unless `strict`)."""
+    if not torch.is_grad_enabled():
+        return False
+    models = list(seam.models.keys()) if seam is not None else []
+    if not models:
+        return not strict
+    return any(m.training for m in models)
+
+
+def epoch_trains(state: LoaderState, seam: LayerSeam | None, ctx: RankContext) -> bool:
+    """Whether the epoch of the loader `state` describes, starting now, trains; a loader built
+    with ``shuffle=False`` whose epoch trains is promoted first (`promote`)."""
+    if state.role == "train":
+        return training_now(seam)
+    training = training_now(seam, strict=True)
+    if training:
+        promote(state, ctx)
+    return training
+
+
+def promote(state: LoaderState, ctx: RankContext) -> None:
+    """A loader built with ``shuffle=False`` starts an epoch that trains: from now on it is a
+    training loader (an index, timed epochs the tuner measures, sharded over p ranks in order,
+    the cache), as PyG's ``benchmark/multi_gpu/training`` builds its own."""
+    state.role, state.index = "train", ctx.next_loader_index()
+    state.promoted_at = state.eval_epochs
+    if state.device is not None:
+        state.device.role = "train"
+    if state.record is not None:
+        state.record.update(role="train", index=state.index,
+                            promoted=(f"built with shuffle=False; trains from its epoch "
+                                      f"{state.promoted_at + 1} (the first run while a model "
+                                      f"seen by the runtime was training)"))
+
+
+def cache_aside(state: LoaderState) -> str | None:
+    """Why the historical-embedding cache cannot serve a training loader the device path
+    serves without it (one built with ``shuffle=False``: `promote`), or None."""
+    device = state.device
+    if state.promoted_at is None or device is None or not device.served:
+        return None
+    return ("the device path serves it without the cache: it was built with shuffle=False, "
+            "and the device path gives the cache only to loaders built with shuffle=True")
+
+
+def set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:
+    """Shard this epoch (training) or run every seed with the user's batch size."""
+    shard = state.shard
+    assert shard is not None
+    shard.sharded = training
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is not None and state.global_batch_size is not None:
+        size = int(state.global_batch_size)
+        batch_sampler.batch_size = -(-size // shard.world_size) if training else size

@@ -1,0 +1,80 @@
+"""Independent sampling streams for the ranks of a run, on the host path.
+
+Why: ranks are forked from one process, so each starts with the same state of torch's global
+RNG, and a user's function usually seeds it alike in every rank anyway (``torch.manual_seed
+(12345)`` in PyG's DDP examples). A sampler that draws from torch's global RNG (PyG's with
+pyg-lib or torch_sparse, gnnorch's without a generator of its own) then draws the same random
+numbers in every rank: rank 1's k-th batch picks neighbours at the positions rank 0's k-th batch
+picks (on a star forest with 100 leaves per seed, about half of the draws agreed across two
+ranks, where 1 in 100 would by chance; `tests/test_unshuffled_training.py`). The k-th per-rank
+batches of a sharded epoch together stand for one process's batch of b seeds, whose neighbour
+draws are independent, so theirs must be too.
+
+Policy: a sharded training epoch ``e`` of training loader ``l`` in rank ``r`` of a run with seed
+``s`` samples from a stream seeded with ``sampling_seed(s, r, l, e, stream=2)``
+(`gnnorch.device.seeds`; the device path's own epochs use streams 0 and 1):
+
+* sampled in the trainer's process (``num_workers=0``): each draw of a batch runs with torch's
+  global CPU RNG set to the epoch stream's state, which is then saved back, and the user's own
+  state is put back (`independent_draws`). Whatever draws inside -- the sampler, PyG's negative
+  link samples, a loader ``transform`` -- draws from the rank's stream; the user's own random
+  stream (dropout, initialisation) is not advanced by sampling;
+* sampled by loader workers: the DataLoader's ``generator``, from which torch draws the workers'
+  base seed at the start of the epoch, is the epoch's stream while the epoch starts, so worker
+  ``w`` of rank ``r`` seeds its RNG with a base seed of its rank's.
+
+A loader the device path serves samples from its own per-rank generators already
+(`gnnorch.device.seeds`); evaluation epochs and runs of one process draw as PyG draws, from
+torch's global RNG. A fixed run seed repeats every epoch exactly, as before.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+from ..device.seeds import sampling_seed
+from .feeds import LoaderState
+
+if TYPE_CHECKING:
+    from ..launch.context import RankContext
+
+__all__ = ["RANK_STREAM", "epoch_generator", "independent_draws", "rank_stream"]
+
+#: The `sampling_seed` stream number of the host path's per-rank sampling (module docstring).
+RANK_STREAM = 2
+
+
+def epoch_generator(run_seed: int, rank: int, loader: int, epoch: int) -> torch.Generator:
+    """The CPU generator of one sharded training epoch's sampling in one rank."""
+    return torch.Generator().manual_seed(
+        sampling_seed(run_seed, rank, loader, epoch, stream=RANK_STREAM))
+
+
+def independent_draws(iterator: Iterator[Any], stream: torch.Generator) -> Iterator[Any]:
+    """`iterator`'s items, each drawn with torch's global CPU RNG in `stream`'s state; after
+    each draw the advanced state goes back into `stream` and the caller's state is restored
+    (also when the draw raises)."""
+    while True:
+        own = torch.get_rng_state()
+        torch.set_rng_state(stream.get_state())
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        finally:
+            stream.set_state(torch.get_rng_state())
+            torch.set_rng_state(own)
+        yield item
+
+
+def rank_stream(ctx: RankContext, state: LoaderState, training: bool) -> torch.Generator | None:
+    """The stream of the epoch of the loader `state` describes, starting now in rank
+    ``ctx.rank``: for a sharded training epoch of a loader the device path does not serve,
+    else None (the epoch draws as PyG draws)."""
+    shard, device = state.shard, state.device
+    if not training or shard is None or not shard.sharded:
+        return None
+    if device is not None and device.served:   # its own per-rank generators already
+        return None
+    return epoch_generator(ctx.seed, ctx.rank, state.index, state.epochs)
