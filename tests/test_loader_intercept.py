@@ -20,6 +20,9 @@ def record_seeds(data, out_dir, epochs=2):
                                   batch_size=10, shuffle=True)
     eval_loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.test_mask,
                                  batch_size=300)
+    # a training function's optimizer: with no model seen yet, epochs that start after one was
+    # built are training epochs (`gnnorch.intercept.epoch_role`)
+    torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)
     seen = {"train_batch_size": train_loader.batch_size, "eval_batch_size": eval_loader.batch_size,
             "epochs": [], "eval": []}
     for _ in range(epochs):

@@ -82,28 +82,40 @@ def test_one_process_times_and_tunes_on_an_unshuffled_loader():
     assert "ran no training step" not in text, text    # the tuner saw its steps
 
 
-def degree_histogram_then_train(data):
+def degree_histogram_then_train(data, shuffle, epochs=2):
     """PyG's benchmark/multi_gpu/training/common.py: the PNA degree histogram is taken over
-    the (unshuffled) training loader before the model exists."""
+    the training loader before the model and its optimizer exist (and here the seeds of one
+    more such pass are counted); then a model, an optimizer and `epochs` training epochs."""
     loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
-                            batch_size=16)
-    torch.manual_seed(0)
+                            batch_size=16, shuffle=shuffle)
     deg = PNAConv.get_degree_histogram(loader)
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    return {"rank": rank, "deg_total": int(deg.sum()), "batches": len(loader)}
+    seeds_before_model = sum(int(batch.batch_size) for batch in loader)
+    model = GraphSAGE(data.num_features, 16, num_layers=2, out_channels=7)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+    return {"seeds_before_model": seeds_before_model, "deg_total": int(deg.sum())}
 
 
-def test_a_pass_before_any_model_is_not_sharded():
-    data = cora()
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_pass_before_any_model_is_not_sharded(shuffle):
+    """Before the model and its optimizer exist, a loader's passes keep every seed in every
+    rank (PNA's degree histogram must not differ between ranks); the training epochs after
+    are sharded: all of them for a shuffled loader, from the second for an unshuffled one
+    (its first starts before any model was seen)."""
     runtime = gnnorch.Runtime(degree_histogram_then_train, processes=2, autotune=False)
-    got = runtime(data)
-    assert got["batches"] == 9                              # ceil(140 / 16): the whole loader
+    got = runtime(cora(), shuffle)
+    assert got["seeds_before_model"] == 140
+    assert got["deg_total"] > 0
     for rank in range(2):
         (record,) = runtime.last_run.stats[rank]["sampler"]["loaders"]
-        assert record["role"] == "eval" and "promoted" not in record
-        assert runtime.last_run.epochs[rank] == []
-    # every sampled node of every batch counted once: each batch holds all its seeds at least
-    assert got["deg_total"] >= 140
+        assert record["role"] == "train"
+        seeds = [e["seeds"] for e in runtime.last_run.epochs[rank]]
+        assert seeds == ([70, 70] if shuffle else [70]), seeds
 
 
 def chosen_offsets(data, epochs=1, num_workers=0):
@@ -112,7 +124,8 @@ def chosen_offsets(data, epochs=1, num_workers=0):
     rank = dist.get_rank() if dist.is_initialized() else 0
     loader = NeighborLoader(data, num_neighbors=[1], input_nodes=data.seeds, batch_size=64,
                             shuffle=True, num_workers=num_workers)
-    model = torch.nn.Linear(1, 1)   # a model in training mode, gradients on: epochs train
+    model = torch.nn.Linear(1, 1)   # an optimizer built, gradients on: epochs train
+    torch.optim.SGD(model.parameters(), lr=0.1)
     offsets = []
     for _ in range(epochs):
         for batch in loader:

@@ -3,15 +3,17 @@ follows from it: sharding over ranks (`set_sharded`) and the promotion of a load
 ``shuffle=False`` to a training loader (`promote`).
 
 The rule (`training_now`): an epoch trains when gradients are enabled and a model the layer
-seam has seen is in training mode. Having seen no model yet counts as training for a loader
-built with ``shuffle=True`` (the first epoch of a training loop starts before the model's first
-forward) but not for one built with ``shuffle=False``: a pass over it before any model ran
-(PyG's ``PNAConv.get_degree_histogram(loader)`` in ``benchmark/multi_gpu/training``) must keep
+seam has seen is in training mode. Before any model was seen (the first epoch of a training
+loop starts before the model's first forward), a loader built with ``shuffle=True`` trains when
+an optimizer has been built in the run (with several ranks, where sharding is at stake; the
+gradient synchroniser counts them), or always in a run of one process; a loader built with
+``shuffle=False`` does not. So a pass over a loader before the model and its optimizer exist
+(PyG's ``PNAConv.get_degree_histogram(loader)`` in ``benchmark/multi_gpu/training``) keeps
 every seed in every rank. Ranks run the same code, so they decide alike.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -23,25 +25,39 @@ if TYPE_CHECKING:
     from ..launch.context import RankContext
     from .layers import LayerSeam
 
-__all__ = ["cache_aside", "epoch_trains", "promote", "set_sharded", "training_now"]
+__all__ = ["OptimizerCount", "cache_aside", "epoch_trains", "promote", "set_sharded",
+           "training_now"]
 
 
-def training_now(seam: LayerSeam | None, strict: bool = False) -> bool:
+class OptimizerCount(Protocol):
+    """What the loader seam asks of the gradient synchroniser (`gradsync`)."""
+
+    @property
+    def optimizers_built(self) -> int:
+        """Optimizers built in this rank's run so far."""
+
+
+def training_now(seam: LayerSeam | None, strict: bool = False,
+                 optimizers: OptimizerCount | None = None) -> bool:
     """Whether an epoch starting now trains: gradients are on and a model the layer seam has
-    seen is in training mode (or the seam has seen none yet, unless `strict`)."""
+    seen is in training mode. Before any model was seen: never when `strict`; else when an
+    optimizer was built (`optimizers` given) or always (none given)."""
     if not torch.is_grad_enabled():
         return False
     models = list(seam.models.keys()) if seam is not None else []
     if not models:
-        return not strict
+        if strict:
+            return False
+        return optimizers is None or optimizers.optimizers_built > 0
     return any(m.training for m in models)
 
 
-def epoch_trains(state: LoaderState, seam: LayerSeam | None, ctx: RankContext) -> bool:
+def epoch_trains(state: LoaderState, seam: LayerSeam | None, ctx: RankContext,
+                 optimizers: OptimizerCount | None = None) -> bool:
     """Whether the epoch of the loader `state` describes, starting now, trains; a loader built
     with ``shuffle=False`` whose epoch trains is promoted first (`promote`)."""
     if state.role == "train":
-        return training_now(seam)
+        return training_now(seam, optimizers=optimizers)
     training = training_now(seam, strict=True)
     if training:
         promote(state, ctx)

@@ -182,6 +182,11 @@ class GradientSynchronizer:
             self._broadcast_round(fresh, f"{type(optimizer).__name__}'s parameters")
             self._broadcast_params.update((id(p), p) for p in fresh)
 
+    @property
+    def optimizers_built(self) -> int:
+        """Optimizers built (or first stepped) in this rank's run so far."""
+        return len(self._optimizers)
+
     @staticmethod
     def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         return [p for group in optimizer.param_groups for p in group["params"]]

@@ -65,7 +65,7 @@ import torch
 from ..compat import pyg as compat_pyg
 from ..launch.context import EpochTimer, RankContext
 from .announce import announced, batch_graph, defers_features, layout_kind, stored_batch_size
-from .epoch_role import cache_aside, epoch_trains, set_sharded
+from .epoch_role import OptimizerCount, cache_aside, epoch_trains, set_sharded
 from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
 from .procgroup import UserDistribution
@@ -132,7 +132,8 @@ class NeighborLoaderInterceptor:
     def __init__(self, ctx: RankContext, *, layer_seam: LayerSeam | None = None,
                  cache: CacheManager | None = None, partition: PartitionManager | None = None,
                  distribution: UserDistribution | None = None,
-                 device_path: DevicePathHook | None = None) -> None:
+                 device_path: DevicePathHook | None = None,
+                 optimizers: OptimizerCount | None = None) -> None:
         from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
 
         self.ctx = ctx
@@ -141,6 +142,7 @@ class NeighborLoaderInterceptor:
         self.partition = partition
         self.distribution = distribution or UserDistribution()
         self.device_path = device_path
+        self.optimizers = optimizers   # several ranks: whether an optimizer exists yet
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
         self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link"}
@@ -272,7 +274,7 @@ class NeighborLoaderInterceptor:
         state = self.states.get(loader)
         if state is None:   # built before the run: PyG's own epoch
             return orig.iter(loader)
-        training = epoch_trains(state, self.layer_seam, ctx)
+        training = epoch_trains(state, self.layer_seam, ctx, self.optimizers)
         if state.shard is not None:
             set_sharded(loader, state, training)
         if (training and state.cache is None and self.cache is not None

@@ -9,8 +9,9 @@
     CacheManager(config, rank facts)       the historical-embedding cache (``cache``)
     LayerSeam(trim, rewrites, hooks=[cache])
     DevicePathHook                         the GPU data path (issue 21; `_device_path`)
-    NeighborLoaderInterceptor(ctx, layer_seam, cache, partition, distribution, device_path)
     GradientSynchronizer(world_size, comm_device, distribution)   (> 1 rank)
+    NeighborLoaderInterceptor(ctx, layer_seam, cache, partition, distribution, device_path,
+                              optimizers=the synchroniser)
 
 Everything is installed for the block and undone on exit, also when the user's function
 raises; each seam's statistics land in `ctx.stats`.
@@ -104,9 +105,11 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
                 else _device_path(ctx, device or comm_device))
         if path is not None:   # (after the seams are removed) loaders given back as built
             stack.callback(path.close)
+        sync = (GradientSynchronizer(ctx.world_size, comm_device, distribution)
+                if ctx.distributed else None)
         loaders = NeighborLoaderInterceptor(ctx, layer_seam=layer_seam, cache=cache,
                                             partition=partition, distribution=distribution,
-                                            device_path=path)
+                                            device_path=path, optimizers=sync)
         stack.enter_context(loaders.installed())
         if layer_seam is not None:
             stack.enter_context(layer_seam.installed())
@@ -116,9 +119,8 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
         if cache is not None:
             stack.enter_context(cache.installed(ctx.batch_callbacks))
             stack.callback(lambda: ctx.stats.__setitem__("cache", cache.stats()))
-        if ctx.distributed:
-            stack.enter_context(GradientSynchronizer(ctx.world_size, comm_device,
-                                                     distribution).installed())
+        if sync is not None:
+            stack.enter_context(sync.installed())
         _ACTIVE = Seams(loaders, distribution, layer_seam, cache, partition, path)
         try:
             yield ctx
