@@ -12,7 +12,8 @@ where the supervision edges' endpoints are.
 * Training epochs are sharded over p > 1 ranks. A loader built with `shuffle=True` gets a
   `ShardSampler` instead of its random sampler. Whether one *epoch* of it (one `iter(loader)`) is
   a training epoch is decided when it starts, by what the user's code is doing: gradients are
-  enabled and a model the layer seam has seen is in training mode (or no model was seen yet).
+  enabled and a model the layer seam has seen is in training mode (or, no model seen yet, an
+  optimizer was built: `intercept.epoch_role` has the rule).
   A training epoch is sharded: all ranks draw the same permutation (common seed), rank r takes
   positions r, r+p, r+2p, ... in batches of ceil(b / p), so the k-th per-rank batches together
   are exactly the k-th batch of b seeds that one process would draw from that permutation (when
