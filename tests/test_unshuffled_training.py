@@ -78,7 +78,7 @@ def test_one_process_times_and_tunes_on_an_unshuffled_loader():
     epochs = runtime.last_run.epochs[0]
     assert [e["batches"] for e in epochs] == [7, 7]
     text = runtime.summary()
-    assert "epochs (2, rank 0)" in text and "sampler: train gnnorch" in text, text
+    assert "epochs (2, rank 0)" in text and "sampler: train " in text, text   # any backend
     assert "ran no training step" not in text, text    # the tuner saw its steps
 
 
