@@ -1,5 +1,6 @@
 """Multi-process gradients equal single-process ones; parameters and buffers stay identical."""
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -81,3 +82,53 @@ def test_gradient_missing_on_one_rank_counts_as_zero(tmp_path):
     torch.manual_seed(0)
     ref = torch.nn.Linear(2, 2)
     assert torch.allclose(a[0], ref.weight.detach() - 0.5 * 1.5)
+
+
+def make_lazy_model(kind):
+    """A model whose first layer infers its input width at its first forward: PyG's
+    `Linear(-1, ...)` (weight uninitialised, bias an ordinary parameter whose values are set at
+    that forward) or torch's `LazyLinear` (both uninitialised)."""
+    from torch_geometric.nn import Linear as PygLinear
+
+    first = PygLinear(-1, 16) if kind == "pyg" else torch.nn.LazyLinear(16)
+    return torch.nn.Sequential(first, torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def train_lazy(x, y, steps, out_dir, kind, optimizer_first):
+    """Each rank draws from its own random state before the model exists and again before its
+    first forward (as dropout over a rank's differently sized batch does), so every lazily
+    initialised value differs between ranks unless the runtime makes them equal."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    torch.manual_seed(100 + rank)
+    model = make_lazy_model(kind)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01) if optimizer_first else None
+    torch.manual_seed(200 + rank)
+    for step in range(steps):
+        idx = torch.arange(step * 8, step * 8 + 8)[rank::world]
+        out = model(x[idx])
+        if opt is None:           # the example's `init_params()`: a forward, then the optimizer
+            opt = torch.optim.Adam(model.parameters(), lr=0.01)
+            out = model(x[idx])
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(out, y[idx]).backward()
+        opt.step()
+    torch.save(model.state_dict(), f"{out_dir}/rank{rank}.pt")
+    return model.state_dict()
+
+
+@pytest.mark.parametrize("kind", ["pyg", "torch"])
+@pytest.mark.parametrize("optimizer_first", [True, False])
+def test_lazy_layers_equal_across_ranks_and_to_one_process(tmp_path, kind, optimizer_first):
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))
+    got = gnnorch.Runtime(train_lazy, processes=2)(x, y, 4, str(tmp_path), kind,
+                                                   optimizer_first)
+    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    for key in r0:
+        assert torch.equal(r0[key], r1[key]), key
+    # One process from rank 0's random states, full batches of 8: the same computation when
+    # rank 1's lazily initialised values are rank 0's from its first forward on.
+    ref = train_lazy(x, y, 4, str(tmp_path / ".."), kind, optimizer_first)
+    for key, value in ref.items():
+        assert torch.allclose(got[key], value, atol=1e-6, rtol=1e-5), key

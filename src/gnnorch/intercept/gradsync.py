@@ -29,8 +29,9 @@ Inside a torch.compile'd region the forward pre-hook does nothing (it is the fir
 dynamo traces it as a constant and adds no graph break): `torch.compile(model)` returns an
 `OptimizedModule` whose own call runs eagerly and is the root module broadcast here, and
 `model.compile()` keeps `model` itself as the eager root.
-Modules whose parameters are still uninitialised (lazy) at their first forward are broadcast at
-their optimizer's first step instead.
+Modules whose parameters are still uninitialised (lazy) at their root's first forward are
+broadcast again, all their own tensors, right after their own initialisation and before they
+compute (`lazy_init`); at their optimizer's next step when that moment was missed.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from ..launch import context
 from .collectives import FlatCollectives, hyper_slots, hyper_values
 from .join import Ask, Decision, Kind, Rounds
+from .lazy_init import LazyInitWatch
 from .procgroup import UserDistribution
 
 DEFAULT_BOUND = 1800.0   # seconds: torch's default collective timeout, when the group has none
@@ -89,6 +91,8 @@ class GradientSynchronizer:
         self._roots: list[torch.nn.Module] = []
         self._broadcast_params: dict[int, torch.Tensor] = {}
         self._optimizers: list[torch.optim.Optimizer] = []
+        self._lazy = LazyInitWatch(
+            self._broadcast_lazy, lambda: not self._following and not self._user_managed())
         self._rounds: Rounds | None = None
         self._following = False
         self._epochs_seen = 0
@@ -122,6 +126,7 @@ class GradientSynchronizer:
             torch.optim.Optimizer.__init__ = original_init
             h1.remove()
             h2.remove()
+            self._lazy.close()
             self.stats["rounds"] = self._rounds.count
             self._rounds.close()
             ctx = context.current()
@@ -148,6 +153,11 @@ class GradientSynchronizer:
             self.collectives.broadcast(tensors)
         return True
 
+    def _broadcast_lazy(self, tensors: list[torch.Tensor], what: str) -> bool:
+        shared = self._broadcast_round(tensors, what)
+        self._broadcast_params.update((id(t), t) for t in tensors if shared)
+        return shared
+
     # -- hooks ----------------------------------------------------------------------------
     def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling():  # compiled regions: the eager outer call broadcasts
@@ -167,6 +177,7 @@ class GradientSynchronizer:
             self._synced.add(sub)
         if shared:
             self._roots.append(module)
+            self._lazy.watch(module)
         return None
 
     def _on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -215,6 +226,8 @@ class GradientSynchronizer:
                     "sparse gradients (e.g. Embedding(sparse=True)) are not averaged by gnnorch; "
                     "use dense gradients or processes=1")
         late = [p for p in _initialised(params) if id(p) not in self._broadcast_params]
+        known = {id(p) for p in late}
+        late += [t for t in self._lazy.ready() if id(t) not in known]
         if late:  # lazily initialised parameters: make them equal before the first update
             self._broadcast_round(late, f"{type(optimizer).__name__}'s lazy parameters")
             self._broadcast_params.update((id(p), p) for p in late)
