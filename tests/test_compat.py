@@ -25,6 +25,7 @@ import torch
 
 from gnnorch import compat
 from gnnorch.compat import distributed as compat_distributed
+from gnnorch.compat import processes as compat_processes
 from gnnorch.compat import pyg as compat_pyg
 from gnnorch.compat import torch as compat_torch
 
@@ -444,7 +445,7 @@ def test_shared_memory_reducers_fall_back_without_the_registry(monkeypatch):
     from multiprocessing.reduction import ForkingPickler
 
     _gone(monkeypatch, ForkingPickler, "_extra_reducers")
-    table = compat_torch.forking_reducers()
+    table = compat_processes.forking_reducers()
     assert isinstance(table, dict)
     assert any("_extra_reducers" in key for key in compat.unavailable())
 
@@ -829,3 +830,19 @@ def test_probes_leave_pygs_message_passing_base_class_as_it_was(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+def test_persistent_workers_are_left_to_garbage_collection_without_the_shutdown(monkeypatch):
+    from torch.utils.data import DataLoader
+
+    monkeypatch.setattr(compat_processes.WORKER_STOPPER, "_resolve", _raising("no _iterator"))
+    compat.reset()
+    loader = DataLoader(list(range(4)), num_workers=1, persistent_workers=True)
+    assert sum(len(batch) for batch in loader) == 4
+    assert compat_processes.stop_persistent_workers(loader) is False     # nothing done
+    assert any("_shutdown_workers" in name for name in compat.unavailable())
+    monkeypatch.undo()
+    compat.reset()
+    assert compat_processes.stop_persistent_workers(loader) is True
+    assert sum(len(batch) for batch in loader) == 4                      # new workers
+    assert compat_processes.stop_persistent_workers(loader) is True

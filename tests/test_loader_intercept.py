@@ -208,3 +208,33 @@ def test_node_batches_of_merged_graphs_are_trimmed_to_their_seeds():
     assert [e["seeds"] for e in epochs] == [2 * int(graphs[0].num_nodes)] * 2
     torch.testing.assert_close(torch.tensor(runs[True]), torch.tensor(runs[False]),
                                rtol=1e-4, atol=1e-5)
+
+
+def _data_workers() -> list:
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True) if p.name() == "pt_data_worker"]
+
+
+def one_epoch_with_persistent_workers(data):
+    """A loader with persistent workers, returned to the caller (so it outlives the call)."""
+    loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.train_mask, batch_size=35,
+                            shuffle=True, num_workers=2, persistent_workers=True)
+    seeds = sum(batch.batch_size for batch in loader)
+    return loader, seeds
+
+
+def test_persistent_workers_stop_when_the_run_ends():
+    """The run ends its intercepted loaders' persistent workers (PyG leaves them to garbage
+    collection, which can stall for seconds per loader when iterators sit in reference
+    cycles); the loader still works afterwards, with new workers."""
+    data = cora()
+    loader, seeds = gnnorch.Runtime(one_epoch_with_persistent_workers, processes=1)(data)
+    assert seeds == 140
+    assert _data_workers() == []
+    assert sum(batch.batch_size for batch in loader) == 140     # a new epoch, new workers
+    assert len(_data_workers()) == 2
+    from gnnorch.compat.processes import stop_persistent_workers
+
+    assert stop_persistent_workers(loader)
+    assert _data_workers() == []

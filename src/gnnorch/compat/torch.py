@@ -1,8 +1,8 @@
 """torch's private names gnnorch uses, each resolved once and checked, failing closed.
 
 Tensor subclassing (trimming's prefix-exact outputs, the host transform's deferred features),
-autograd version counters, module hook registries, the fx tracing flag, normalisation base
-classes and the multiprocessing reducers. Every accessor returns something safe when its name
+autograd version counters, module hook registries, the fx tracing flag and normalisation base
+classes (process-level names: `compat.processes`). Every accessor returns something safe when its name
 is missing: ``None`` (the feature is off), or a conservative answer ("has hooks", "mutates"),
 with the reason in `gnnorch.compat.unavailable`. Resolution is lazy: nothing here runs at
 import beyond defining the probes.
@@ -20,8 +20,7 @@ __all__ = ["disable_torch_function_subclass", "host_subclass_reason", "make_subc
            "disabled_torch_function_impl", "make_wrapper_subclass", "parse_to", "aten_to_copy",
            "op_is_mutable", "tree_map", "parameter_versions", "tensor_version",
            "tensor_private_properties",
-           "is_fx_tracing", "batch_norm_types", "instance_norm_types", "hooks_reason",
-           "forking_reducers"]
+           "is_fx_tracing", "batch_norm_types", "instance_norm_types", "hooks_reason"]
 
 
 def _callable(value: Any, name: str) -> Any:
@@ -361,39 +360,3 @@ def hooks_reason(module: torch.nn.Module) -> str | None:
             kind = name.strip("_").replace("_", " ")
             return f"{type(module).__name__} sub-module has {kind}"
     return None
-
-
-# -- multiprocessing reducers --------------------------------------------------------------
-
-def _reducers() -> Any:
-    from multiprocessing.reduction import ForkingPickler
-
-    import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reducers)
-
-    table = ForkingPickler._extra_reducers
-    if not hasattr(table, "get") or table.get(Tensor) is None:
-        raise Missing("ForkingPickler._extra_reducers holds no reducer for torch tensors")
-    return table
-
-
-def _reducers_fallback() -> Any:
-    import io
-    from multiprocessing.reduction import ForkingPickler
-
-    try:   # a pickler instance's table: copyreg's plus the registered reducers (a snapshot)
-        return dict(ForkingPickler(io.BytesIO()).dispatch_table)
-    except Exception:  # noqa: BLE001
-        return {}
-
-
-REDUCERS = Probe(
-    "multiprocessing.reduction.ForkingPickler._extra_reducers", "launch/serialize.py",
-    "a ForkingPickler's own dispatch table is read instead (a snapshot); failing that, tensors "
-    "are sent by value (copied, not shared)", _reducers)
-
-
-def forking_reducers() -> Any:
-    """torch's shared-memory reducers as a pickler dispatch table (a live mapping when torch's
-    registry is reachable, else a snapshot, else empty)."""
-    table = REDUCERS.get()
-    return table if table is not None else _reducers_fallback()

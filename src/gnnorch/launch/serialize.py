@@ -17,7 +17,7 @@ from typing import Any
 
 import cloudpickle
 
-from ..compat import torch as compat_torch
+from ..compat import processes as compat_processes
 from ..errors import SerializationError
 
 
@@ -25,7 +25,7 @@ class _SharedMemoryPickler(cloudpickle.Pickler):
     # The C pickler reads `dispatch_table` when constructed, so it must be a class attribute.
     # ForkingPickler's table holds torch's reducers (tensor -> shared-memory file descriptor);
     # `gnnorch.compat` finds it (without it tensors travel by value: copied, not shared).
-    dispatch_table = ChainMap(compat_torch.forking_reducers(), cloudpickle.Pickler.dispatch_table)
+    dispatch_table = ChainMap(compat_processes.forking_reducers(), cloudpickle.Pickler.dispatch_table)
 
 
 _FIX_HINT = (

@@ -1,0 +1,91 @@
+"""torch's private names about processes, each resolved once and checked, failing closed.
+
+The multiprocessing reducers that share tensors with a rank process (`launch/serialize.py`)
+and the worker processes a `persistent_workers=True` DataLoader keeps between epochs
+(`intercept/loader.py`). Every accessor returns something safe when its name is missing, with
+the reason in `gnnorch.compat.unavailable`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torch import Tensor
+
+from .registry import Missing, Probe
+from .torch import _callable
+
+__all__ = ["forking_reducers", "stop_persistent_workers"]
+
+
+# -- multiprocessing reducers --------------------------------------------------------------
+
+def _reducers() -> Any:
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reducers)
+
+    table = ForkingPickler._extra_reducers
+    if not hasattr(table, "get") or table.get(Tensor) is None:
+        raise Missing("ForkingPickler._extra_reducers holds no reducer for torch tensors")
+    return table
+
+
+def _reducers_fallback() -> Any:
+    import io
+    from multiprocessing.reduction import ForkingPickler
+
+    try:   # a pickler instance's table: copyreg's plus the registered reducers (a snapshot)
+        return dict(ForkingPickler(io.BytesIO()).dispatch_table)
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+REDUCERS = Probe(
+    "multiprocessing.reduction.ForkingPickler._extra_reducers", "launch/serialize.py",
+    "a ForkingPickler's own dispatch table is read instead (a snapshot); failing that, tensors "
+    "are sent by value (copied, not shared)", _reducers)
+
+
+def forking_reducers() -> Any:
+    """torch's shared-memory reducers as a pickler dispatch table (a live mapping when torch's
+    registry is reachable, else a snapshot, else empty)."""
+    table = REDUCERS.get()
+    return table if table is not None else _reducers_fallback()
+
+
+# -- DataLoader worker processes -------------------------------------------------------------
+
+def _worker_stopper() -> Callable[[Any], None]:
+    from torch.utils.data import DataLoader
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    if getattr(DataLoader([0]), "_iterator", False) is not None:
+        raise Missing("a new DataLoader has no `_iterator` slot set to None")
+    shutdown = _callable(_MultiProcessingDataLoaderIter._shutdown_workers,
+                         "_MultiProcessingDataLoaderIter._shutdown_workers")
+
+    def stop(loader: Any) -> None:
+        iterator = loader._iterator
+        inner = getattr(iterator, "iterator", iterator)   # PyG's DataLoaderIterator wraps it
+        if isinstance(inner, _MultiProcessingDataLoaderIter):
+            shutdown(inner)
+        loader._iterator = None       # the next epoch starts new workers, as the first did
+
+    return stop
+
+
+WORKER_STOPPER = Probe(
+    "torch.utils.data.DataLoader._iterator, _MultiProcessingDataLoaderIter._shutdown_workers",
+    "intercept/loader.py",
+    "persistent loader workers outlive the run until garbage collection stops them",
+    _worker_stopper)
+
+
+def stop_persistent_workers(loader: Any) -> bool:
+    """Stop the worker processes that a `persistent_workers=True` loader keeps between epochs
+    (its next epoch starts new ones). False when it keeps none, or torch's names are missing."""
+    stop = WORKER_STOPPER.get()
+    if stop is None or getattr(loader, "_iterator", None) is None:
+        return False
+    stop(loader)
+    return True
