@@ -2,17 +2,17 @@
 # 5c6461b2305ad068a6d61165b3c55852a11aaa41 (master). MIT licence, PyTorch Geometric authors.
 #
 # Changes: Taobao(path) (a download) -> `taobao_like(seed)`, a small synthetic HeteroData with
-# Taobao's node and edge types (user, item, category; ('user', 'to', 'item') carrying `time`
-# and `behavior`, ('item', 'to', 'category')) whose users buy mostly within a taste group, so
-# the script's own lines (`del` of category / time / behavior, ToUndirected, RandomLinkSplit,
-# the scipy item<>item co-purchase graph with its `>= 3.` threshold) run unchanged; the
-# xpu branch of the device choice is dropped (the CPU / CUDA choice is kept); sizes:
-# batch_size 2048 -> 128, num_workers 16 -> 0, hidden/out channels 64 -> 32, epochs 20 ->
-# `epochs` (7), and Adam's lr 0.001 -> 0.005 (a few hundred steps instead of Taobao's tens of
-# thousands: at 0.001 the AUC takes off from 0.5 between epochs 3 and 7 depending on the seed,
-# which makes the metric a coin flip for any runtime); the tqdm progress bars are kept; the module's top-level code is moved into
-# `train(data, epochs)`, which returns the last loss, validation and test AUC and the number of
-# evaluated examples (recorded in `test`: must equal vanilla's, evaluation is not sharded). Model (node-id
+# Taobao's node and edge types (user, item, category; ('user', 'to', 'item') carrying `time` and
+# `behavior`, ('item', 'to', 'category')) whose users buy mostly within a taste group, so the
+# script's own lines (`del` of category / time / behavior, ToUndirected, RandomLinkSplit, the scipy
+# item<>item co-purchase graph with its `>= 3.` threshold) run unchanged; the xpu branch of the
+# device choice is dropped (the CPU / CUDA choice is kept); sizes: batch_size 2048 -> 128,
+# num_workers 16 -> 0, hidden/out channels 64 -> 32, epochs 20 -> `epochs` (7), and Adam's lr 0.001
+# -> 0.005 (a few hundred steps instead of Taobao's tens of thousands: at 0.001 the AUC takes off
+# from 0.5 between epochs 3 and 7 depending on the seed, which makes the metric a coin flip for any
+# runtime); the tqdm progress bars are kept; the module's top-level code is moved into `train(data,
+# epochs)`, which returns the last loss, validation and test AUC and the number of evaluated
+# examples (recorded in `test`: must equal vanilla's, evaluation is not sharded). Model (node-id
 # Embeddings, the item and user SAGE encoders, the edge decoder), the three LinkNeighborLoaders
 # (binary negative sampling, drop_last, edge_label given for val/test), loop, loss and
 # roc_auc_score are the script's.

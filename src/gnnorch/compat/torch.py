@@ -2,10 +2,10 @@
 
 Tensor subclassing (trimming's prefix-exact outputs, the host transform's deferred features),
 autograd version counters, module hook registries, the fx tracing flag and normalisation base
-classes (process-level names: `compat.processes`). Every accessor returns something safe when its name
-is missing: ``None`` (the feature is off), or a conservative answer ("has hooks", "mutates"),
-with the reason in `gnnorch.compat.unavailable`. Resolution is lazy: nothing here runs at
-import beyond defining the probes.
+classes (process-level names: `compat.processes`). Every accessor returns something safe when its
+name is missing: ``None`` (the feature is off), or a conservative answer ("has hooks", "mutates"),
+with the reason in `gnnorch.compat.unavailable`. Resolution is lazy: nothing here runs at import
+beyond defining the probes.
 """
 from __future__ import annotations
 

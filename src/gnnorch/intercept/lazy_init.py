@@ -39,12 +39,13 @@ def is_uninitialised(module: torch.nn.Module) -> bool:
 class LazyInitWatch:
     """Watches lazily initialised modules until their values were broadcast from rank 0.
 
-    `enabled()` says whether a broadcast may run now. `watch(root)` hooks every still-uninitialised module under `root`; each hook fires at the
-    module's next forward, after its own initialisation hook, and calls `broadcast` with the
-    module's own tensors once none is uninitialised. A void round (the module ran on some ranks
-    only) leaves it pending; `ready()` hands out pending modules that are initialised now (the
-    step-time fallback). Modules are held strongly while pending: what is broadcast must not
-    depend on garbage-collection timing, which differs between ranks."""
+    `enabled()` says whether a broadcast may run now. `watch(root)` hooks every still-uninitialised
+    module under `root`; each hook fires at the module's next forward, after its own initialisation
+    hook, and calls `broadcast` with the module's own tensors once none is uninitialised. A void
+    round (the module ran on some ranks only) leaves it pending; `ready()` hands out pending
+    modules that are initialised now (the step-time fallback). Modules are held strongly while
+    pending: what is broadcast must not depend on garbage-collection timing, which differs between
+    ranks."""
 
     def __init__(self, broadcast: Broadcast, enabled: Callable[[], bool]) -> None:
         self._broadcast = broadcast
