@@ -157,6 +157,16 @@ def _tree_pss(root: psutil.Process) -> int:
     return total
 
 
+def fresh_json_row(cmd: list[str], label: str) -> dict:
+    """Run `cmd` (a script's own ``--measure`` mode) in a fresh process and return the JSON
+    object on the last line of its stdout; exit naming `label` and its stderr's tail if it
+    failed."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{label} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_fresh(script: str, config: str, path: Path, epochs: int, python: str) -> dict:
     """Run one configuration in a fresh interpreter of `python`; sample its tree's PSS."""
     env = dict(os.environ)

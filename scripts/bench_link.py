@@ -30,13 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+import baselines  # fresh-process rows
 
 ROWS = {
     "vanilla": None,
@@ -134,10 +135,7 @@ def measure_one(label: str, args: argparse.Namespace) -> dict:
 def run_fresh(label: str, args: argparse.Namespace, python: str) -> dict:
     cmd = [python, __file__, "--measure", label, "--nodes", str(args.nodes), "--epochs",
            str(args.epochs), "--seed", str(args.seed), "--labels", str(args.labels)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{label} failed:\n{proc.stderr[-3000:]}")
-    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row = baselines.fresh_json_row(cmd, label)
     print(f"  {label:<36} epoch {row['best_epoch_seconds']:7.2f} s  loss "
           f"{row['losses'][-1]:.4f}  AUC {row['auc']:.4f}  wall {row['call_wall_seconds']:.1f} s",
           flush=True)
