@@ -316,6 +316,22 @@ def test_workspace_is_reset_and_reusable(medium):
     assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
 
 
+def test_sampler_first_called_in_inference_mode_samples_outside_it(medium):
+    """A user who evaluates under ``torch.inference_mode()`` before (or between) training
+    epochs: the sampler's reused buffer must not become an inference tensor, which no
+    in-place reset outside inference mode may touch."""
+    data, _, _, _ = medium
+    sampler = FastNeighborSampler(data, num_neighbors=[5, 5])
+    seeds = torch.arange(32)
+    with torch.inference_mode():
+        inside = sampler.sample_ours(seeds)
+    outside = sampler.sample_ours(seeds)
+    assert inside.node[:32].tolist() == outside.node[:32].tolist() == seeds.tolist()
+    assert not new_workspace(4).is_inference()
+    with torch.inference_mode():
+        assert not new_workspace(4).is_inference()
+
+
 def test_global_seed_reproduces(medium):
     _, colptr, row, _ = medium
     seeds = torch.arange(100, 164)

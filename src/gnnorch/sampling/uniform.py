@@ -76,9 +76,12 @@ def new_workspace(num_nodes: int, device: torch.device | str | None = None) -> T
     :data:`UNSEEN`.
 
     :func:`sample_neighbors` leaves it all :data:`UNSEEN` again on return, so one buffer
-    serves any number of calls (one call at a time).
+    serves any number of calls (one call at a time). It is never an inference tensor, even
+    when made under ``torch.inference_mode()`` (a user's evaluation loop): it outlives the call
+    and is reset in place by calls outside that mode.
     """
-    return torch.full((num_nodes,), UNSEEN, dtype=torch.long, device=device)
+    with torch.inference_mode(False):
+        return torch.full((num_nodes,), UNSEEN, dtype=torch.long, device=device)
 
 
 def sample_neighbors(
