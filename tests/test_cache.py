@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_geometric.loader import NeighborLoader
-from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE, SAGEConv
+from torch_geometric.nn import GAT, GCN, GIN, GINConv, GraphSAGE, SAGEConv
 
 import gnnorch
 from gnnorch.cache import CacheConfig, CacheStatus, CacheWarning, EmbeddingStore, StalenessError
@@ -324,6 +324,48 @@ def test_uncacheable_model_warns_and_trains_exactly():
                          sampler="gnnorch")
     ref, _ = run(_encoded_train, data, seed=5, rewrite=False, sampler="gnnorch")
     assert stats["status"] == "off"
+    for key, value in ref.items():
+        assert torch.equal(got[key], value), key
+
+
+class NormalisedGIN(torch.nn.Module):
+    """GINConv layers whose `nn` holds a BatchNorm1d (PyG's classic GIN MLP): the bottom
+    layer's output for a vertex depends on the other rows it is computed with."""
+
+    def __init__(self, cin):
+        super().__init__()
+        self.conv1 = GINConv(torch.nn.Sequential(torch.nn.Linear(cin, 16),
+                                                 torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                                 torch.nn.Linear(16, 16)))
+        self.conv2 = GINConv(torch.nn.Linear(16, 7))
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def _normalised_gin_train(data):
+    torch.manual_seed(0)
+    model = NormalisedGIN(data.num_features)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
+                            batch_size=16, shuffle=True)
+    for batch in loader:
+        optimizer.zero_grad()
+        out = model(batch.x, batch.edge_index)[:batch.batch_size]
+        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+def test_bottom_layer_mixing_rows_is_refused_and_trains_exactly():
+    """A cached embedding must be the vertex's own: a bottom layer with batch statistics
+    inside (refreshes would also move its running statistics) is not cached."""
+    data = cora()
+    with pytest.warns(CacheWarning, match="mixes rows across the batch"):
+        got, stats = run(_normalised_gin_train, data, cache=True, seed=5, rewrite=False,
+                         sampler="gnnorch")
+    ref, _ = run(_normalised_gin_train, data, seed=5, rewrite=False, sampler="gnnorch")
+    assert stats["status"] == "off" and "BatchNorm1d" in stats["reason"]
     for key, value in ref.items():
         assert torch.equal(got[key], value), key
 

@@ -57,6 +57,30 @@ class GlobalMix(torch.nn.Module):
         return self.conv2(h - h.mean(dim=0), edge_index)
 
 
+class NormInLayers(torch.nn.Module):
+    """Normalisation inside the layers themselves, over the rows a layer computes: PyG's
+    GENConv (its MLP: norm "batch" by default; "layer" is torch's row-local LayerNorm) or a
+    GINConv whose `nn` holds a BatchNorm1d. Batch statistics over fewer rows: trimming would
+    change the seeds' outputs."""
+
+    def __init__(self, cin, hidden, cout, inner):
+        super().__init__()
+        from torch_geometric.nn import GENConv, GINConv
+
+        if inner == "gin_bn":
+            def conv(i, o):
+                return GINConv(torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.BatchNorm1d(o),
+                                                   torch.nn.ReLU(), torch.nn.Linear(o, o)))
+        else:
+            def conv(i, o):
+                return GENConv(i, o, norm=inner.split("_")[1], num_layers=2)
+        self.conv1 = conv(cin, hidden)
+        self.conv2 = conv(hidden, cout)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
 def make(kind, layers):
     torch.manual_seed(1)
     cin, hidden, cout = 1433, 24, 7
@@ -74,6 +98,8 @@ def make(kind, layers):
         model = Custom(cin, hidden, cout)
     elif kind == "batchnorm":
         model = GraphSAGE(cin, hidden, layers, cout, norm="batch_norm")
+    elif kind in ("gin_bn", "gen_batch", "gen_layer"):
+        model = NormInLayers(cin, hidden, cout, kind)
     else:
         model = GlobalMix(cin, hidden, cout)
     return model.double()
@@ -103,6 +129,7 @@ def forward_backward(model, x, edge_index, seeds, graph=None):
     ("sage", 2, [5, 5]), ("sage", 3, [5, 4, 3]), ("gcn", 2, [5, 5]), ("gcn", 3, [4, 3, 3]),
     ("gat", 2, [5, 5]), ("gin", 2, [5, 5]), ("gin", 3, [3, 3, 3]), ("sage_jk", 2, [5, 5]),
     ("custom", 2, [6, 4]), ("sage", 2, [-1, 3]), ("gcn", 2, [3, 3, 3]),
+    ("gen_layer", 2, [5, 5]),   # GENConv's MLP with torch's LayerNorm: row-local, trimmed
 ])
 def test_trimmed_equals_untrimmed_forward_and_backward(kind, layers, fanout):
     x, edge_index, layout, seeds = sampled_batch(fanout)
@@ -115,7 +142,7 @@ def test_trimmed_equals_untrimmed_forward_and_backward(kind, layers, fanout):
     assert state.trim, state.reason
     # the first forward ran trimmed too when it is a PyG BasicGNN (`trim.trusted`) with a
     # layer per sampled hop; any other model's first forward runs untrimmed
-    speculated = kind != "custom" and layers == len(fanout)
+    speculated = kind not in ("custom", "gen_layer") and layers == len(fanout)
     assert state.trimmed_forwards == (2 if speculated else 1)
     # compact (unpadded) unless the code between layers needs every row
     assert state.compact == (kind not in ("sage_jk", "custom"))
@@ -187,7 +214,8 @@ def test_wrong_layer_guess_recomputes_untrimmed_from_the_same_random_state():
     assert torch.equal(torch.rand(2), after_ref)
 
 
-@pytest.mark.parametrize("kind, reason", [("batchnorm", "BatchNorm"), ("global", "differ")])
+@pytest.mark.parametrize("kind, reason", [("batchnorm", "BatchNorm"), ("global", "differ"),
+                                          ("gin_bn", "BatchNorm"), ("gen_batch", "BatchNorm")])
 def test_vertex_mixing_models_are_left_untrimmed(kind, reason):
     x, edge_index, layout, seeds = sampled_batch([5, 5])
     model = make(kind, 2).train()
@@ -200,8 +228,10 @@ def test_vertex_mixing_models_are_left_untrimmed(kind, reason):
     state = forward_backward.state
     assert not state.trim and reason in state.reason
     assert not torch.isnan(forward_backward.out).any()
-    if kind == "global":  # deterministic: untrimmed numbers are the reference's
+    if kind != "batchnorm":  # deterministic: untrimmed numbers are the reference's
         torch.testing.assert_close(out, ref_out)
+        for name, g in ref_grads.items():
+            torch.testing.assert_close(grads[name], g)
 
 
 def test_calibration_check_keeps_rng_and_train_mode():

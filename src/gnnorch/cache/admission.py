@@ -21,6 +21,7 @@ from torch import Tensor
 
 from ..trim.batch import BatchGraph
 from ..trim.layer_types import pruning_safe, recomputable
+from ..trim.mixing import batch_mixing_modules
 from .config import CacheConfig
 from .refresh import LayerCall, Neighbourhoods, Refresher
 from .stats import CacheStats
@@ -175,6 +176,11 @@ class Admission:
         if not isinstance(first.layer, recomputable()):
             return (f"bottom layer {name} is not one the cache knows how to recompute "
                     f"(SAGEConv, GCNConv, GATConv, GATv2Conv, GINConv, GraphConv)")
+        mixing = batch_mixing_modules(first.layer, any_mode=True)
+        if mixing:
+            return (f"bottom layer {name} mixes rows across the batch ({', '.join(mixing)}): "
+                    f"a vertex's cached embedding would depend on the rows it was computed "
+                    f"with (and refreshes would move running statistics)")
         if getattr(first.layer, "flow", "source_to_target") != "source_to_target":
             return f"bottom layer {name} uses flow='target_to_source'"
         if first.extras:

@@ -20,7 +20,8 @@ __all__ = ["disable_torch_function_subclass", "host_subclass_reason", "make_subc
            "disabled_torch_function_impl", "make_wrapper_subclass", "parse_to", "aten_to_copy",
            "op_is_mutable", "tree_map", "parameter_versions", "tensor_version",
            "tensor_private_properties",
-           "is_fx_tracing", "batch_norm_types", "instance_norm_types", "hooks_reason"]
+           "is_fx_tracing", "in_activation_checkpoint", "batch_norm_types", "instance_norm_types",
+           "hooks_reason"]
 
 
 def _callable(value: Any, name: str) -> Any:
@@ -245,6 +246,41 @@ def tensor_private_properties() -> tuple[str, ...]:
     """Tensor's private metadata properties (``_base``, ``_version``) that exist here; reading
     one of them on a prefix-exact output needs no recomputation."""
     return tuple(name for name in ("_base", "_version") if hasattr(Tensor, name))
+
+
+# -- activation checkpointing -------------------------------------------------------------
+
+def _checkpoint_source() -> tuple[Callable[[int], Any], str]:
+    import sys
+    import torch.utils.checkpoint as checkpointing
+
+    getframe = _callable(getattr(sys, "_getframe", None), "sys._getframe")
+    source = checkpointing.checkpoint.__code__.co_filename
+    if getframe(0).f_code is not _checkpoint_source.__code__:
+        raise Missing("sys._getframe(0) is not the calling frame")
+    return getframe, source
+
+
+CHECKPOINT_SOURCE = Probe(
+    "sys._getframe, torch.utils.checkpoint.checkpoint.__code__.co_filename",
+    "intercept/layers.py", "every MessagePassing call counts as activation-checkpointed: no "
+    "model is trimmed, cached or rewritten", _checkpoint_source)
+
+
+def in_activation_checkpoint() -> bool:
+    """Whether the caller runs inside ``torch.utils.checkpoint``: a checkpointed forward, or its
+    recomputation during the backward pass (re-entrant or not; ``checkpoint_sequential`` and
+    wrappers built on them too). True when torch cannot say (the safe answer)."""
+    found = CHECKPOINT_SOURCE.get()
+    if found is None:
+        return True
+    getframe, source = found
+    frame = getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == source:
+            return True
+        frame = frame.f_back
+    return False
 
 
 # -- fx tracing --------------------------------------------------------------------------------

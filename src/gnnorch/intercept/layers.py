@@ -34,13 +34,19 @@ values, gradients through the untrimmed graph: `gnnorch.trim.materialize`) and s
 trimming off for that model with a `TrimmingWarning`. No value a user can observe is a placeholder.
 
 A model is trimmed only if (1) it holds no module that mixes rows across the batch
-(`gnnorch.trim.mixing`), (2) it does not trim itself (PyG's `trim_to_layer`: a layer receives a
-column slice of the batch's edge_index), and (3) a one-off check on its first batch, in eval
+(`gnnorch.trim.mixing`; inside its layers too, e.g. a BatchNorm in a GINConv's `nn`), (2) it
+does not trim itself (PyG's `trim_to_layer`: a layer receives a column slice of the batch's
+edge_index), and (3) a one-off check on its first batch (`intercept.trim_check`), in eval
 mode without gradients and with the RNG state preserved, finds trimmed and untrimmed seed
 outputs equal (`gnnorch.trim.verify`; a trusted BasicGNN is exact by construction and skips
 it); this catches functional mixing (global pooling, attention over the batch). A trimmed
 forward that meets an unexpected layer count falls back to an untrimmed recomputation and
 disables trimming for that model. The one-off check's forwards bypass the outer hooks.
+
+Activation checkpointing (`torch.utils.checkpoint`, e.g. PyG's `DeepGCNLayer(ckpt_grad=True)`):
+the backward pass recomputes a checkpointed region and needs every saved tensor back with the
+shape it had, so a layer call made under it runs past the seam (no hook, trimming or rewrite)
+in the forward and in the recomputation alike, and its model is never trimmed (`_past_seam`).
 
 The modes of a forward and every move between them are `gnnorch.trim.state`'s pure
 transition functions (`Mode`, `enter`, `forward_end`, ...); the hooks here are their adapter.
@@ -52,7 +58,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -62,16 +67,17 @@ from torch.nn.modules.module import (register_module_forward_hook,
                                      register_module_forward_pre_hook)
 
 from ..compat import pyg as compat_pyg
+from ..compat import torch as compat_torch
 from ..trim.batch import BatchGraph
 from ..trim.exact_output import prefix_exact
 from ..trim.materialize import materializer, run_as
-from ..trim.mixing import batch_mixing_modules
-from ..trim.state import (SELF_TRIMMING, Action, Mode, ModelState, check_result, enter,
-                          forward_end, non_seed_read, self_trimming)
-from ..trim.trusted import trusted_model, trusted_trimming
-from ..trim.verify import pad_compact, verify_trimming
+from ..trim.state import (CHECKPOINTED, SELF_TRIMMING, Action, Mode, ModelState,
+                          check_result, enter, forward_end, non_seed_read, self_trimming)
+from ..trim.trusted import trusted_model
+from ..trim.verify import pad_compact
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .layer_calls import TrimAndRewrite
+from .trim_check import OneOffCheck
 
 if TYPE_CHECKING:
     from ..rewrite.engine import RewriteEngine
@@ -125,6 +131,7 @@ class LayerSeam:
         self._depth = 0
         self._trace: Trace | None = None
         self._entry: Mode | None = None       # the mode the next model entry must take
+        self._untraced: ModelState | None = None  # a model entered under checkpointing
         self.calls = TrimAndRewrite(rewrites)  # trim -> rewrite -> unpatched, row counts
         self.hooks: list[LayerHook] = list(hooks)  # the chain's outer links (module docstring)
         self._thread: int | None = None      # the thread the seam follows
@@ -159,6 +166,7 @@ class LayerSeam:
         self._depth = 0
         self._trace = None
         self._entry = None
+        self._untraced = None
 
     @property
     def check_s(self) -> float:
@@ -167,7 +175,8 @@ class LayerSeam:
 
     def stats(self) -> dict:
         return {"enabled": self.trim_enabled, "check_s": self.check.seconds,
-                "models": [s.to_dict() for s in self.states if s.layers],
+                "models": [s.to_dict() for s in self.states
+                           if s.layers or s.checkpointed_calls],
                 "rows_computed": self.calls.rows_computed,
                 "rows_untrimmed": self.calls.rows_untrimmed}
 
@@ -190,6 +199,10 @@ class LayerSeam:
             state = ModelState(name=type(module).__name__)
             self.models[module] = state
             self.states.append(state)
+        if compat_torch.in_activation_checkpoint():  # checkpoint(model, ...): not traced, so
+            state.disable(CHECKPOINTED)   # its layer calls run past the seam (`_past_seam`)
+            self._untraced = state
+            return None
         check, self._entry = self._entry, None
         layout = self.batch.layout
         if check is None and layout is None and state.layers is None:
@@ -216,6 +229,8 @@ class LayerSeam:
         if tracing() or threading.get_ident() != self._thread:
             return None
         self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            self._untraced = None
         trace = self._trace
         if self._depth != 0 or trace is None or trace.model is not module:
             return None
@@ -293,6 +308,9 @@ class LayerSeam:
             return original(layer, *args, **kwargs)
         trace = self._trace
         batch = self.batch
+        if compat_torch.in_activation_checkpoint() and self._past_seam(trace, batch, args,
+                                                                        kwargs):
+            return original(layer, *args, **kwargs)
         if (trace is None or batch is None or self._depth < 1
                 or (trace.mode.untrimmed and not self.hooks and batch.extra_degree is None)):
             return self.calls.run(layer, original, args, kwargs)
@@ -313,79 +331,24 @@ class LayerSeam:
             HookedCall, trace.model, trace.state, trace.mode, index, layer, x, edge_index, args,
             kwargs, batch), run, original)
 
-
-class OneOffCheck:
-    """Whether trimming is exact for a model, decided once, on its first batch: by
-    construction (`trim.trusted`) or by the check of `gnnorch.trim.verify` (trimmed and
-    untrimmed seed outputs equal), whose forwards run through `seam` in the check modes
-    (`Mode.CHECK_PLAIN`, `Mode.CHECK_TRIM`): in eval mode, without gradients, the RNG
-    untouched, the outer hooks bypassed."""
-
-    def __init__(self, seam: LayerSeam) -> None:
-        self.seam = seam
-        self.seconds = 0.0               # spent in reference / trimmed check forwards
-        self.problem: str | None = None  # what the latest trimmed check forward met
-
-    def speculated(self, module: torch.nn.Module, state: ModelState, args: tuple,
+    def _past_seam(self, trace: Trace | None, batch: BatchGraph | None, args: tuple,
                    kwargs: dict) -> bool:
-        """The model's first forward ran trimmed (padded) with K = the batch's hop count, so
-        that no untrimmed training step is paid for (its time, and its activations: they set
-        the run's peak memory). Whether trimming is exact for it: by construction
-        (`trim.trusted`: no reference forward) or by the check, as in `calibrated`."""
-        trusted, why = trusted_trimming(module, args, kwargs)
-        if trusted:
-            state.trim, state.compact, state.reason = True, not hasattr(module, "jk"), None
-            state.verified_by = why
-        else:
-            self.verify(module, state, args, kwargs)
-        return state.trim
-
-    def calibrated(self, model: torch.nn.Module, state: ModelState, trace: Trace,
-                   args: tuple, kwargs: dict) -> None:
-        """The model's first forward ran untrimmed: K is its layer calls; then the check."""
-        state.layers = trace.calls
-        if trace.calls == 0:
-            state.reason = "no MessagePassing layer ran on the batch's edge_index"
-            return
-        if trace.problem is not None:
-            state.reason = trace.problem
-            return
-        mixing = batch_mixing_modules(model, any_mode=True)
-        if mixing:
-            state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
-            return
-        self.verify(model, state, args, kwargs)
-
-    def verify(self, model: torch.nn.Module, state: ModelState, args: tuple,
-               kwargs: dict) -> None:
-        """The check (`_check`), timed; its verdict goes to `state`."""
-        start = time.perf_counter()
-        state.trim, state.compact, state.reason = self._check(model, state, args, kwargs)
-        state.verified_by = "the one-off check" if state.trim else None
-        self.seconds += time.perf_counter() - start
-
-    def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,
-               kwargs: dict) -> tuple[bool, bool, str | None]:
-        """(trim, compact, reason): `gnnorch.trim.verify` on this batch; train/eval flags
-        are restored."""
-        seam = self.seam
-        flags = [(m, m.training) for m in model.modules()]
-
-        def trimmed(compact: bool) -> tuple[Any, str | None]:
-            state.compact = compact
-            self.problem = None
-            try:
-                out = pad_compact(seam.forward_in(Mode.CHECK_TRIM, model, args, kwargs),
-                                  seam.batch, compact)
-            finally:
-                seam.clear_forward()
-            return out, self.problem
-
-        try:
-            model.eval()
-            with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                plain = seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs)
-                return verify_trimming(plain, trimmed, seam.batch.batch_size)
-        finally:
-            for m, training in flags:
-                m.training = training
+        """Whether a layer call made under activation checkpointing runs past the seam: no
+        hook, trimming or rewrite, so that the forward and its recomputation in the backward
+        pass (which needs every saved tensor back with the shape it had) run it alike; its
+        model is then never trimmed (`CHECKPOINTED`). Inside a trimmed forward, whose inputs
+        may be compact, the call runs as planned and the problem has that forward redone
+        untrimmed (`forward_end`: RECOMPUTE or REPLAY_RELEARN)."""
+        edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
+        if batch is None or not batch.is_own(edge_index):
+            return True
+        if trace is None or self._depth < 1:  # checkpoint(model), or a layer's recomputation
+            if self._untraced is not None:
+                self._untraced.checkpointed_calls += 1
+            return True
+        trace.state.checkpointed_calls += 1
+        trace.problem = trace.problem or CHECKPOINTED
+        if trace.mode.untrimmed or trace.mode is Mode.CALIBRATE:
+            trace.calls += 1
+            return True
+        return False

@@ -54,17 +54,22 @@ def _mixes(module: torch.nn.Module, cls: type, training_only: bool, any_mode: bo
 
 def batch_mixing_modules(root: torch.nn.Module, any_mode: bool = False) -> list[str]:
     """Qualified names (with types) of submodules of `root` that mix rows across the batch in
-    their current mode (`any_mode`: in training or eval mode, e.g. BatchNorm always counts);
-    aggregation modules that are part of a MessagePassing layer are row-local per destination
-    and not listed."""
+    their current mode (`any_mode`: in training or eval mode, e.g. BatchNorm always counts).
+
+    Aggregation modules that are part of a MessagePassing layer are row-local per destination
+    and not listed; any other module inside a layer is, like one outside: a layer's own
+    normalisation runs over the rows the layer computes, which trimming makes fewer (e.g.
+    `GENConv`'s MLP with `norm="batch"` or `"layer"`, a `GINConv` whose `nn` holds a
+    `BatchNorm1d`: batch statistics over other rows)."""
     from torch_geometric.nn import MessagePassing
+    from torch_geometric.nn.aggr import Aggregation
 
     kinds = _torch_mixing() + _pyg_mixing()
-    inside_layers = {id(m) for layer in root.modules() if isinstance(layer, MessagePassing)
-                     for m in layer.modules() if m is not layer}
+    layer_aggregations = {id(m) for layer in root.modules() if isinstance(layer, MessagePassing)
+                          for m in layer.modules() if isinstance(m, Aggregation)}
     found = []
     for name, module in root.named_modules():
-        if id(module) in inside_layers:
+        if id(module) in layer_aggregations:
             continue
         if any(_mixes(module, cls, training_only, any_mode) for cls, training_only in kinds):
             found.append(f"{name or '<model>'} ({type(module).__name__})")

@@ -37,11 +37,14 @@ import dataclasses
 import enum
 from typing import Callable, NamedTuple
 
-__all__ = ["Action", "Mode", "ModelState", "SELF_TRIMMING", "Step", "check_result", "enter",
+__all__ = ["Action", "CHECKPOINTED", "Mode", "ModelState", "SELF_TRIMMING", "Step", "check_result", "enter",
            "forward_end", "non_seed_read", "self_trimming"]
 
 SELF_TRIMMING = ("the model trims its own layers (PyG's trim_to_layer / BasicGNN's "
                  "num_sampled_nodes_per_hop): left to PyG's trimming")
+CHECKPOINTED = ("layers run under activation checkpointing (torch.utils.checkpoint), whose "
+                "backward pass recomputes them and needs every saved tensor back with the shape "
+                "it had: those calls run past gnnorch's layer seam, and the model untrimmed")
 
 
 class Mode(enum.Enum):
@@ -160,6 +163,7 @@ class ModelState:
     materialized: int = 0          # trimmed forwards recomputed untrimmed (non-seed rows read)
     speculated: bool = False       # the first forward was run trimmed before the check
     verified_by: str | None = None  # what established that trimming is exact for it
+    checkpointed_calls: int = 0    # layer calls run past the seam under checkpointing
 
     def disable(self, reason: str) -> None:
         """Trimming off for this model from now on, for `reason`."""
@@ -172,4 +176,5 @@ class ModelState:
                 "trimmed_forwards": self.trimmed_forwards,
                 "untrimmed_forwards": self.untrimmed_forwards,
                 "materialized": self.materialized,
-                "verified_by": self.verified_by if self.trim else None}
+                "verified_by": self.verified_by if self.trim else None,
+                "checkpointed_calls": self.checkpointed_calls}

@@ -1,0 +1,113 @@
+"""The one-off check: whether trimming is exact for a model, decided once, on its first batch.
+
+By construction for a closed set of PyG models (`gnnorch.trim.trusted`), else by comparing
+the seed rows of an untrimmed and a trimmed forward of that batch (`gnnorch.trim.verify`),
+both run through the layer seam (`intercept.layers.LayerSeam`) in the check modes. A model
+that mixes rows across the batch (`gnnorch.trim.mixing`, in training or eval mode), or whose
+first forward met a problem (self-trimming, activation checkpointing), is never checked.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import torch
+
+from ..trim.batch import BatchGraph
+from ..trim.mixing import batch_mixing_modules
+from ..trim.state import Mode, ModelState
+from ..trim.trusted import trusted_trimming
+from ..trim.verify import pad_compact, verify_trimming
+from .chain import Trace
+
+__all__ = ["CheckedSeam", "OneOffCheck"]
+
+
+class CheckedSeam(Protocol):
+    """What the check needs of the layer seam (`intercept.layers.LayerSeam`)."""
+
+    batch: BatchGraph | None
+
+    def forward_in(self, mode: Mode, module: torch.nn.Module, args: tuple,
+                   kwargs: dict) -> Any:
+        """`module(*args, **kwargs)`, the forward entered in `mode`."""
+
+    def clear_forward(self) -> None:
+        """No forward in flight."""
+
+
+class OneOffCheck:
+    """Whether trimming is exact for a model, decided once, on its first batch: by
+    construction (`trim.trusted`) or by the check of `gnnorch.trim.verify` (trimmed and
+    untrimmed seed outputs equal), whose forwards run through `seam` in the check modes
+    (`Mode.CHECK_PLAIN`, `Mode.CHECK_TRIM`): in eval mode, without gradients, the RNG
+    untouched, the outer hooks bypassed."""
+
+    def __init__(self, seam: CheckedSeam) -> None:
+        self.seam = seam
+        self.seconds = 0.0               # spent in reference / trimmed check forwards
+        self.problem: str | None = None  # what the latest trimmed check forward met
+
+    def speculated(self, module: torch.nn.Module, state: ModelState, args: tuple,
+                   kwargs: dict) -> bool:
+        """The model's first forward ran trimmed (padded) with K = the batch's hop count, so
+        that no untrimmed training step is paid for (its time, and its activations: they set
+        the run's peak memory). Whether trimming is exact for it: by construction
+        (`trim.trusted`: no reference forward) or by the check, as in `calibrated`."""
+        trusted, why = trusted_trimming(module, args, kwargs)
+        if trusted:
+            state.trim, state.compact, state.reason = True, not hasattr(module, "jk"), None
+            state.verified_by = why
+        else:
+            self.verify(module, state, args, kwargs)
+        return state.trim
+
+    def calibrated(self, model: torch.nn.Module, state: ModelState, trace: Trace,
+                   args: tuple, kwargs: dict) -> None:
+        """The model's first forward ran untrimmed: K is its layer calls; then the check."""
+        state.layers = trace.calls
+        if trace.calls == 0:
+            state.reason = "no MessagePassing layer ran on the batch's edge_index"
+            return
+        if trace.problem is not None:
+            state.reason = trace.problem
+            return
+        mixing = batch_mixing_modules(model, any_mode=True)
+        if mixing:
+            state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
+            return
+        self.verify(model, state, args, kwargs)
+
+    def verify(self, model: torch.nn.Module, state: ModelState, args: tuple,
+               kwargs: dict) -> None:
+        """The check (`_check`), timed; its verdict goes to `state`."""
+        start = time.perf_counter()
+        state.trim, state.compact, state.reason = self._check(model, state, args, kwargs)
+        state.verified_by = "the one-off check" if state.trim else None
+        self.seconds += time.perf_counter() - start
+
+    def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,
+               kwargs: dict) -> tuple[bool, bool, str | None]:
+        """(trim, compact, reason): `gnnorch.trim.verify` on this batch; train/eval flags
+        are restored."""
+        seam = self.seam
+        flags = [(m, m.training) for m in model.modules()]
+
+        def trimmed(compact: bool) -> tuple[Any, str | None]:
+            state.compact = compact
+            self.problem = None
+            try:
+                out = pad_compact(seam.forward_in(Mode.CHECK_TRIM, model, args, kwargs),
+                                  seam.batch, compact)
+            finally:
+                seam.clear_forward()
+            return out, self.problem
+
+        try:
+            model.eval()
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                plain = seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs)
+                return verify_trimming(plain, trimmed, seam.batch.batch_size)
+        finally:
+            for m, training in flags:
+                m.training = training
