@@ -301,9 +301,10 @@ class Encoded(torch.nn.Module):
         return self.conv2(self.conv1(self.enc(x), edge_index).relu(), edge_index)
 
 
-def _encoded_train(data):
+def _epoch_train(data, model_class):
+    """One epoch of `model_class(data.num_features)` on a [5, 5] loader; the final weights."""
     torch.manual_seed(0)
-    model = Encoded(data.num_features)
+    model = model_class(data.num_features)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
                             batch_size=16, shuffle=True)
@@ -320,9 +321,9 @@ def test_uncacheable_model_warns_and_trains_exactly():
     # rewrites off on both sides: their timing-based choices would change float rounding;
     # gnnorch's sampler on both (a cache's loader keeps it; "auto" may keep pyg-lib)
     with pytest.warns(CacheWarning, match="raw features"):
-        got, stats = run(_encoded_train, data, cache=True, seed=5, rewrite=False,
+        got, stats = run(_epoch_train, data, Encoded, cache=True, seed=5, rewrite=False,
                          sampler="gnnorch")
-    ref, _ = run(_encoded_train, data, seed=5, rewrite=False, sampler="gnnorch")
+    ref, _ = run(_epoch_train, data, Encoded, seed=5, rewrite=False, sampler="gnnorch")
     assert stats["status"] == "off"
     for key, value in ref.items():
         assert torch.equal(got[key], value), key
@@ -343,28 +344,15 @@ class NormalisedGIN(torch.nn.Module):
         return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
 
 
-def _normalised_gin_train(data):
-    torch.manual_seed(0)
-    model = NormalisedGIN(data.num_features)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
-                            batch_size=16, shuffle=True)
-    for batch in loader:
-        optimizer.zero_grad()
-        out = model(batch.x, batch.edge_index)[:batch.batch_size]
-        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-        optimizer.step()
-    return model.state_dict()
-
-
 def test_bottom_layer_mixing_rows_is_refused_and_trains_exactly():
     """A cached embedding must be the vertex's own: a bottom layer with batch statistics
     inside (refreshes would also move its running statistics) is not cached."""
     data = cora()
     with pytest.warns(CacheWarning, match="mixes rows across the batch"):
-        got, stats = run(_normalised_gin_train, data, cache=True, seed=5, rewrite=False,
-                         sampler="gnnorch")
-    ref, _ = run(_normalised_gin_train, data, seed=5, rewrite=False, sampler="gnnorch")
+        got, stats = run(_epoch_train, data, NormalisedGIN, cache=True, seed=5,
+                         rewrite=False, sampler="gnnorch")
+    ref, _ = run(_epoch_train, data, NormalisedGIN, seed=5, rewrite=False,
+                 sampler="gnnorch")
     assert stats["status"] == "off" and "BatchNorm1d" in stats["reason"]
     for key, value in ref.items():
         assert torch.equal(got[key], value), key
