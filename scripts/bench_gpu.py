@@ -39,11 +39,14 @@ batches, before the test pass): ``--epochs-baseline N`` runs vanilla and expert 
 epochs (2: the first and one steady); ``--worker-sweep-model sage`` sweeps ``--workers`` for
 SAGE only and runs the other models' vanilla / expert rows at SAGE's best counts (from this
 run, or from the JSON of an earlier run given with ``--workers-from``; rows and table say
-so); ``--screen-workers 0`` first runs those worker counts' vanilla / expert rows for one
-epoch without the test pass and keeps them as ``screened`` (no accuracy, no ratios, never the
-best) when that epoch is slower than 1.2x the best steady epoch measured for the same model
-and family, measuring them in full otherwise; ``--time-budget S`` skips (and records) rows
-that would not finish within S seconds, judged from the time the same kind of row took so
+so); ``--screen-batches N`` picks each family's best worker count by a screen instead of
+a full row per count: one fresh process builds PyG's ``NeighborSampler`` once and, for every
+count of ``--workers`` and both families, times max(N, 4 x workers) batches of the same
+training step after a warm-up of max(10, 3 x workers) batches (past the burst of the workers'
+first batches, which all start together); only each family's fastest count is then measured in full (its row says
+``workers_screen``; the JSON's ``screens`` keeps every count's ms per batch);
+``--time-budget S`` skips (and records) rows that would not finish within S seconds, judged
+from the time the same kind of row took so
 far. ``--merge A.json B.json ...`` combines runs (rows of later files win) into one table and
 JSON without measuring. ``scripts/device_session.sh`` drives all this on a lent GPU
 (docs/gpu-runbook.md).
@@ -76,8 +79,6 @@ import baselines  # graph generation on disk, fresh-process runs with PSS sampli
 PRODUCTS = {"nodes": 2_450_000, "train_seeds": 196_615, "avg_degree": 50.5}
 DEVICE_ENV = "GNNORCH_BENCH_DEVICE"   # the parent's --device, for its fresh children
 HIDDEN_ENV = "GNNORCH_BENCH_HIDDEN"   # the parent's --hidden
-SCREEN_ENV = "GNNORCH_BENCH_SCREEN"   # set for a screening run: one epoch, no test accuracy
-SCREEN_MARGIN = 1.2   # a screen rules a row out when its epoch > 1.2x the best steady epoch
 MODELS = ("sage", "gcn", "gat")
 GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
                 "gnnorch-cache-features-host", "gnnorch-features-host-norewrite")
@@ -107,6 +108,23 @@ def _loader(data, mask, fanout, batch_size, shuffle, num_workers, expert):
                           batch_size=batch_size, shuffle=shuffle, **kwargs)
 
 
+def train_step(net, optimizer, batch, device, expert: bool) -> tuple[torch.Tensor, bool]:
+    """One step of the ordinary loop (``batch.to(device)``, forward, loss, backward, step); an
+    expert adds ``non_blocking`` copies and BasicGNN trimming. Returns the loss and whether
+    the step trimmed."""
+    batch = batch.to(device, non_blocking=expert)
+    optimizer.zero_grad()
+    # BasicGNN trimming needs the sampler's hop counts (pyg-lib reports them)
+    hops = ({"num_sampled_nodes_per_hop": batch.num_sampled_nodes,
+             "num_sampled_edges_per_hop": batch.num_sampled_edges}
+            if expert and "num_sampled_nodes" in batch else {})
+    out = net(batch.x, batch.edge_index, **hops)[:batch.batch_size]
+    loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+    loss.backward()
+    optimizer.step()
+    return loss, bool(hops)
+
+
 def train(data, model="sage", epochs=3, device="cuda", num_workers=None, expert=False,
           batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0, test=True):
     """An ordinary PyG training function on `device`; `expert` adds what a PyG expert adds.
@@ -126,23 +144,79 @@ def train(data, model="sage", epochs=3, device="cuda", num_workers=None, expert=
             net.train()
             start = time.perf_counter()
             for batch in loader:
-                batch = batch.to(device, non_blocking=expert)
-                optimizer.zero_grad()
-                # BasicGNN trimming needs the sampler's hop counts (pyg-lib reports them)
-                hops = ({"num_sampled_nodes_per_hop": batch.num_sampled_nodes,
-                         "num_sampled_edges_per_hop": batch.num_sampled_edges}
-                        if expert and "num_sampled_nodes" in batch else {})
-                trimmed |= bool(hops)
-                out = net(batch.x, batch.edge_index, **hops)[:batch.batch_size]
-                loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-                loss.backward()
-                optimizer.step()
+                loss, trimmed_now = train_step(net, optimizer, batch, device, expert)
+                trimmed |= trimmed_now
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             epoch_seconds.append(time.perf_counter() - start)
     return {"epoch_seconds": epoch_seconds, "loss": float(loss), "trimmed_by_hand": trimmed,
             "test_accuracy": (test_accuracy(net, data, fanout, device, num_workers, expert)
                               if test else None)}
+
+
+def screen_windows(workers: int, batches: int) -> tuple[int, int]:
+    """(warm-up, timed) batches of one screened worker count: the timed window starts past
+    the burst of the workers' first batches (they all start together) and spans several
+    rounds of every worker."""
+    return max(10, 3 * workers), max(batches, 4 * workers)
+
+
+def screen_here(model: str, graph: Path, workers: list[int], batches: int, device: str,
+                hidden: int, fanout=(15, 10, 5), batch_size: int = 1024) -> dict:
+    """Time the ordinary training step, ms per batch, for every worker count of vanilla and
+    expert (`screen_windows`), in this process: PyG's ``NeighborSampler`` is built once and
+    given to every loader (``neighbor_sampler=``, PyG's own argument), so the screen pays
+    the graph's CSC conversion once. Worker processes end with each count's iterator."""
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.sampler import NeighborSampler
+
+    data = torch.load(graph, weights_only=False)
+    dev = torch.device(device)
+    began = time.perf_counter()
+    sampler = NeighborSampler(data, num_neighbors=list(fanout), share_memory=True)
+    setup_seconds = time.perf_counter() - began
+    entries = []
+    for count in workers:
+        for family in BASELINES:
+            expert = family == "expert"
+            torch.manual_seed(0)
+            net = build_model(model, data.num_features, hidden, len(fanout),
+                              int(data.y.max()) + 1).to(dev)
+            optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
+            loader = NeighborLoader(data, num_neighbors=list(fanout),
+                                    input_nodes=data.train_mask, batch_size=batch_size,
+                                    shuffle=True, num_workers=count, pin_memory=expert,
+                                    neighbor_sampler=sampler)
+            affinity = (loader.enable_cpu_affinity(list(range(count)))
+                        if expert and count else contextlib.nullcontext())
+            warmup, timed = screen_windows(count, batches)
+            if warmup + timed > len(loader):
+                raise ValueError(f"a screen of {warmup} + {timed} batches needs more than "
+                                 f"the epoch's {len(loader)} batches")
+            net.train()
+            start = time.perf_counter()
+            with affinity:
+                iterator = iter(loader)
+                for _ in range(warmup):
+                    train_step(net, optimizer, next(iterator), dev, expert)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                window = time.perf_counter()
+                for _ in range(timed):
+                    train_step(net, optimizer, next(iterator), dev, expert)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                end = time.perf_counter()
+                del iterator   # its workers end here
+            entries.append({"config": f"{model}/{family}-w{count}", "family": family,
+                            "num_workers": count, "warmup_batches": warmup,
+                            "timed_batches": timed,
+                            "ms_per_batch": 1000 * (end - window) / timed,
+                            "warmup_seconds": window - start})
+    return {"model": model, "setup_seconds": setup_seconds, "entries": entries,
+            "best": {family: min((e for e in entries if e["family"] == family),
+                                 key=lambda e: e["ms_per_batch"])["num_workers"]
+                     for family in BASELINES}}
 
 
 @torch.no_grad()
@@ -251,7 +325,7 @@ def measure_here(config: str, graph: Path, epochs: int, device: str, hidden: int
         expert = name.startswith("expert")
         workers = int(name.split("-w")[1])
         out = train(data, model=model, epochs=epochs, device=device, expert=expert,
-                    num_workers=workers, hidden=hidden, test=not os.environ.get(SCREEN_ENV))
+                    num_workers=workers, hidden=hidden)
     elif name.startswith("gnnorch"):
         import gnnorch
 
@@ -295,7 +369,7 @@ def best_workers(rows: list[dict], model: str) -> dict[str, int]:
     out = {}
     for family in BASELINES:
         done = [r for r in rows if r.get("model") == model and "error" not in r
-                and "screened" not in r and r["config"].split("/")[1].startswith(family + "-w")]
+                and r["config"].split("/")[1].startswith(family + "-w")]
         if done:
             fastest = min(done, key=lambda r: r["steady_epoch_seconds"])
             out[family] = int(fastest["config"].split("-w")[1])
@@ -324,19 +398,20 @@ def names_for(args: argparse.Namespace, model: str,
     counts = list(dict.fromkeys(workers["vanilla"] + workers["expert"]))
     names = [f"{family}-w{w}" for w in counts for family in BASELINES if w in workers[family]]
     names += list(GNNORCH_ROWS)
-    if args.configs:  # a row name, or a family: "vanilla" / "expert" (any worker count)
-        wanted = set(args.configs.split(","))
-        names = [n for n in names if n in wanted or (_family(n) in wanted and n not in
-                                                     GNNORCH_ROWS)]
+    if args.configs:  # row names, or families ("vanilla" / "expert": every worker count),
+        wanted = args.configs.split(",")   # measured in this order
+        names = list(dict.fromkeys(n for token in wanted for n in names
+                                   if n == token or (n not in GNNORCH_ROWS
+                                                     and _family(n) == token)))
         skipped = [s for s in skipped if s["config"].split("/")[1] in wanted]
     return names, source, skipped
 
 
-def summarise(rows: list[dict]) -> list[dict]:
-    """Per model: the best vanilla and expert rows, and every row's ratios to them (rows with
-    an error take no part)."""
+def summarise(rows: list[dict], screens: list[dict]) -> list[dict]:
+    """Per model: the best vanilla and expert rows (and the worker screen that chose their
+    counts), and every row's ratios to them (rows with an error take no part)."""
     out = []
-    ok = [r for r in rows if "error" not in r and "screened" not in r]
+    ok = [r for r in rows if "error" not in r]
     for model in dict.fromkeys(r["model"] for r in ok):
         mine = [r for r in ok if r["model"] == model]
 
@@ -361,17 +436,28 @@ def summarise(rows: list[dict]) -> list[dict]:
                     "expert_workers_measured": sorted(
                         int(r["config"].split("-w")[1]) for r in mine
                         if r["config"].split("/")[1].startswith("expert-w")),
-                    "workers_screened_out": sorted(
-                        r["config"].split("/")[1] for r in rows
-                        if r.get("model") == model and "screened" in r)})
+                    "worker_screen": screen_summary(screens, model)})
     return out
+
+
+def screen_summary(screens: list[dict], model: str) -> dict | None:
+    """`model`'s worker screen: ms per batch of every count, per family, and the best."""
+    screen = next((s for s in reversed(screens) if s["model"] == model), None)
+    if screen is None or "error" in screen:
+        return screen and {"error": screen["error"]}
+    return {"best": screen["best"],
+            "ms_per_batch": {family: {str(e["num_workers"]): round(e["ms_per_batch"], 2)
+                                      for e in screen["entries"] if e["family"] == family}
+                             for family in BASELINES},
+            "timed_batches": {str(e["num_workers"]): e["timed_batches"]
+                              for e in screen["entries"]}}
 
 
 def acceptance(rows: list[dict]) -> dict:
     """Issue 21's targets, judged where their rows exist (meaningful on a GPU run only): SAGE
     steady epoch <= 0.5 s, >= 10x vanilla, >= 3x the expert, test accuracy within 0.5 pt of
     vanilla; cache=True with host features >= 1.5x the exact host-features row."""
-    by = {r["config"]: r for r in rows if "error" not in r and "screened" not in r}
+    by = {r["config"]: r for r in rows if "error" not in r}
     out: dict = {}
     row = by.get("sage/gnnorch")
     if row is not None:
@@ -408,8 +494,8 @@ def _notes(row: dict) -> str:
             notes.append(f"{lo['role']}: {'served' if lo['served'] else 'NOT served'}, "
                          f"sampled on {where}, features {lo['features']}"
                          + (f", deferred {','.join(lo['deferred'])}" if lo["deferred"] else ""))
-    if row.get("screened"):
-        notes.append(f"screened out: {row['screened']['verdict']}")
+    if row.get("workers_screen"):
+        notes.append(f"workers: best of {row['workers_screen']} by the screen")
     if row.get("workers_from"):
         src = row["workers_from"]
         notes.append(f"workers from {src['model']}'s sweep")
@@ -438,10 +524,17 @@ def print_table(rows: list[dict], best: list[dict], skipped: list[dict],
               f"{row['peak_gpu_mb'] or 0:.0f} | {_notes(row)} |")
     for entry in best:
         print(f"{entry['model']}: vanilla = {entry['vanilla']} (of workers "
-              f"{entry['vanilla_workers_measured']}), expert = {entry['expert']} (of workers "
-              f"{entry['expert_workers_measured']})"
-              + (f"; screened out: {', '.join(entry['workers_screened_out'])}"
-                 if entry.get("workers_screened_out") else ""))
+              f"{entry['vanilla_workers_measured']} measured in full), expert = "
+              f"{entry['expert']} (of workers {entry['expert_workers_measured']})")
+        screen = entry.get("worker_screen")
+        if screen and "error" in screen:
+            print(f"  worker screen FAILED: {screen['error'][:300]}")
+        elif screen:
+            for family in BASELINES:
+                cells = ", ".join(f"w{w}: {ms:.1f}" for w, ms in
+                                  screen["ms_per_batch"][family].items())
+                print(f"  worker screen, {family}, ms per batch ({cells}) -> "
+                      f"w{screen['best'][family]}")
     for entry in skipped:
         print(f"skipped {entry['config']}: {entry['reason']}")
     label = "acceptance" if on_gpu else "acceptance (not a GPU run: meaningless)"
@@ -495,7 +588,9 @@ def merge(args: argparse.Namespace) -> int:
         sys.exit(f"--merge: runs of different graphs or devices ({nodes}, {devices})")
     by_config: dict[str, dict] = {}
     skipped: list[dict] = []
+    screens: list[dict] = []   # a later file's screen of a model wins (screen_summary)
     for doc in docs:
+        screens += doc.get("screens", [])
         for row in doc["rows"]:
             row = {k: v for k, v in row.items() if not k.startswith(("speedup_vs_",
                                                                      "accuracy_minus_"))}
@@ -503,10 +598,10 @@ def merge(args: argparse.Namespace) -> int:
         skipped += doc.get("skipped", [])
     rows = list(by_config.values())
     skipped = [s for s in skipped if s["config"] not in by_config]
-    best = summarise(rows)
+    best = summarise(rows, screens)
     print_table(rows, best, skipped, on_gpu=docs[0]["machine"]["device"] != "cpu")
     doc = dict(docs[0], date=time.strftime("%Y-%m-%d %H:%M:%S"), best=best,
-               acceptance=acceptance(rows), rows=rows,
+               acceptance=acceptance(rows), rows=rows, screens=screens,
                skipped=skipped, partial=any(d.get("partial") for d in docs),
                merged_from=[str(p) for p in args.merge])
     doc["workload"] = dict(docs[0]["workload"], epochs_baseline=sorted(
@@ -541,11 +636,10 @@ def main() -> None:
     ap.add_argument("--device", default=os.environ.get(
         DEVICE_ENV, "cuda" if torch.cuda.is_available() else "cpu"))
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--screen-workers", default=None,
-                    help="worker counts whose vanilla / expert rows are first screened: one "
-                         "epoch without the test pass, kept as 'screened' (no best, no "
-                         "ratios) when slower than 1.2x the best steady epoch of the same "
-                         "family and model, measured in full otherwise")
+    ap.add_argument("--screen-batches", type=int, default=None,
+                    help="choose each family's worker count by a screen (ms per batch of the "
+                         "training step over max(N, 4 x workers) batches, every count of "
+                         "--workers, one process) and measure only the best in full")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds: skip rows that would not finish in it (judged from the "
                          "time of rows of the same kind so far)")
@@ -558,8 +652,17 @@ def main() -> None:
                     help="default benchmarks/results/gpu.json (--dry-run: "
                          "bench-results/gpu_dry_run.json)")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # internal: one row, JSON to stdout
+    ap.add_argument("--measure-screen", help=argparse.SUPPRESS)  # internal: one model's screen
     ap.add_argument("--graph", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.screen_batches is not None and args.screen_batches < 1:
+        ap.error("--screen-batches must be a positive number of batches")
+    if args.measure_screen:
+        hidden = int(os.environ.get(HIDDEN_ENV, args.hidden))
+        print(json.dumps(screen_here(args.measure_screen, args.graph,
+                                     [int(w) for w in args.workers.split(",")],
+                                     args.screen_batches, args.device, hidden)))
+        return
     if args.measure:
         hidden = int(os.environ.get(HIDDEN_ENV, args.hidden))
         print(json.dumps(measure_here(args.measure, args.graph, args.epochs, args.device,
@@ -598,11 +701,12 @@ def main() -> None:
         models.insert(0, args.worker_sweep_model)
     rows: list[dict] = []
     skipped: list[dict] = []
+    screens: list[dict] = []
     sweep_best: dict = ({args.worker_sweep_model: best_workers(known, args.worker_sweep_model)}
                         if args.worker_sweep_model and known else {})
 
     def write(partial: bool) -> list[dict]:
-        best = summarise(rows)
+        best = summarise(rows, screens)
         edges = next((r["num_edges"] for r in rows if "num_edges" in r), None)
         _write(args.out, {
             "benchmark": "bench_gpu", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -614,26 +718,20 @@ def main() -> None:
                          "rewrite_decisions": "measured afresh in every gnnorch row (an empty "
                                               "GNNORCH_CACHE_DIR each)"},
             "worker_sweep": {"model": args.worker_sweep_model, "workers": args.workers,
-                             "best": sweep_best},
+                             "best": sweep_best, "screen_batches": args.screen_batches},
             "partial": partial, "best": best, "acceptance": acceptance(rows), "rows": rows,
-            "skipped": skipped})
+            "screens": screens, "skipped": skipped})
         return best
 
-    screen = {int(w) for w in args.screen_workers.split(",")} if args.screen_workers else set()
-
-    def fresh(config: str, epochs: int, screening: bool = False) -> dict:
+    def fresh(config: str, epochs: int) -> dict:
         """One row in a fresh interpreter (a crash is recorded, the other rows still run)."""
         if _family(config.split("/")[1]) == "gnnorch":   # no measured rewrite decisions
             os.environ["GNNORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="gnnorch-bench-")
-        if screening:
-            os.environ[SCREEN_ENV] = "1"
         load, began = os.getloadavg(), time.perf_counter()
         try:
             row = baselines.run_fresh(script, config, graph, epochs, sys.executable)
         except RuntimeError as exc:
             row = {"config": config, "model": config.split("/")[0], "error": str(exc)[-3000:]}
-        finally:
-            os.environ.pop(SCREEN_ENV, None)
         row["row_wall_seconds"] = time.perf_counter() - began
         row["loadavg_before"], row["loadavg_after"] = load, os.getloadavg()
         return row
@@ -653,9 +751,33 @@ def main() -> None:
         print(f"  {config:<34} skipped: {skipped[-1]['reason']}", flush=True)
         return True
 
+    def screen_workers(model: str) -> dict | None:
+        """`model`'s worker screen in a fresh interpreter (a failure is recorded: every
+        count is then measured in full, as without a screen)."""
+        began = time.perf_counter()
+        cmd = [sys.executable, script, "--measure-screen", model, "--graph", str(graph),
+               "--workers", args.workers, "--screen-batches", str(args.screen_batches)]
+        try:
+            screen = baselines.fresh_json_row(cmd, f"the {model} worker screen")
+        except SystemExit as exc:   # fresh_json_row's way of naming a failed child
+            screen = {"model": model, "error": str(exc)[-3000:]}
+        screen["wall_seconds"] = time.perf_counter() - began
+        screens.append(screen)
+        write(partial=True)
+        if "error" in screen:
+            print(f"  {model} worker screen FAILED: {screen['error'][-600:]}", flush=True)
+            return None
+        for entry in screen["entries"]:
+            print(f"  {entry['config']:<34} screen {entry['ms_per_batch']:8.1f} ms per batch "
+                  f"({entry['timed_batches']} batches after {entry['warmup_batches']})",
+                  flush=True)
+        return screen["best"]
+
+    counts = list(dict.fromkeys(int(w) for w in args.workers.split(",")))
     for model in models:
         names, source, none = names_for(args, model, rows + known)
         skipped += none
+        screened: dict | None = None   # the screen's best count per family, once it ran
         for name in names:
             config = f"{model}/{name}"
             family = _family(name)
@@ -667,37 +789,20 @@ def main() -> None:
                 skipped.append({"config": config, "reason": f"PyG would sample with {backend}, "
                                 "not pyg-lib: build pyg-lib first"})
                 continue
+            if (family in BASELINES and args.screen_batches and source is None
+                    and len(counts) > 1):
+                if screened is None:   # once per model; {}: no screen, every count in full
+                    screened = ({} if over_budget(f"{model}/worker-screen", "worker-screen",
+                                                  "screen") else screen_workers(model) or {})
+                if screened and int(name.split("-w")[1]) != screened[family]:
+                    continue       # not the family's best count: the screen's entry says so
             if over_budget(config, name, family):
                 continue
-            row = None
-            fastest = min((r for r in rows if r.get("model") == model and "error" not in r
-                           and "screened" not in r and r["config"] != config
-                           and _family(r["config"].split("/")[1]) == family),
-                          key=lambda r: r["steady_epoch_seconds"], default=None)
-            if (family in BASELINES and int(name.split("-w")[1]) in screen
-                    and fastest is not None):
-                # one epoch without the test pass: slower than the family's best steady epoch
-                # by the margin, it cannot be the best (a first epoch is never faster than the
-                # steady one in these rows); otherwise it is measured in full
-                trial = fresh(config, 1, screening=True)
-                bound = SCREEN_MARGIN * fastest["steady_epoch_seconds"]
-                if "error" not in trial and trial["first_epoch_seconds"] > bound:
-                    trial["screened"] = {
-                        "verdict": f"one epoch {trial['first_epoch_seconds']:.1f} s > "
-                                   f"{SCREEN_MARGIN} x {fastest['config']}'s steady "
-                                   f"{fastest['steady_epoch_seconds']:.2f} s",
-                        "against": fastest["config"], "margin": SCREEN_MARGIN}
-                    row = trial
-                else:
-                    print(f"  {config:<34} screen inconclusive "
-                          f"({trial.get('first_epoch_seconds', trial.get('error'))}): "
-                          "measured in full", flush=True)
-                    if over_budget(config, name, family):
-                        continue
-            if row is None:
-                row = fresh(config, epochs_baseline if family in BASELINES else args.epochs)
+            row = fresh(config, epochs_baseline if family in BASELINES else args.epochs)
             if source is not None and family in BASELINES:
                 row["workers_from"] = source
+            if screened and family in BASELINES:
+                row["workers_screen"] = ",".join(map(str, counts))
             rows.append(row)
             _print_row(row)
             write(partial=True)

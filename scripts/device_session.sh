@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
-# One lent GPU session (issue 21), in a few short device calls; docs/gpu-runbook.md is the plan.
+# One lent GPU session (issue 21) in one device call (two at most) of a 15-minute lease;
+# docs/gpu-runbook.md is the plan.
 #
 #   bash scripts/device_session.sh prepare        # HERE, before the session: .whl/ and .carry/
 #   bash scripts/device_session.sh start          # on the device: install, launch the driver
-#   bash scripts/device_session.sh wait 560       # on the device: wait, copy results to $OUT
+#   bash scripts/device_session.sh wait 570       # on the device: wait, copy results to $OUT
 #   bash scripts/device_session.sh status         # on the device: one line, no waiting
 #   bash scripts/device_session.sh stop           # on the device: end the driver
 #
 # `prepare` downloads the wheels gnnorch needs and the device lacks into .whl/ and copies the
 # pyg-lib source and build script from ../shared/baselines into .carry/ (both ignored through
-# .git/info/exclude; the device call carries them: carry [".whl", ".carry"]).
+# .git/info/exclude; the device call carries them: carry [".whl", ".carry"]); with
+# PYG_LIB_WHEEL=FILE it also carries a pyg-lib wheel built here against the device's torch
+# (scripts/device_like_env.sh), which the device checks and installs instead of building.
 # `start` installs the missing wheels into /tmp/site, prints the machine (nvidia-smi, versions,
 # compilers) and launches the driver with setsid (it outlives the call while the machine is
-# held), which runs the measurement plan in priority order, each step bounded by `timeout` and
-# by the driver's deadline (DEADLINE_S seconds after its start, default 1200), each writing its
-# own JSON under /tmp/gnnorch-device/results (the log: /tmp/gnnorch-device/log):
+# held), which runs the plan's units in order, each step bounded by `timeout` and by the
+# driver's deadline (DEADLINE_S seconds after its start, default 660; steps that no longer fit
+# are skipped and logged), each writing its own JSON under /tmp/gnnorch-device/results (the
+# log: /tmp/gnnorch-device/log):
 #
-#   a. build pyg-lib (CPU kernels, JOBS=16) | generate the products-scale graph | GPU tests
-#   b. SAGE: gnnorch rows (after a), then vanilla / expert at num_workers 12, 8, 4 and 0
-#      (0 screened: one epoch, kept only if not clearly slower than the best; bench_gpu.py)
-#   c. GCN, GAT: gnnorch + vanilla / expert at SAGE's best worker counts
-#   d. the 16-core CPU rows with the GPU hidden: bench_fastpath --baselines, bench_tuner part A
-#
-# PLAN=cpu (with `start`) runs the build and d only; DEADLINE_S bounds the whole plan.
+#   a. (always) pyg-lib: the carried wheel, else a build (CPU kernels, 16 jobs) | the
+#      products-scale graph | the GPU tests, side by side while nothing is measured
+#   then PLAN's units (default sage,cpu_fastpath,gcn_gat,cpu_tuner,extra):
+#   sage          SAGE: gnnorch, vanilla and expert (each family's best of num_workers
+#                 12/8/4/0 by a 40-batch screen, then measured in full), features forced to
+#                 the host with and without the cache, the cache
+#   cpu_fastpath  16 cores, the GPU hidden: bench_fastpath --baselines
+#   gcn_gat       GCN, GAT: gnnorch, vanilla and expert at SAGE's best worker counts
+#   cpu_tuner     16 cores, the GPU hidden: bench_tuner part A
+#   extra         SAGE features-host without rewrites; the GPU tests under CUDA's sanitizer
 #
 # `wait S` returns when the driver is done or after S seconds, whichever is first, copying the
 # log, every results JSON and a tarball of everything (step outputs included) into $OUT.
@@ -40,7 +47,7 @@ DRY="${DRY:-0}"
 ROOT="${GNNORCH_DEVICE_ROOT:-/tmp/gnnorch-device$([ "$DRY" = 1 ] && echo -dry)}"
 SITE="${GNNORCH_DEVICE_SITE:-/tmp/site}"
 SHARED="${SHARED:-$REPO/../shared/baselines}"
-DEADLINE_S="${DEADLINE_S:-1200}"
+DEADLINE_S="${DEADLINE_S:-660}"
 if [ "$DRY" = 1 ]; then PY="${PY:-$REPO/.venv/bin/python}"; else PY="${PY:-python3}"; fi
 # The wheels of gnnorch's dependencies the device lacks (scikit-optimize and what it pulls in,
 # cloudpickle): the versions of the project's .venv. `start` installs only the missing ones.
@@ -49,15 +56,20 @@ WHEELS=(scikit-optimize==0.10.2 pyaml==26.7.0 PyYAML==6.0.3 scikit-learn==1.9.1
 PIP_PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
                --platform manylinux2014_x86_64)
 
+# The units of measurement, in the order of the default plan (issue 21's priorities). Each is
+# whole in itself: its ratios compare rows measured on the same machine in the same session.
+UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra"
+DEFAULT_PLAN="sage,cpu_fastpath,gcn_gat,cpu_tuner,extra"
+
 # The plan's scale (DRY: tiny, on the CPU).
 if [ "$DRY" = 1 ]; then
-  NODES=20000; SEEDS=2048; HIDDEN=64; EPOCHS=2; EPOCHS_BASELINE=2; DEVICE=cpu
-  SWEEP_WORKERS=2,1; SCREEN_WORKERS=0
+  NODES=40000; SEEDS=20480; HIDDEN=64; EPOCHS=2; EPOCHS_BASELINE=2; DEVICE=cpu
+  SWEEP_WORKERS=2,1,0; SCREEN_BATCHES=4
   FASTPATH_WORKERS=0,1; FASTPATH_ARGS=(--nodes 20000 --epochs 2 --train-seeds 2048)
   TUNER_ARGS=(--nodes 5000 --epochs 3 --ex-epochs 2 --min-cores "$(nproc)")
 else
   NODES=2450000; SEEDS=196615; HIDDEN=256; EPOCHS=3; EPOCHS_BASELINE=2; DEVICE=cuda
-  SWEEP_WORKERS=12,8,4; SCREEN_WORKERS=0
+  SWEEP_WORKERS=12,8,4,0; SCREEN_BATCHES=40
   FASTPATH_WORKERS=0,4,8,12; FASTPATH_ARGS=(--nodes 400000 --epochs 2)
   TUNER_ARGS=(--nodes 60000 --epochs 10 --ex-epochs 4 --min-cores 16)
 fi
@@ -107,6 +119,17 @@ prepare() {
       print "command -v cmake >/dev/null || [ -x \"$(dirname \"$py\")/cmake\" ]"
       next } { print }' "$SHARED/build-pyg-lib.sh" > .carry/build-pyg-lib.sh
   chmod +x .carry/build-pyg-lib.sh
+  # a pyg-lib wheel built beforehand against the device's torch (scripts/device_like_env.sh):
+  # the device installs it after a check instead of building (saves minutes of device time)
+  if [ -n "${PYG_LIB_WHEEL:-}" ]; then
+    [ -f "$PYG_LIB_WHEEL" ] || { echo "prepare: no wheel at $PYG_LIB_WHEEL" >&2; return 1; }
+    rm -f .carry/pyg_lib-*.whl && cp -f "$PYG_LIB_WHEEL" .carry/
+  fi
+  if ls .carry/pyg_lib-*.whl >/dev/null 2>&1; then
+    echo "pyg-lib: carrying $(basename .carry/pyg_lib-*.whl) (checked on the device, else built)"
+  else
+    echo "pyg-lib: no wheel carried: the device builds it (2-4 minutes of device time)"
+  fi
   git check-ignore -q .whl/x && git check-ignore -q .carry/x \
     || { echo "prepare: .whl/ or .carry/ is not ignored by git" >&2; return 1; }
   ls -la .whl .carry
@@ -191,7 +214,8 @@ EOF
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "start: the machine check failed (above)" >&2; return 1; }
   echo "== launching the driver (deadline ${DEADLINE_S}s; log $ROOT/log)"
   cp "$SELF" "$ROOT/device_session.sh"
-  DRY="$DRY" PY="$PY" DEADLINE_S="$DEADLINE_S" PLAN="${PLAN:-all}" GNNORCH_DEVICE_ROOT="$ROOT" \
+  DRY="$DRY" PY="$PY" DEADLINE_S="$DEADLINE_S" PLAN="${PLAN:-$DEFAULT_PLAN}" TESTS="${TESTS:-1}" \
+    GNNORCH_DEVICE_ROOT="$ROOT" \
     GNNORCH_REPO="$REPO" \
     setsid nohup bash "$ROOT/device_session.sh" _driver > "$ROOT/driver.out" 2>&1 < /dev/null &
   local i; for i in $(seq 1 20); do [ -s "$ROOT/driver.pid" ] && break; sleep 0.5; done
@@ -276,12 +300,43 @@ _build_once() {
     bash "$ROOT/carry/build-pyg-lib.sh" "$ROOT/wheels"
 }
 
+_check_pyg_lib() {
+  # pyg-lib imports and PyG samples with it (hop counts present), in a process of its own (an
+  # instruction the CPU lacks kills only the check)
+  (cd / && "$PY" - <<'EOF'
+import torch, pyg_lib
+import torch_geometric.typing as t
+from torch_geometric.data import Data
+from torch_geometric.loader import NeighborLoader
+assert t.WITH_PYG_LIB, "PyG does not see pyg-lib"
+g = torch.Generator().manual_seed(0)
+data = Data(x=torch.randn(1000, 4), edge_index=torch.randint(0, 1000, (2, 10000), generator=g))
+batch = next(iter(NeighborLoader(data, num_neighbors=[5, 5], batch_size=64)))
+assert batch.num_sampled_nodes[0] == 64, batch.num_sampled_nodes
+print("pyg-lib", pyg_lib.__version__, "samples with PyG against torch", torch.__version__)
+EOF
+  )
+}
+
 _build() {
-  # pyg-lib's CPU kernels (FORCE_CUDA=0), from a copy of .carry. TORCH_CPU_CONFIG=1 builds
-  # against _torch_cpu_config, 0 against torch's own config; by default torch's own where nvcc
-  # exists (retried with the CPU config when that fails within 3 minutes: at CMake's
-  # configure step), the CPU config where it does not.
-  rm -rf "$ROOT/carry" && cp -r "$REPO/.carry" "$ROOT/carry" || return 1
+  # pyg-lib's CPU kernels (FORCE_CUDA=0), from a copy of .carry. A wheel carried there
+  # (`PYG_LIB_WHEEL=... prepare`: built beforehand against the device's torch) is installed
+  # and checked first; the source is built when there is none or it fails its check.
+  # TORCH_CPU_CONFIG=1 builds against _torch_cpu_config, 0 against torch's own config; by
+  # default torch's own where nvcc exists (retried with the CPU config when that fails within
+  # 3 minutes: at CMake's configure step), the CPU config where it does not.
+  mkdir -p "$ROOT" && rm -rf "$ROOT/carry" && cp -r "$REPO/.carry" "$ROOT/carry" || return 1
+  local wheel; wheel="$(ls "$ROOT"/carry/pyg_lib-*.whl 2>/dev/null | head -n 1)"
+  if [ -n "$wheel" ]; then
+    echo "== installing the carried wheel $(basename "$wheel")"
+    if PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1 \
+         "$PY" -m pip install -q --no-index --no-deps --force-reinstall "$wheel" \
+       && _check_pyg_lib; then
+      return 0
+    fi
+    echo "== the carried wheel failed its check: building from source"
+    PIP_BREAK_SYSTEM_PACKAGES=1 "$PY" -m pip uninstall -q -y pyg_lib
+  fi
   local mode="${TORCH_CPU_CONFIG:-auto}"
   if [ "$mode" = auto ] && ! command -v nvcc >/dev/null \
       && ! ls /usr/local/cuda*/bin/nvcc >/dev/null 2>&1; then
@@ -317,10 +372,6 @@ _gpu_tests() {
   # the sampler's cost per batch on the device, both k-subset draws (ops, syncs, ms)
   "$PY" "$REPO/scripts/bench_sampler_ops.py" --nodes 1000000 --device "$DEVICE" \
     --out "$ROOT/results/sampler_ops_device.json" || rc=$?
-  # stream races: torch's CUDA sanitizer over the device path's GPU tests (report only)
-  [ "$DEVICE" = cuda ] && TORCH_CUDA_SANITIZER=1 timeout 90 "$PY" -m pytest -m gpu -q \
-    -p no:cacheprovider tests/test_device.py tests/test_device_path.py \
-    --junitxml "$ROOT/results/pytest_gpu_sanitizer.xml"
   return $rc
 }
 
@@ -338,7 +389,7 @@ bench_gpu() {  # NAME MAX ARGS...: one bench_gpu.py run, its JSON results/gpu_NA
 
 merge_gpu() {  # the GPU table so far, from every bench_gpu JSON: results/gpu.json
   local files=()
-  local f; for f in sage_gnnorch sage_baselines gcn_gat; do
+  local f; for f in sage gcn_gat extra; do
     [ -f "$ROOT/results/gpu_$f.json" ] && files+=("$ROOT/results/gpu_$f.json"); done
   ((${#files[@]})) || return 0
   "$PY" "$REPO/scripts/bench_gpu.py" --merge "${files[@]}" --out "$ROOT/results/gpu.json" \
@@ -361,68 +412,97 @@ _driver() {
   export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
   # the tests make their own empty decision cache; bench_gpu.py one per gnnorch row
   unset GNNORCH_CACHE_DIR
-  local plan="${PLAN:-all}"   # all: a, b, c, d; cpu: the build and d only
+  local plan="${PLAN:-$DEFAULT_PLAN}" unit
+  for unit in ${plan//,/ }; do
+    case " $UNITS " in *" $unit "*) ;;
+      *) log "driver: unknown unit $unit in PLAN (units: $UNITS)"; echo "$unit(unknown)" \
+           >> "$ROOT/failed"; finish; return 1 ;; esac
+  done
   log "driver start: plan $plan, DRY=$DRY, python $PY, deadline ${DEADLINE_S}s, $(nproc) cpus"
 
-  # a. pyg-lib build | graph | GPU tests. The build uses every core while nothing is measured;
-  #    the rows wait for it so that every row (gnnorch's sampler="auto" looks for pyg-lib) sees
-  #    the same environment.
+  # a. pyg-lib (the carried wheel, else a build) | the graph | the GPU tests, side by side
+  #    while nothing is measured. The rows wait for all three: every row (gnnorch's
+  #    sampler="auto" looks for pyg-lib) sees the same environment, and no row is measured
+  #    while compilers or tests run.
+  local gpu=0; case ",$plan," in *,sage,*|*,gcn_gat,*|*,extra,*) gpu=1 ;; esac
   local build_pid="" graph_pid="" tests_pid="" graph_rc=0
-  if [ "$DRY" = 1 ]; then log "step build: DRY, no pyg-lib build"
+  if [ "$DRY" = 1 ]; then log "step build: DRY, no pyg-lib"
   elif (cd / && "$PY" -c "import pyg_lib" 2>/dev/null); then
     log "step build: pyg-lib already installed"
   else run_step build 540 bash "$SELF" _build & build_pid=$!
   fi
-  if [ "$plan" = all ]; then
+  if ((gpu)); then
     run_step graph 420 bash "$SELF" _graph & graph_pid=$!
-    run_step gpu_tests 360 bash "$SELF" _gpu_tests & tests_pid=$!
+    # TESTS=0: not again (a second call's plan on the same machine)
+    [ "${TESTS:-1}" = 1 ] && { run_step gpu_tests 150 bash "$SELF" _gpu_tests & tests_pid=$!; }
     wait "$graph_pid"; graph_rc=$?
-    wait "$tests_pid"
+    [ -n "$tests_pid" ] && wait "$tests_pid"
   fi
   [ -n "$build_pid" ] && wait "$build_pid"
   (cd / && "$PY" -c "import pyg_lib; print('pyg-lib', pyg_lib.__version__)" >> "$ROOT/log" \
     2>/dev/null) || log "pyg-lib: not importable"
-  if [ "$plan" = all ] && ((graph_rc == 0)); then gpu_plan
-  elif [ "$plan" = all ]; then log "no graph: no GPU rows"
-  fi
-  cpu_plan
+
+  for unit in ${plan//,/ }; do
+    case "$unit" in
+      sage|gcn_gat|extra)
+        if ((graph_rc == 0)); then "unit_$unit"; else log "unit $unit: no graph, skipped"
+          echo "$unit" >> "$ROOT/skipped"; fi ;;
+      *) "unit_$unit" ;;
+    esac
+  done
   finish
 }
 
-gpu_plan() {
-  # b. SAGE: gnnorch's rows, then vanilla / expert over the worker counts (0 last, screened)
-  bench_gpu sage_gnnorch 600 --models sage --configs \
-    gnnorch,gnnorch-cache,gnnorch-features-host,gnnorch-cache-features-host,gnnorch-features-host-norewrite
-  local baselines_ok=0
-  if pyg_can_sample; then
-    baselines_ok=1
-    bench_gpu sage_baselines 720 --models sage --configs vanilla,expert \
-      --workers "$SWEEP_WORKERS,$SCREEN_WORKERS" --screen-workers "$SCREEN_WORKERS"
-  else
-    log "PyG cannot sample with pyg-lib: the vanilla and expert rows are not measured"
-  fi
-  # c. GCN, GAT: gnnorch, and vanilla / expert at SAGE's best worker counts
-  if ((baselines_ok)) && [ -f "$ROOT/results/gpu_sage_baselines.json" ]; then
+unit_sage() {
+  # gnnorch's rows and the baselines: each family's best of the worker counts by a screen,
+  # then measured in full; the acceptance rows first
+  local baselines=""
+  if pyg_can_sample; then baselines="vanilla,expert,"
+  else log "PyG cannot sample with pyg-lib: the vanilla and expert rows are not measured"; fi
+  bench_gpu sage 600 --models sage --workers "$SWEEP_WORKERS" --screen-batches "$SCREEN_BATCHES" \
+    --configs "gnnorch,${baselines}gnnorch-features-host,gnnorch-cache-features-host,gnnorch-cache"
+}
+
+unit_gcn_gat() {
+  # GCN and GAT: gnnorch, and vanilla / expert at SAGE's best worker counts (from this session,
+  # else from the committed GPU table of an earlier one)
+  local from=""
+  if [ -f "$ROOT/results/gpu_sage.json" ]; then from="$ROOT/results/gpu_sage.json"
+  elif [ "$DRY" != 1 ] && [ -f "$REPO/benchmarks/results/gpu.json" ]; then
+    from="$REPO/benchmarks/results/gpu.json"; fi
+  if [ -n "$from" ] && pyg_can_sample; then
+    log "unit gcn_gat: worker counts from $from"
     bench_gpu gcn_gat 480 --models gcn,gat --configs gnnorch,vanilla,expert \
-      --worker-sweep-model sage --workers-from "$ROOT/results/gpu_sage_baselines.json"
+      --worker-sweep-model sage --workers-from "$from"
   else
     bench_gpu gcn_gat 300 --models gcn,gat --configs gnnorch
   fi
 }
 
-cpu_plan() {
-  # d. the CPU rows on all cores, the GPU hidden; rewrite decisions start empty
+unit_extra() {
+  # rows the acceptance does not name, and stream races under torch's CUDA sanitizer
+  bench_gpu extra 300 --models sage --configs gnnorch-features-host-norewrite
+  [ "$DEVICE" = cuda ] && (cd "$REPO" && run_step gpu_sanitizer 120 env TORCH_CUDA_SANITIZER=1 \
+    "$PY" -m pytest -m gpu -q -p no:cacheprovider tests/test_device.py \
+    tests/test_device_path.py --junitxml "$ROOT/results/pytest_gpu_sanitizer.xml")
+}
+
+unit_cpu_fastpath() {
+  # the CPU rows on all cores, the GPU hidden; rewrite decisions start empty. torch_sparse is
+  # not on the device: its vanilla row is left out
   export GNNORCH_CACHE_DIR="$ROOT/gnnorch-cache-cpu"
-  if (cd / && "$PY" -c "import pyg_lib" 2>/dev/null); then
-    # torch_sparse is not on the device: its vanilla row is left out
-    local experts; experts="$(echo "$FASTPATH_WORKERS" | sed 's/\([0-9]\+\)/expert-w\1/g')"
-    (cd "$ROOT/cwd" && CUDA_VISIBLE_DEVICES="" run_step cpu_fastpath 300 "$PY" \
-      "$REPO/scripts/bench_fastpath.py" --baselines "${FASTPATH_ARGS[@]}" \
-      --workers "$FASTPATH_WORKERS" --configs "vanilla-pyg_lib,$experts,gnnorch" \
-      --out "$ROOT/results/cpu_fastpath_baselines.json")
-  else
-    log "step cpu_fastpath: skipped (needs pyg-lib)"
-  fi
+  if ! (cd / && "$PY" -c "import pyg_lib" 2>/dev/null); then
+    log "unit cpu_fastpath: skipped (needs pyg-lib)"; echo cpu_fastpath >> "$ROOT/skipped"
+    return; fi
+  local experts; experts="$(echo "$FASTPATH_WORKERS" | sed 's/\([0-9]\+\)/expert-w\1/g')"
+  (cd "$ROOT/cwd" && CUDA_VISIBLE_DEVICES="" run_step cpu_fastpath 300 "$PY" \
+    "$REPO/scripts/bench_fastpath.py" --baselines "${FASTPATH_ARGS[@]}" \
+    --workers "$FASTPATH_WORKERS" --configs "vanilla-pyg_lib,$experts,gnnorch" \
+    --out "$ROOT/results/cpu_fastpath_baselines.json")
+}
+
+unit_cpu_tuner() {
+  export GNNORCH_CACHE_DIR="$ROOT/gnnorch-cache-cpu"
   (cd "$ROOT/cwd" && CUDA_VISIBLE_DEVICES="" run_step cpu_tuner 420 "$PY" \
     "$REPO/scripts/bench_tuner.py" --part A "${TUNER_ARGS[@]}" \
     --out "$ROOT/results/cpu_tuner_partA.json")
@@ -455,7 +535,7 @@ collect() {
     machine.txt driver.out results steps 2>/dev/null)
   # the JSONs flat as well (8 files at most come back: log.txt, results.tar.gz and 6 of these)
   local n=0 f
-  for f in gpu.json gpu_sage_gnnorch.json gpu_sage_baselines.json gpu_gcn_gat.json \
+  for f in gpu.json gpu_sage.json gpu_gcn_gat.json gpu_extra.json \
            cpu_fastpath_baselines.json cpu_tuner_partA.json; do
     [ -f "$ROOT/results/$f" ] && ((n < 6)) && cp -f "$ROOT/results/$f" "$out/" && n=$((n + 1))
   done
