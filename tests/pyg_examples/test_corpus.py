@@ -51,11 +51,20 @@ def _run(case: Case, mode: str, seed: int):
 def _release_workers() -> None:
     """A loader with persistent workers keeps its worker processes until its iterator is
     collected; a reference cycle in the example can delay that past the test (and the suite's
-    `no_leftover_children` checks). Collect now and give the workers time to exit."""
+    `no_leftover_children` checks). Stop them now, as a gnnorch run's end does
+    (`gnnorch.compat.processes.stop_persistent_workers`: PyG's loaders left to garbage
+    collection block about 10 s each there, most of a vanilla case's time), collect, and give
+    any other workers time to exit. Only the vanilla mode has any left: a run stops its own."""
     import gc
 
     import psutil
+    from torch.utils.data import DataLoader
 
+    from gnnorch.compat.processes import stop_persistent_workers
+
+    for obj in gc.get_objects():
+        if issubclass(type(obj), DataLoader):   # type(): a dead weakref proxy would raise
+            stop_persistent_workers(obj)
     gc.collect()
     workers = [p for p in psutil.Process().children(recursive=True)
                if p.name() == "pt_data_worker"]
