@@ -358,6 +358,56 @@ def test_bottom_layer_mixing_rows_is_refused_and_trains_exactly():
         assert torch.equal(got[key], value), key
 
 
+class DoubleSAGE(torch.nn.Module):
+    """A float64 model fed `batch.x.double()`: the bottom layer reads the batch's features
+    (equal values) in another dtype than data.x's."""
+
+    def __init__(self, cin):
+        super().__init__()
+        self.sage = GraphSAGE(cin, 16, 2, 7).double()
+
+    def forward(self, x, edge_index):
+        return self.sage(x.double(), edge_index).float()
+
+
+def test_bottom_layer_fed_another_dtype_is_refused_and_trains_exactly():
+    """Found by a user idiom (model.double(), batch.x.double()): admission took the cast rows
+    for the raw features (torch.equal compares across dtypes) and its check then crashed the
+    run mixing float32 rows into float64 weights."""
+    data = cora()
+    with pytest.warns(CacheWarning, match="raw features"):
+        got, stats = run(_epoch_train, data, DoubleSAGE, cache=True, seed=5, rewrite=False,
+                         sampler="gnnorch")
+    ref, _ = run(_epoch_train, data, DoubleSAGE, seed=5, rewrite=False, sampler="gnnorch")
+    assert stats["status"] == "off"
+    for key, value in ref.items():
+        assert torch.equal(got[key], value), key
+
+
+def test_a_failing_admission_check_turns_the_cache_off_not_the_run(monkeypatch):
+    """Admission's check runs the user's layer on data.x rows: whatever it raises turns the
+    cache off with the reason (every rank would still reach the agreement), and the run goes
+    on exactly."""
+    from gnnorch.cache.refresh import Refresher
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Refresher, "compute_on", broken)
+    data = cora()
+    with pytest.warns(CacheWarning, match="boom"):
+        got, stats = run(_epoch_train, data, plain_sage, cache=True, seed=5, rewrite=False,
+                         sampler="gnnorch")
+    ref, _ = run(_epoch_train, data, plain_sage, seed=5, rewrite=False, sampler="gnnorch")
+    assert stats["status"] == "off" and "RuntimeError: boom" in stats["reason"]
+    for key, value in ref.items():
+        assert torch.equal(got[key], value), key
+
+
+def plain_sage(cin):
+    return GraphSAGE(cin, 16, 2, 7)
+
+
 def test_layer_count_other_than_hops_is_refused():
     data = cora()
     with pytest.warns(CacheWarning, match="one layer per hop"):

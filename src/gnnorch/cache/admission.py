@@ -136,8 +136,11 @@ class Admission:
         raw = False
         info = call.batch.cache
         if call.index == 0 and isinstance(call.x, Tensor) and isinstance(info.x, Tensor):
-            raw = call.x is info.x or (call.x.shape == info.x.shape and torch.equal(
-                call.x.to(info.x.device), info.x))
+            # the same dtype too: torch.equal compares values across dtypes, and a bottom
+            # layer fed `batch.x.double()` must not be recomputed from float32 rows
+            raw = call.x is info.x or (call.x.shape == info.x.shape
+                                       and call.x.dtype == info.x.dtype
+                                       and torch.equal(call.x.to(info.x.device), info.x))
             self._first = (call.x, call.edge_index)
         self._calls.append(_Call(call.index, call.layer, extras, raw))
 
@@ -149,7 +152,12 @@ class Admission:
         reason = self._structural_reason(calls, graph)
         detail = None
         if reason is None:
-            reason, detail = self._verify(graph, unpatched)
+            try:
+                reason, detail = self._verify(graph, unpatched)
+            except Exception as exc:  # noqa: BLE001 -- the check runs the user's layer code;
+                # whatever stops it stops the cache, not the run (and every rank still agrees)
+                reason = (f"recomputing bottom layer {type(self._layer).__name__} from "
+                          f"data.x failed ({type(exc).__name__}: {exc})")
         reason = agree(reason)
         if reason is not None:
             return reason
