@@ -408,6 +408,36 @@ def plain_sage(cin):
     return GraphSAGE(cin, 16, 2, 7)
 
 
+def _learnt_features_train(data, model_class):
+    """`_epoch_train` with data.x a Parameter learnt with the model; (weights, features)."""
+    torch.manual_seed(0)
+    data = data.clone()
+    data.x = torch.nn.Parameter(data.x.clone())
+    model = model_class(data.num_features)
+    optimizer = torch.optim.Adam(list(model.parameters()) + [data.x], lr=0.01)
+    loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
+                            batch_size=16, shuffle=True)
+    for batch in loader:
+        optimizer.zero_grad()
+        out = model(batch.x, batch.edge_index)[:batch.batch_size]
+        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+        optimizer.step()
+    return model.state_dict(), data.x.detach()
+
+
+def test_learnt_features_are_refused_and_train_exactly():
+    data = cora()
+    with pytest.warns(CacheWarning, match="requires grad"):
+        (got, x_got), stats = run(_learnt_features_train, data, plain_sage, cache=True,
+                                  seed=5, rewrite=False, sampler="gnnorch")
+    (ref, x_ref), _ = run(_learnt_features_train, data, plain_sage, seed=5, rewrite=False,
+                          sampler="gnnorch")
+    assert stats["status"] == "off"
+    assert torch.equal(x_got, x_ref)
+    for key, value in ref.items():
+        assert torch.equal(got[key], value), key
+
+
 def test_layer_count_other_than_hops_is_refused():
     data = cora()
     with pytest.warns(CacheWarning, match="one layer per hop"):

@@ -239,6 +239,47 @@ def test_data_replaced_by_one_without_edge_index_is_given_back_to_pyg():
         assert_same_batch(g, w)
 
 
+def _learnt_features_train(data, epochs=2):
+    """Node features learnt with the model (a Parameter in data.x, as a featureless graph's
+    embedding table can be): PyG's gather gives their rows gradients."""
+    torch.manual_seed(0)
+    data = data.clone()
+    data.x = torch.nn.Parameter(torch.randn(data.num_nodes, 8))
+    before = data.x.detach().clone()
+    loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
+                            batch_size=32, shuffle=True)
+    model = GraphSAGE(8, 16, 2, 4)
+    optimizer = torch.optim.SGD(list(model.parameters()) + [data.x], lr=0.1)
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+    return (data.x.detach() != before).any(dim=1).sum().item()
+
+
+def test_learnt_features_are_left_to_pyg():
+    """A device copy of a Parameter gets no gradient and lags the optimizer: such a loader is
+    not served, and the features learn as in a plain run."""
+    runtime = gnnorch.Runtime(_learnt_features_train, processes=1, launch={"threads": 1},
+                              data_path="device")
+    changed = runtime(DATA)
+    record = runtime.last_run.stats[0]["device"]["loaders"][0]
+    assert not record["served"] and "require grad (x)" in record["reason"]
+    assert changed > 0.5 * DATA.num_nodes        # rows the batches touched were updated
+
+
+def test_data_given_learnt_features_later_is_given_back_to_pyg():
+    _, path, loader, state = _served(DataPathConfig(mode="device"))
+    data = DATA.clone()
+    data.x = torch.nn.Parameter(DATA.x.clone())
+    loader.data = data
+    path.epoch_start(loader, state)
+    assert not state.device.served and "require grad (x)" in state.device.reason
+    assert "given back to PyG" in state.device.reason and "filter_fn" not in loader.__dict__
+
+
 def test_user_worker_contexts_run_as_is_while_sampling_on_the_device():
     """PyG's training benchmark wraps its loop in ``loader.enable_cpu_affinity(...)``, which
     raises at 0 workers: a loader sampling on the device has none to bind, so the block runs

@@ -219,6 +219,9 @@ class Admission:
         self.stats.info["store"] = store
         if self.spec.data is None or not isinstance(getattr(self.spec.data, "x", None), Tensor):
             return "the loader's data has no raw feature matrix data.x"
+        if self.spec.data.x.requires_grad:
+            return ("data.x requires grad (learnt features): rows the cache serves would give "
+                    "the features of pruned vertices no gradient")
         return None
 
     def _verify(self, graph: BatchGraph, unpatched: LayerCall) -> tuple[str | None, float | None]:

@@ -39,8 +39,9 @@ MessagePassing layer (`FirstModelWatch`, one global forward pre-hook, removed at
 parameters are on a CUDA device, the path serves that device from then on (`model_found_on`):
 loaders built afterwards at `adopt`, loaders built before at the start of their next epoch
 (`epoch_start`; an epoch already running stays as it started). It steps aside, saying why, for
-HeteroData, partitioned features, a class that overrides ``filter_fn``, and numpy attributes
-where PyG's ``index_select`` is missing. Training loaders of
+HeteroData, partitioned features, a class that overrides ``filter_fn``, data holding tensors
+that require grad (learnt features: PyG's gather gives them gradients, a device copy would not),
+and numpy attributes where PyG's ``index_select`` is missing. Training loaders of
 the historical-embedding cache (``cache=True``) are sampled on the device like any other, the
 cache's exclusion mask there (hot vertices are not expanded); the cache's hotness, admission
 and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`, kept for
@@ -142,6 +143,9 @@ class DevicePath:
         pyg_filter = LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
         if type(loader).filter_fn is not pyg_filter:
             return f"{type(loader).__name__} overrides filter_fn"
+        learnable = _learnable(loader.data)
+        if learnable:
+            return _LEARNABLE.format(", ".join(learnable))
         untensored = untensored_attributes(loader.data)
         if untensored and pyg_index_select() is None:
             return (f"its data holds attributes that are not tensors ({', '.join(untensored)})"
@@ -265,14 +269,17 @@ class DevicePath:
         data = loader.data
         if served.plan.current(data):
             return
+        why = None
         if (not isinstance(data, type(served.plan.data))
                 or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
+            why = f"its data was replaced by a {type(data).__name__} without an edge_index tensor"
+        elif _learnable(data):
+            why = _LEARNABLE.format(", ".join(_learnable(data)))
+        if why is not None:
             served.restore(loader)
             del self._served[loader]
             record.served = record.samples_on_device = False
-            record.reason = (f"given back to PyG at its epoch {_epochs_before(state)}: its data "
-                             f"was replaced by a {type(data).__name__} without an edge_index "
-                             f"tensor")
+            record.reason = f"given back to PyG at its epoch {_epochs_before(state)}: {why}"
             self._publish()
             return
         before = self.resident.bytes_copied
@@ -336,6 +343,19 @@ class DevicePath:
 
     def _publish(self) -> None:
         self.ctx.stats["device"] = self.stats()
+
+
+#: why a loader over tensors that require grad is not served
+_LEARNABLE = ("its data holds tensors that require grad ({}): PyG gathers their rows with "
+              "autograd at every batch, so they get gradients; a copy on the device would get "
+              "none, and would lag the optimizer's updates")
+
+
+def _learnable(data: Any) -> list[str]:
+    """The keys of `data`'s tensors that require grad (learnt features, e.g. a Parameter
+    assigned to data.x)."""
+    return [key for key, value in data.items()
+            if isinstance(value, torch.Tensor) and value.requires_grad]
 
 
 def _epochs_before(state: "LoaderState") -> int:
