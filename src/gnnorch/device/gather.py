@@ -43,7 +43,7 @@ from ..compat.torch import tensor_version
 from .twin import twinned
 
 __all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "untensored_attributes",
-           "data_snapshot", "ID_FIELDS", "sampled_exclusion"]
+           "learnt_attributes", "data_snapshot", "ID_FIELDS", "sampled_exclusion"]
 
 #: batch fields kept on the host (ids: user code indexes host tensors with them)
 ID_FIELDS = ("n_id", "e_id", "input_id")
@@ -82,6 +82,13 @@ def untensored_attributes(data: Any) -> list[str]:
     gathered on the host with PyG's own ``index_select``, never copied to the device whole."""
     node, edge = gathered_attributes(data)
     return [k for k in node + edge if not isinstance(data[k], Tensor)]
+
+
+def learnt_attributes(data: Any) -> list[str]:
+    """Attributes of `data` that are tensors requiring grad (features learnt with the model,
+    e.g. a Parameter in ``data.x``). PyG gathers their rows with autograd at every batch; a
+    copy on the device would get no gradient and lag the optimizer's updates."""
+    return [k for k in data.keys() if isinstance(data[k], Tensor) and data[k].requires_grad]
 
 
 def data_snapshot(data: Any) -> tuple:

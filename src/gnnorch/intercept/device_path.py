@@ -39,9 +39,8 @@ MessagePassing layer (`FirstModelWatch`, one global forward pre-hook, removed at
 parameters are on a CUDA device, the path serves that device from then on (`model_found_on`):
 loaders built afterwards at `adopt`, loaders built before at the start of their next epoch
 (`epoch_start`; an epoch already running stays as it started). It steps aside, saying why, for
-HeteroData, partitioned features, a class that overrides ``filter_fn``, data holding tensors
-that require grad (learnt features: PyG's gather gives them gradients, a device copy would not),
-and numpy attributes where PyG's ``index_select`` is missing. Training loaders of
+HeteroData, partitioned features, a class that overrides ``filter_fn``, learnt features
+(`learnt_attributes`) and numpy attributes where PyG's ``index_select`` is missing. Training loaders of
 the historical-embedding cache (``cache=True``) are sampled on the device like any other, the
 cache's exclusion mask there (hot vertices are not expanded); the cache's hotness, admission
 and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`, kept for
@@ -73,7 +72,7 @@ from ..compat.pyg import pyg_index_select
 from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
 from ..device.gather import (GatherPlan, ResidentTensors, gathered_attributes,
-                             untensored_attributes)
+                             learnt_attributes, untensored_attributes)
 from ..device.placement import GPU, DataPlacement, plan_data_placement
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
@@ -143,9 +142,8 @@ class DevicePath:
         pyg_filter = LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
         if type(loader).filter_fn is not pyg_filter:
             return f"{type(loader).__name__} overrides filter_fn"
-        learnable = _learnable(loader.data)
-        if learnable:
-            return _LEARNABLE.format(", ".join(learnable))
+        if learnt_attributes(loader.data):
+            return _learnt(loader.data)
         untensored = untensored_attributes(loader.data)
         if untensored and pyg_index_select() is None:
             return (f"its data holds attributes that are not tensors ({', '.join(untensored)})"
@@ -269,12 +267,7 @@ class DevicePath:
         data = loader.data
         if served.plan.current(data):
             return
-        why = None
-        if (not isinstance(data, type(served.plan.data))
-                or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
-            why = f"its data was replaced by a {type(data).__name__} without an edge_index tensor"
-        elif _learnable(data):
-            why = _LEARNABLE.format(", ".join(_learnable(data)))
+        why = _unservable(data, served)
         if why is not None:
             served.restore(loader)
             del self._served[loader]
@@ -345,17 +338,17 @@ class DevicePath:
         self.ctx.stats["device"] = self.stats()
 
 
-#: why a loader over tensors that require grad is not served
-_LEARNABLE = ("its data holds tensors that require grad ({}): PyG gathers their rows with "
-              "autograd at every batch, so they get gradients; a copy on the device would get "
-              "none, and would lag the optimizer's updates")
+def _learnt(data: Any) -> str:
+    return (f"its data holds tensors that require grad ({', '.join(learnt_attributes(data))}): "
+            f"PyG's gather gives them gradients, a device copy would not")
 
 
-def _learnable(data: Any) -> list[str]:
-    """The keys of `data`'s tensors that require grad (learnt features, e.g. a Parameter
-    assigned to data.x)."""
-    return [key for key, value in data.items()
-            if isinstance(value, torch.Tensor) and value.requires_grad]
+def _unservable(data: Any, served: ServedLoader) -> str | None:
+    """Why a served loader's data, changed by the user since, cannot be served any more."""
+    if (not isinstance(data, type(served.plan.data))
+            or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
+        return f"its data was replaced by a {type(data).__name__} without an edge_index tensor"
+    return _learnt(data) if learnt_attributes(data) else None
 
 
 def _epochs_before(state: "LoaderState") -> int:
