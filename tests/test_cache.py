@@ -438,6 +438,40 @@ def test_learnt_features_are_refused_and_train_exactly():
         assert torch.equal(got[key], value), key
 
 
+def _functional_train(data, model_class):
+    """`_epoch_train` through torch.func.functional_call with a dict of tensors of its own (as
+    meta-learning code holds fast weights); the trained tensors."""
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    model = model_class(data.num_features)
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in model.named_parameters()}
+    optimizer = torch.optim.Adam(params.values(), lr=0.01)
+    loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
+                            batch_size=16, shuffle=True)
+    for batch in loader:
+        optimizer.zero_grad()
+        out = functional_call(model, params, (batch.x, batch.edge_index))[:batch.batch_size]
+        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+        optimizer.step()
+    return {k: v.detach() for k, v in params.items()}
+
+
+def test_substituted_parameters_are_refused_and_train_exactly():
+    """Found by a user idiom: under functional_call the bottom layer computes with the
+    caller's tensors while the cache's refreshes read the module's own (never trained)
+    weights; the cached rows went stale for good and accuracy dropped."""
+    data = cora()
+    with pytest.warns(CacheWarning, match="functional_call"):
+        got, stats = run(_functional_train, data, plain_sage, cache=True, seed=5,
+                         rewrite=False, sampler="gnnorch")
+    ref, _ = run(_functional_train, data, plain_sage, seed=5, rewrite=False,
+                 sampler="gnnorch")
+    assert stats["status"] == "off"
+    for key, value in ref.items():
+        assert torch.equal(got[key], value), key
+
+
 def test_layer_count_other_than_hops_is_refused():
     data = cora()
     with pytest.warns(CacheWarning, match="one layer per hop"):

@@ -189,6 +189,12 @@ class Admission:
             return (f"bottom layer {name} mixes rows across the batch ({', '.join(mixing)}): "
                     f"a vertex's cached embedding would depend on the rows it was computed "
                     f"with (and refreshes would move running statistics)")
+        substituted = [k for k, v in first.layer.named_parameters()
+                       if not isinstance(v, torch.nn.Parameter)]
+        if substituted:
+            return (f"bottom layer {name} runs with parameters that are not its own "
+                    f"({', '.join(substituted)}: torch.func.functional_call or another "
+                    f"substitution); refreshes would read the module's registered weights")
         if getattr(first.layer, "flow", "source_to_target") != "source_to_target":
             return f"bottom layer {name} uses flow='target_to_source'"
         if first.extras:
