@@ -7,7 +7,8 @@ Every public configuration class, error and warning is importable from here.
 """
 from .cache import CacheConfig, CacheWarning
 from .device.config import DataPathConfig
-from .errors import (CollectiveError, ForkStuckError, GnnorchError, GnnorchWarning,
+from .errors import (CacheSharingError, CollectiveError, ForkStuckError, GnnorchError,
+                     GnnorchWarning,
                      RankDiedError, RankFailedError, RankStartError, SerializationError,
                      StalenessError, TrimmingError, TrimmingWarning, UnevenRanksError)
 from .launch.config import LaunchConfig
@@ -22,6 +23,6 @@ __all__ = ["Runtime", "RunInfo", "RunOptions", "VALID_OPTIONS",
            "TuningReport",
            "GnnorchError", "RankDiedError", "RankFailedError", "RankStartError",
            "SerializationError", "StalenessError", "TrimmingError", "UnevenRanksError",
-           "CollectiveError", "ForkStuckError",
+           "CollectiveError", "ForkStuckError", "CacheSharingError",
            "GnnorchWarning", "TrimmingWarning", "CacheWarning",
            "__version__"]

@@ -58,6 +58,13 @@ class StalenessError(GnnorchError, RuntimeError):
     bound (``CacheConfig(debug=True)``; without debug the row is refreshed first)."""
 
 
+class CacheSharingError(GnnorchError, RuntimeError):
+    """A model other than the one the historical-embedding cache serves ran on one of the
+    loader's pruned training batches (its hot vertices were not expanded for the served
+    model's cached rows), so that forward cannot be exact. Give each model its own loader, or
+    pass ``cache=False``."""
+
+
 class UnevenRanksError(GnnorchError, RuntimeError):
     """Ranks asked for gnnorch collectives that cannot be matched (e.g. different optimizers
     stepped in the same round, or tensors of different shapes): the program cannot run as

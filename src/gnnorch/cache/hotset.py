@@ -121,6 +121,13 @@ class HotSet:
             self.pruning_versions.add(self.mask_version)
         self.stats.info["hot_ratio"] = len(store) / store.num_nodes
 
+    def stop_pruning(self) -> None:
+        """The sampler expands every vertex again (the cache turns off)."""
+        sampler = self.spec.sampler
+        sampler.set_exclusion(None)
+        self.exclusion_on = False
+        self.mask_version = sampler.exclusion_version
+
     def switch_ratio(self, ratio: float, step: int, degrees: BatchDegrees | None) -> None:
         self.install(top_fraction(self.scores, ratio), step, degrees)
 

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..device.gather import sampled_exclusion
+from ..errors import CacheSharingError
 from ..trim.batch import BatchGraph
 from ..trim.state import Mode, ModelState
 from .admission import Admission, LoaderSpec, ServedModel
@@ -276,6 +277,36 @@ class LoaderCache:
         served = self.served
         return (self.status is CacheStatus.ACTIVE and served is not None and call.index == 0
                 and call.model is served.model() and call.layer is served.layer)
+
+    def foreign(self, call: LayerCallView) -> bool:
+        """Whether `call` is a layer of a model other than the served one (active cache)."""
+        served = self.served
+        return (self.status is CacheStatus.ACTIVE and served is not None
+                and call.model is not served.model())
+
+    def other_model(self, call: LayerCallView, info: BatchInfo) -> None:
+        """A model other than the served one runs on one of this loader's training batches (an
+        ensemble, or a second model trained after the first). The cache serves one model: its
+        pruned batches lack in-edges only the served model's cached rows stand for. If no
+        pruned batch exists yet (this batch is unpruned, none was counted, none is drawn
+        ahead and the epoch's workers got no mask), the cache turns off and training is exact
+        from here on; otherwise the other model's forward cannot be exact: an error."""
+        name = type(call.model).__name__
+        served = self.served.model() if self.served is not None else None
+        mine = type(served).__name__ if served is not None else "another model"
+        if (not info.pruned and self.stats.counters["pruned_batches"] == 0 and not self.ahead
+                and not (self.workers > 0 and self.epoch_pruned)):
+            if self.background is not None:
+                self.background.drop()
+            if self.hot is not None:
+                self.hot.stop_pruning()
+            self.turn_off(f"{name} also trains on this loader's batches, which it serves "
+                          f"for {mine} (one model per loader)")
+            return
+        raise CacheSharingError(
+            f"cache=True: {name} ran on a batch of training loader {self.index} whose hot "
+            f"vertices were not expanded: the cache serves {mine} on that loader, and prunes "
+            f"its batches for it. Give each model its own NeighborLoader, or pass cache=False")
 
     def bottom(self, call: LayerCallView, info: BatchInfo) -> Any:
         """The served bottom layer's call on a training batch."""

@@ -146,6 +146,8 @@ class CacheManager:
             return lc.bottom(call, info)
         if lc.status is CacheStatus.PENDING:
             lc.record(call)
+        elif lc.foreign(call):
+            lc.other_model(call, info)
         return call.run()
 
     def on_forward_end(self, model: torch.nn.Module, state: ModelState, calls: int,
