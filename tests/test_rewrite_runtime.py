@@ -46,3 +46,30 @@ def test_rewrite_keeps_the_loss_curve_and_reports():
     assert {entry["type"] for entry in layers} == {"GCNConv"}
     assert all(entry["calls"] > 0 for entry in layers)
     assert all(entry["rewritten_calls"] == 0 for entry in stats_report["rewrite"]["layers"])
+
+
+def _autocast_outputs(data):
+    """A GraphSAGE forward under torch.autocast(bfloat16) on each batch: the output dtypes."""
+    from torch_geometric.nn import GraphSAGE
+
+    torch.manual_seed(0)
+    loader = NeighborLoader(data, num_neighbors=[10, 10], input_nodes=data.train_mask,
+                            batch_size=35)
+    model = GraphSAGE(data.num_features, 64, 2, 7)
+    dtypes = []
+    for batch in loader:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            dtypes.append(model(batch.x, batch.edge_index).dtype)
+    return dtypes
+
+
+def test_rewrites_step_aside_under_autocast():
+    """Found by a user idiom: SAGE's transform-first order added lin_l's float32 bias after
+    the aggregation, which promoted autocast's bfloat16 output to float32 (PyG's own order
+    stays bfloat16), and rounds in other places in reduced precision. Under autocast the
+    layer keeps PyG's order."""
+    runtime = gnnorch.Runtime(_autocast_outputs, processes=1, sampler="gnnorch", rewrite=True)
+    assert set(runtime(cora())) == {torch.bfloat16}
+    for entry in runtime.last_run.stats[0]["rewrite"]["layers"]:
+        assert entry["rewritten_calls"] == 0
+        assert any("autocast is on" in why for why in entry["left_alone"])

@@ -342,3 +342,13 @@ def test_untrusted_models_still_get_the_check():
     assert seam.check_s > 0 and state.verified_by == "the one-off check"
     # its first forward ran untrimmed, as without gnnorch (a trimmed one might fail for it)
     assert not state.speculated and state.untrimmed_forwards == 1
+
+
+def test_verification_fails_closed_on_a_trimmed_output_of_another_dtype():
+    """A trimmed forward whose output dtype differs from the untrimmed one's is not trimmed
+    (it used to raise from torch.allclose: "BFloat16 did not match Float")."""
+    from gnnorch.trim.verify import verify_trimming
+
+    plain = torch.ones(6, 3, dtype=torch.bfloat16)
+    trim, compact, reason = verify_trimming(plain, lambda compact: (plain.float(), None), 4)
+    assert not trim and not compact and "float32" in reason and "bfloat16" in reason

@@ -58,6 +58,9 @@ def verify_trimming(plain: Any, trimmed: Callable[[bool], tuple[Any, str | None]
             continue
         if not (isinstance(out, Tensor) and out.shape == plain.shape):
             continue
+        if out.dtype != plain.dtype:
+            reason = (f"the trimmed output is {out.dtype}, the untrimmed one {plain.dtype}")
+            continue
         a, b = plain[:batch_size], out[:batch_size]
         if torch.allclose(a, b, rtol=VERIFY_RTOL, atol=VERIFY_ATOL, equal_nan=True):
             return True, compact, None

@@ -10,7 +10,9 @@ nothing observable depends on the order:
   the layer out differently);
 * its aggregation is ``sum`` or ``mean`` (both linear; ``max``, ``std``, ``lstm`` ... are not);
 * no parameter is still lazy, no propagate/message/aggregate/edge-update hook is registered
-  (it would see the other order's tensors) and explain mode is off;
+  (it would see the other order's tensors), explain mode is off and autocast is off (in
+  reduced precision the two orders round differently, and a bias added after the aggregation
+  would promote autocast's output back to float32);
 * the sub-modules the rewrite calls in a different place (e.g. ``lin_l``) carry no hooks;
 * per call: ``edge_index`` is a plain dense ``[2, E]`` LongTensor (a ``SparseTensor``,
   ``torch.sparse`` tensor or ``EdgeIndex`` is left to PyG).
@@ -57,13 +59,18 @@ def linear_aggr_kind(layer: MessagePassing) -> str | None:
 
 
 def hook_reason(layer: MessagePassing, moved: Iterable[Module]) -> str | None:
-    """Why hooks or explain mode forbid a rewrite right now; None when nothing does (hooks
-    that cannot be checked forbid it too: `gnnorch.compat`)."""
+    """Why hooks, explain mode or autocast forbid a rewrite right now; None when nothing does
+    (hooks that cannot be checked forbid it too: `gnnorch.compat`)."""
     reason = compat_pyg.message_passing_hooks_reason(layer)
     if reason is not None:
         return reason
     if getattr(layer, "explain", None):
         return "explain mode is on"
+    autocast = [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+    if autocast:
+        return (f"autocast is on ({', '.join(autocast)}): the other order would round in "
+                f"another place in reduced precision, and its bias add would leave autocast's "
+                f"dtype")
     for module in moved:
         reason = compat_torch.hooks_reason(module)
         if reason is not None:
@@ -131,7 +138,8 @@ class Rule(ABC):
         return self.required_attributes
 
     def dynamic_reason(self, layer: MessagePassing) -> str | None:
-        """The part of :meth:`applicable` that may change between calls: hooks, explain."""
+        """The part of :meth:`applicable` that may change between calls: hooks, explain mode,
+        autocast."""
         return hook_reason(layer, self.moved_modules(layer))
 
     def bind(self, layer: MessagePassing, args: tuple, kwargs: dict) -> Call | str:
