@@ -12,7 +12,7 @@ the measured tolerances. Every bug this battery found has a test of its own (CHA
 session 12: the cache with a cast ``batch.x``, learnt features, ``functional_call`` and two
 models on one loader; the device path with learnt features; rewrites under autocast).
 
-    .venv/bin/python scripts/idiom_battery.py                       # every idiom, every mode (~4 min)
+    .venv/bin/python scripts/idiom_battery.py            # every idiom, every mode (~4 min)
     .venv/bin/python scripts/idiom_battery.py --modes cache device functional sweep
 """
 from __future__ import annotations
@@ -602,7 +602,8 @@ def hetero_to_hetero(data, epochs=4):
     g = torch.Generator().manual_seed(0)
     h['author'].x = torch.randn(500, 16, generator=g)
     h['paper', 'cites', 'paper'].edge_index = data.edge_index
-    writes = torch.stack([torch.randint(0, 500, (3000,), generator=g), torch.randint(0, n, (3000,), generator=g)])
+    writes = torch.stack([torch.randint(0, 500, (3000,), generator=g),
+                          torch.randint(0, n, (3000,), generator=g)])
     h['author', 'writes', 'paper'].edge_index = writes
     h = T.ToUndirected()(h)
 
@@ -734,8 +735,9 @@ def two_models_one_loader(data, epochs=8):
         a.train(); b.train()
         for batch in loader:
             opt.zero_grad()
-            la = F.cross_entropy(a(batch.x, batch.edge_index)[:batch.batch_size], batch.y[:batch.batch_size])
-            lb = F.cross_entropy(b(batch.x, batch.edge_index)[:batch.batch_size], batch.y[:batch.batch_size])
+            y = batch.y[:batch.batch_size]
+            la = F.cross_entropy(a(batch.x, batch.edge_index)[:batch.batch_size], y)
+            lb = F.cross_entropy(b(batch.x, batch.edge_index)[:batch.batch_size], y)
             (la + lb).backward()
             opt.step()
     acc_a, _ = _evaluate(a, data)
@@ -750,13 +752,15 @@ def two_models_sequential_cache(data, epochs=8):
     loader = NeighborLoader(data, num_neighbors=[10, 10], batch_size=32,
                             input_nodes=data.train_mask, shuffle=True)
     res = {}
-    for name, model in (("a", _sage(data.num_features, 7)), ("b", GCN(data.num_features, 64, 2, 7))):
+    models = (("a", _sage(data.num_features, 7)), ("b", GCN(data.num_features, 64, 2, 7)))
+    for name, model in models:
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         for epoch in range(epochs):
             model.train()
             for batch in loader:
                 opt.zero_grad()
-                loss = F.cross_entropy(model(batch.x, batch.edge_index)[:batch.batch_size], batch.y[:batch.batch_size])
+                out = model(batch.x, batch.edge_index)[:batch.batch_size]
+                loss = F.cross_entropy(out, batch.y[:batch.batch_size])
                 loss.backward()
                 opt.step()
         res[f"acc_{name}"], _ = _evaluate(model, data)
@@ -777,7 +781,8 @@ def inference_mode_eval(data, epochs=4):
         model.train()
         for batch in loader:
             opt.zero_grad()
-            loss = F.cross_entropy(model(batch.x, batch.edge_index)[:batch.batch_size], batch.y[:batch.batch_size])
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
             loss.backward()
             opt.step()
         model.eval()

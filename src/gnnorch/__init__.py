@@ -8,9 +8,9 @@ Every public configuration class, error and warning is importable from here.
 from .cache import CacheConfig, CacheWarning
 from .device.config import DataPathConfig
 from .errors import (CacheSharingError, CollectiveError, ForkStuckError, GnnorchError,
-                     GnnorchWarning,
-                     RankDiedError, RankFailedError, RankStartError, SerializationError,
-                     StalenessError, TrimmingError, TrimmingWarning, UnevenRanksError)
+                     GnnorchWarning, RankDiedError, RankFailedError, RankStartError,
+                     SerializationError, StalenessError, TrimmingError, TrimmingWarning,
+                     UnevenRanksError)
 from .launch.config import LaunchConfig
 from .partition.config import PartitionConfig
 from .run_options import RunOptions

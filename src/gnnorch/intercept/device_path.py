@@ -40,13 +40,13 @@ parameters are on a CUDA device, the path serves that device from then on (`mode
 loaders built afterwards at `adopt`, loaders built before at the start of their next epoch
 (`epoch_start`; an epoch already running stays as it started). It steps aside, saying why, for
 HeteroData, partitioned features, a class that overrides ``filter_fn``, learnt features
-(`learnt_attributes`) and numpy attributes where PyG's ``index_select`` is missing. Training loaders of
-the historical-embedding cache (``cache=True``) are sampled on the device like any other, the
-cache's exclusion mask there (hot vertices are not expanded); the cache's hotness, admission
-and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`, kept for
-them), and its rows live where the model computes them. They prefetch too: each batch
-carries the pruning mask it was sampled with (`gnnorch.device.gather.sampled_exclusion`),
-and the pipeline draws ahead only once the cache allows it
+(`learnt_attributes`) and numpy attributes where PyG's ``index_select`` is missing. Training
+loaders of the historical-embedding cache (``cache=True``) are sampled on the device like any
+other, the cache's exclusion mask there (hot vertices are not expanded); the cache's hotness,
+admission and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`,
+kept for them), and its rows live where the model computes them. They prefetch too: each batch
+carries the pruning mask it was sampled with (`gnnorch.device.gather.sampled_exclusion`), and
+the pipeline draws ahead only once the cache allows it
 (`cache.loader.LoaderCache.may_draw_ahead`: not while admission is pending), so a fixed seed
 gives the same batches whatever the depth.
 A loader whose structure stays on the host (it does not fit the budget, its sampler has no
