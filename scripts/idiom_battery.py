@@ -10,10 +10,11 @@ per run plus a table of the runs that raised where vanilla did not. Metrics are 
 compare them across modes by eye or with ``--seeds``; the corpus (`tests/pyg_examples`) holds
 the measured tolerances. Every bug this battery found has a test of its own (CHANGELOG,
 session 12: the cache with a cast ``batch.x``, learnt features, ``functional_call`` and two
-models on one loader; the device path with learnt features; rewrites under autocast).
+models on one loader; the device path (on CUDA) with learnt features; rewrites under
+autocast).
 
     .venv/bin/python scripts/idiom_battery.py            # every idiom, every mode (~4 min)
-    .venv/bin/python scripts/idiom_battery.py --modes cache device functional sweep
+    .venv/bin/python scripts/idiom_battery.py functional sweep --modes vanilla cache
 """
 from __future__ import annotations
 
@@ -841,7 +842,7 @@ IDIOMS = {name: globals()[name] for name in (
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="idioms (default: all) and/or modes")
+    parser.add_argument("names", nargs="*", help="idioms (default: all)")
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     parser.add_argument("--seeds", type=int, default=1)
     opts = parser.parse_args()
