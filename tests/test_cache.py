@@ -301,11 +301,17 @@ class Encoded(torch.nn.Module):
         return self.conv2(self.conv1(self.enc(x), edge_index).relu(), edge_index)
 
 
-def _epoch_train(data, model_class):
-    """One epoch of `model_class(data.num_features)` on a [5, 5] loader; the final weights."""
+def _epoch_train(data, model_class, learnt_x=False):
+    """One epoch of `model_class(data.num_features)` on a [5, 5] loader; the final weights.
+    `learnt_x`: data.x is a Parameter learnt with the model (then also the features)."""
     torch.manual_seed(0)
     model = model_class(data.num_features)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    params = list(model.parameters())
+    if learnt_x:
+        data = data.clone()
+        data.x = torch.nn.Parameter(data.x.clone())
+        params.append(data.x)
+    optimizer = torch.optim.Adam(params, lr=0.01)
     loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
                             batch_size=16, shuffle=True)
     for batch in loader:
@@ -313,20 +319,39 @@ def _epoch_train(data, model_class):
         out = model(batch.x, batch.edge_index)[:batch.batch_size]
         F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
         optimizer.step()
-    return model.state_dict()
+    return (model.state_dict(), data.x.detach()) if learnt_x else model.state_dict()
+
+
+def _assert_same(got, ref):
+    """Equal to the bit: tensors, and dicts / lists / tuples of them."""
+    if isinstance(ref, dict):
+        assert got.keys() == ref.keys()
+        for key, value in ref.items():
+            assert torch.equal(got[key], value), key
+    elif isinstance(ref, (list, tuple)):
+        assert len(got) == len(ref)
+        for mine, theirs in zip(got, ref):
+            _assert_same(mine, theirs)
+    else:
+        assert torch.equal(got, ref)
+
+
+def _refused_and_exact(train, *args, match, **options):
+    """`train(*args)` with `cache=True` warns `match`, turns the cache off and returns what
+    the run without the cache returns, to the bit; the cache's stats. Rewrites off on both
+    sides (their timing-based choices would change float rounding), gnnorch's sampler on both
+    (a cache's loader keeps it; "auto" may keep pyg-lib)."""
+    options = {"seed": 5, "rewrite": False, "sampler": "gnnorch", **options}
+    with pytest.warns(CacheWarning, match=match):
+        got, stats = run(train, *args, cache=True, **options)
+    ref, _ = run(train, *args, **options)
+    assert stats["status"] == "off"
+    _assert_same(got, ref)
+    return stats
 
 
 def test_uncacheable_model_warns_and_trains_exactly():
-    data = cora()
-    # rewrites off on both sides: their timing-based choices would change float rounding;
-    # gnnorch's sampler on both (a cache's loader keeps it; "auto" may keep pyg-lib)
-    with pytest.warns(CacheWarning, match="raw features"):
-        got, stats = run(_epoch_train, data, Encoded, cache=True, seed=5, rewrite=False,
-                         sampler="gnnorch")
-    ref, _ = run(_epoch_train, data, Encoded, seed=5, rewrite=False, sampler="gnnorch")
-    assert stats["status"] == "off"
-    for key, value in ref.items():
-        assert torch.equal(got[key], value), key
+    _refused_and_exact(_epoch_train, cora(), Encoded, match="raw features")
 
 
 class NormalisedGIN(torch.nn.Module):
@@ -347,15 +372,9 @@ class NormalisedGIN(torch.nn.Module):
 def test_bottom_layer_mixing_rows_is_refused_and_trains_exactly():
     """A cached embedding must be the vertex's own: a bottom layer with batch statistics
     inside (refreshes would also move its running statistics) is not cached."""
-    data = cora()
-    with pytest.warns(CacheWarning, match="mixes rows across the batch"):
-        got, stats = run(_epoch_train, data, NormalisedGIN, cache=True, seed=5,
-                         rewrite=False, sampler="gnnorch")
-    ref, _ = run(_epoch_train, data, NormalisedGIN, seed=5, rewrite=False,
-                 sampler="gnnorch")
-    assert stats["status"] == "off" and "BatchNorm1d" in stats["reason"]
-    for key, value in ref.items():
-        assert torch.equal(got[key], value), key
+    stats = _refused_and_exact(_epoch_train, cora(), NormalisedGIN,
+                               match="mixes rows across the batch")
+    assert "BatchNorm1d" in stats["reason"]
 
 
 class DoubleSAGE(torch.nn.Module):
@@ -374,14 +393,7 @@ def test_bottom_layer_fed_another_dtype_is_refused_and_trains_exactly():
     """Found by a user idiom (model.double(), batch.x.double()): admission took the cast rows
     for the raw features (torch.equal compares across dtypes) and its check then crashed the
     run mixing float32 rows into float64 weights."""
-    data = cora()
-    with pytest.warns(CacheWarning, match="raw features"):
-        got, stats = run(_epoch_train, data, DoubleSAGE, cache=True, seed=5, rewrite=False,
-                         sampler="gnnorch")
-    ref, _ = run(_epoch_train, data, DoubleSAGE, seed=5, rewrite=False, sampler="gnnorch")
-    assert stats["status"] == "off"
-    for key, value in ref.items():
-        assert torch.equal(got[key], value), key
+    _refused_and_exact(_epoch_train, cora(), DoubleSAGE, match="raw features")
 
 
 def test_a_failing_admission_check_turns_the_cache_off_not_the_run(monkeypatch):
@@ -394,48 +406,16 @@ def test_a_failing_admission_check_turns_the_cache_off_not_the_run(monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(Refresher, "compute_on", broken)
-    data = cora()
-    with pytest.warns(CacheWarning, match="boom"):
-        got, stats = run(_epoch_train, data, plain_sage, cache=True, seed=5, rewrite=False,
-                         sampler="gnnorch")
-    ref, _ = run(_epoch_train, data, plain_sage, seed=5, rewrite=False, sampler="gnnorch")
-    assert stats["status"] == "off" and "RuntimeError: boom" in stats["reason"]
-    for key, value in ref.items():
-        assert torch.equal(got[key], value), key
+    stats = _refused_and_exact(_epoch_train, cora(), plain_sage, match="boom")
+    assert "RuntimeError: boom" in stats["reason"]
 
 
 def plain_sage(cin):
     return GraphSAGE(cin, 16, 2, 7)
 
 
-def _learnt_features_train(data, model_class):
-    """`_epoch_train` with data.x a Parameter learnt with the model; (weights, features)."""
-    torch.manual_seed(0)
-    data = data.clone()
-    data.x = torch.nn.Parameter(data.x.clone())
-    model = model_class(data.num_features)
-    optimizer = torch.optim.Adam(list(model.parameters()) + [data.x], lr=0.01)
-    loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
-                            batch_size=16, shuffle=True)
-    for batch in loader:
-        optimizer.zero_grad()
-        out = model(batch.x, batch.edge_index)[:batch.batch_size]
-        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-        optimizer.step()
-    return model.state_dict(), data.x.detach()
-
-
 def test_learnt_features_are_refused_and_train_exactly():
-    data = cora()
-    with pytest.warns(CacheWarning, match="requires grad"):
-        (got, x_got), stats = run(_learnt_features_train, data, plain_sage, cache=True,
-                                  seed=5, rewrite=False, sampler="gnnorch")
-    (ref, x_ref), _ = run(_learnt_features_train, data, plain_sage, seed=5, rewrite=False,
-                          sampler="gnnorch")
-    assert stats["status"] == "off"
-    assert torch.equal(x_got, x_ref)
-    for key, value in ref.items():
-        assert torch.equal(got[key], value), key
+    _refused_and_exact(_epoch_train, cora(), plain_sage, True, match="requires grad")
 
 
 def _functional_train(data, model_class):
@@ -461,15 +441,7 @@ def test_substituted_parameters_are_refused_and_train_exactly():
     """Found by a user idiom: under functional_call the bottom layer computes with the
     caller's tensors while the cache's refreshes read the module's own (never trained)
     weights; the cached rows went stale for good and accuracy dropped."""
-    data = cora()
-    with pytest.warns(CacheWarning, match="functional_call"):
-        got, stats = run(_functional_train, data, plain_sage, cache=True, seed=5,
-                         rewrite=False, sampler="gnnorch")
-    ref, _ = run(_functional_train, data, plain_sage, seed=5, rewrite=False,
-                 sampler="gnnorch")
-    assert stats["status"] == "off"
-    for key, value in ref.items():
-        assert torch.equal(got[key], value), key
+    _refused_and_exact(_functional_train, cora(), plain_sage, match="functional_call")
 
 
 def _two_models_train(data, together, epochs=2):
@@ -495,18 +467,11 @@ def test_an_ensemble_on_one_loader_turns_the_cache_off_and_trains_exactly():
     """Found by a user idiom: the cache pruned the loader's batches for the model it serves,
     and a second model trained on them computed on a graph missing those in-edges, silently.
     The second model shows up on the first (unpruned) batch: the cache turns off there."""
-    data = cora()
     # trimming off on both sides: admission's first forward runs untrimmed, which changes
     # float rounding (about 1e-6 after two epochs of Adam), not the computation
-    with pytest.warns(CacheWarning, match="GCN also trains on this loader"):
-        got, stats = run(_two_models_train, data, True, cache=True, seed=5, rewrite=False,
-                         sampler="gnnorch", trim=False)
-    ref, _ = run(_two_models_train, data, True, seed=5, rewrite=False, sampler="gnnorch",
-                 trim=False)
-    assert stats["status"] == "off" and stats["pruned_batches"] == 0
-    for mine, theirs in zip(got, ref):
-        for key, value in theirs.items():
-            assert torch.equal(mine[key], value), key
+    stats = _refused_and_exact(_two_models_train, cora(), True, trim=False,
+                               match="GCN also trains on this loader")
+    assert stats["pruned_batches"] == 0
 
 
 def test_a_second_model_on_pruned_batches_fails_clearly():
