@@ -142,8 +142,8 @@ class DevicePath:
         pyg_filter = LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
         if type(loader).filter_fn is not pyg_filter:
             return f"{type(loader).__name__} overrides filter_fn"
-        if learnt_attributes(loader.data):
-            return _learnt(loader.data)
+        if learnt := learnt_attributes(loader.data):
+            return _learnt(learnt)
         untensored = untensored_attributes(loader.data)
         if untensored and pyg_index_select() is None:
             return (f"its data holds attributes that are not tensors ({', '.join(untensored)})"
@@ -338,9 +338,9 @@ class DevicePath:
         self.ctx.stats["device"] = self.stats()
 
 
-def _learnt(data: Any) -> str:
-    return (f"its data holds tensors that require grad ({', '.join(learnt_attributes(data))}): "
-            f"PyG's gather gives them gradients, a device copy would not")
+def _learnt(keys: list[str]) -> str:
+    return (f"its data holds tensors that require grad ({', '.join(keys)}): PyG's gather gives "
+            f"them gradients, a device copy would not")
 
 
 def _unservable(data: Any, served: ServedLoader) -> str | None:
@@ -348,7 +348,7 @@ def _unservable(data: Any, served: ServedLoader) -> str | None:
     if (not isinstance(data, type(served.plan.data))
             or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
         return f"its data was replaced by a {type(data).__name__} without an edge_index tensor"
-    return _learnt(data) if learnt_attributes(data) else None
+    return _learnt(learnt) if (learnt := learnt_attributes(data)) else None
 
 
 def _epochs_before(state: "LoaderState") -> int:
