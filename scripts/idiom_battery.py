@@ -842,19 +842,22 @@ IDIOMS = {name: globals()[name] for name in (
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="idioms (default: all)")
+    parser.add_argument("names", nargs="*",
+                        help="idioms, here and in idiom_knobs.py (default: all)")
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     parser.add_argument("--seeds", type=int, default=1)
     opts = parser.parse_args()
     import gnnorch
+    from idiom_knobs import IDIOMS as KNOBS  # scripts/ is on sys.path when run as a script
 
-    names = opts.names or list(IDIOMS)
-    unknown = [n for n in names if n not in IDIOMS]
+    idioms = {**IDIOMS, **KNOBS}
+    names = opts.names or list(idioms)
+    unknown = [n for n in names if n not in idioms]
     if unknown:
-        parser.error(f"unknown idiom(s) {unknown}; known: {sorted(IDIOMS)}")
+        parser.error(f"unknown idiom(s) {unknown}; known: {sorted(idioms)}")
     raised = []
     for name in names:
-        fn = IDIOMS[name]
+        fn = idioms[name]
         for mode in opts.modes:
             for seed in range(opts.seeds):
                 torch.manual_seed(seed)

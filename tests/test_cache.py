@@ -301,9 +301,10 @@ class Encoded(torch.nn.Module):
         return self.conv2(self.conv1(self.enc(x), edge_index).relu(), edge_index)
 
 
-def _epoch_train(data, model_class, learnt_x=False):
+def _epoch_train(data, model_class, learnt_x=False, transform=None):
     """One epoch of `model_class(data.num_features)` on a [5, 5] loader; the final weights.
-    `learnt_x`: data.x is a Parameter learnt with the model (then also the features)."""
+    `learnt_x`: data.x is a Parameter learnt with the model (then also the features);
+    `transform`: the loader's batch transform."""
     torch.manual_seed(0)
     model = model_class(data.num_features)
     params = list(model.parameters())
@@ -313,13 +314,22 @@ def _epoch_train(data, model_class, learnt_x=False):
         params.append(data.x)
     optimizer = torch.optim.Adam(params, lr=0.01)
     loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
-                            batch_size=16, shuffle=True)
+                            batch_size=16, shuffle=True, transform=transform)
     for batch in loader:
         optimizer.zero_grad()
         out = model(batch.x, batch.edge_index)[:batch.batch_size]
         F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
         optimizer.step()
     return (model.state_dict(), data.x.detach()) if learnt_x else model.state_dict()
+
+
+def test_loader_with_a_batch_transform_is_refused_and_exact():
+    """T.AddSelfLoops on every batch: the batch's bottom layer sees edges that the refreshes,
+    sampling data's own graph, never do (before the fix: an IndexError in the cold call)."""
+    import torch_geometric.transforms as T
+
+    _refused_and_exact(_epoch_train, cora(), plain_sage, False, T.AddSelfLoops(),
+                       match=r"transforms its batches \(AddSelfLoops\(\)\)")
 
 
 def _assert_same(got, ref):

@@ -210,6 +210,52 @@ def test_node_batches_of_merged_graphs_are_trimmed_to_their_seeds():
                                rtol=1e-4, atol=1e-5)
 
 
+def _train_with_batch_transform(data, transform, epochs=2):
+    """GraphSAGE on a loader whose batches PyG transforms after sampling; the losses."""
+    import torch.nn.functional as F
+    from torch_geometric.nn import GraphSAGE
+
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 16, num_layers=2, out_channels=7)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = NeighborLoader(data, num_neighbors=[4, 3], batch_size=32, shuffle=True,
+                            input_nodes=data.train_mask, transform=transform)
+    losses = []
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("name, trimmed", [("AddSelfLoops", True), ("VirtualNode", False)])
+def test_batch_transforms_are_trimmed_only_when_they_keep_the_hop_layout(name, trimmed):
+    """A transform's edges are not in the sampler's hop counts. Self-loops stay within a hop:
+    trimmed, exactly. T.VirtualNode adds a vertex wired to every hop: left untrimmed, with
+    the reason (before the fix: an IndexError in the trimmed layer)."""
+    import torch_geometric.transforms as T
+
+    runs = {}
+    for trim in (False, True):
+        runtime = gnnorch.Runtime(_train_with_batch_transform, processes=1, autotune=False,
+                                  trim=trim, rewrite=False, sampler="gnnorch")
+        torch.manual_seed(1)
+        runs[trim] = runtime(cora(), getattr(T, name)())
+    stats = runtime.last_run.stats[0]
+    (model,) = stats["trim"]["models"]
+    assert stats["sampler"]["loaders"][0]["transform"] == f"{name}()"
+    if trimmed:
+        assert model["trimmed"] and model["trimmed_forwards"] == len(runs[True]), model
+    else:
+        assert not model["trimmed"] and "VirtualNode() adds vertices" in model["reason"], model
+    torch.testing.assert_close(torch.tensor(runs[True]), torch.tensor(runs[False]),
+                               rtol=1e-5, atol=1e-6)
+
+
 def _data_workers() -> list:
     import psutil
 

@@ -285,6 +285,49 @@ def test_hop_layout_rejects_unordered_batches():
     assert hops_from_edges(flipped, x.size(0), seeds, 2) is None
 
 
+def _transformed(edge_index, num_nodes, how):
+    """The batch's edges (and vertex count) after a batch transform PyG users apply."""
+    loops = torch.arange(num_nodes).repeat(2, 1)
+    if how == "self_loops":                     # T.AddSelfLoops
+        return torch.cat([edge_index, loops], 1), num_nodes
+    if how == "undirected":                     # T.ToUndirected (duplicates kept)
+        return torch.cat([edge_index, edge_index.flip(0)], 1), num_nodes
+    if how == "virtual_node":                   # T.VirtualNode: one more vertex, both ways
+        hub = torch.full((num_nodes,), num_nodes)
+        spokes = torch.stack([torch.arange(num_nodes), hub])
+        return torch.cat([edge_index, spokes, spokes.flip(0)], 1), num_nodes + 1
+    raise ValueError(how)
+
+
+@pytest.mark.parametrize("how, admitted", [
+    ("self_loops", True), ("undirected", True), ("virtual_node", False)])
+def test_hop_layout_admits_only_transforms_that_keep_the_hop_invariant(how, admitted):
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    assert layout.admits(edge_index, x.size(0))
+    edges, num_nodes = _transformed(edge_index, x.size(0), how)
+    assert layout.admits(edges, num_nodes) == admitted
+    last = layout.rows_within(1)            # a vertex of the last hop, feeding a seed directly
+    skip = torch.cat([edge_index, torch.tensor([[last], [0]])], 1)
+    assert not layout.admits(skip, x.size(0))
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+@pytest.mark.parametrize("how", ["self_loops", "undirected"])
+def test_trimmed_equals_untrimmed_on_admitted_transformed_batches(kind, how):
+    """Edges a transform adds within one hop: trimming keeps every in-edge of the rows it
+    computes, so the seeds' outputs and all gradients are the untrimmed ones."""
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    edges, _ = _transformed(edge_index, x.size(0), how)
+    model = make(kind, 2).eval()
+    ref_out, ref_grads = forward_backward(model, x, edges, seeds)
+    out, grads = forward_backward(model, x, edges, seeds, BatchGraph(edges, x.size(0), seeds,
+                                                                     layout))
+    assert forward_backward.state.trim
+    torch.testing.assert_close(out, ref_out, rtol=1e-9, atol=1e-10)
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(grads[name], g, rtol=1e-9, atol=1e-10, msg=name)
+
+
 def test_layer_bounds():
     layout = HopLayout.from_counts([4, 10, 30], [20, 60])
     assert layout.bounds(0, 2).num_src == 44 and layout.bounds(0, 2).num_dst == 14

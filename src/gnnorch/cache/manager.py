@@ -57,6 +57,7 @@ class LoaderFacts(Protocol):
     backend: str
     backend_reason: str | None
     directional: bool
+    transform: str | None
 
 
 class CacheManager:
@@ -203,6 +204,9 @@ def _unservable(loader: NeighborLoader, state: LoaderFacts) -> str | None:
         return f"gnnorch's sampler cannot prune {sampler.fallback_reason}"
     if not state.directional:
         return "the loader's batches are not directional neighbour samples"
+    if state.transform is not None:
+        return (f"the loader transforms its batches ({state.transform}): refreshes compute "
+                f"rows on data's own graph, not on transformed batches")
     if getattr(loader, "persistent_workers", False):
         return ("persistent_workers=True: the pruning mask cannot reach workers that "
                 "outlive an epoch")

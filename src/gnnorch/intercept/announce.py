@@ -23,8 +23,8 @@ from .layers import BatchGraph, LayerSeam
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
 
-__all__ = ["announced", "batch_graph", "defers_features", "layout_kind", "link_seeds",
-           "stored_batch_size"]
+__all__ = ["announced", "batch_graph", "batch_transform", "defers_features", "layout_kind",
+           "link_seeds", "stored_batch_size"]
 
 
 def layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
@@ -38,6 +38,13 @@ def layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
     directional = (sampler.subgraph_type == SubgraphType.directional and not sampler.disjoint
                    and getattr(loader, "transform_sampler_output", None) is None)
     return directional, len(sampler.num_neighbors.get_mapped_values())
+
+
+def batch_transform(loader: NeighborLoader) -> str | None:
+    """The loader's batch ``transform`` (its repr), or None: PyG applies it after sampling,
+    so the edges and vertices it adds are not in the sampler's hop counts."""
+    transform = getattr(loader, "transform", None)
+    return None if transform is None else repr(transform)
 
 
 def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchGraph | None:
@@ -60,6 +67,10 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
     edges = getattr(batch, "num_sampled_edges", None)
     if nodes is not None and edges is not None and len(nodes) == len(edges) + 1:
         graph.layout = HopLayout.from_counts(list(map(int, nodes)), list(map(int, edges)))
+        if state.transform is not None and not graph.layout.admits(edge_index, graph.num_nodes):
+            graph.layout = None
+            graph.reason = (f"the loader's transform {state.transform} adds vertices, or edges "
+                            f"across more than one hop, to its batches")
         return graph
     graph.layout = hops_from_edges(edge_index, graph.num_nodes, size, state.num_hops)
     if graph.layout is None:

@@ -63,6 +63,8 @@ class LoaderState:
     backend_reason: str | None = None
     directional: bool = True       # hop layout meaningful (trimming possible)
     num_hops: int | None = None
+    transform: str | None = None   # the loader's batch transform (its repr): batches' edges
+    #                                are checked against their hop layout before trimming
     cache: LoaderCache | None = None     # training loaders, with the cache on: attached at
     #                                      their first training epoch
     sampler_choice: dict | None = None   # sampler="auto": the measured times and the choice
@@ -80,7 +82,7 @@ class LoaderState:
         out = {"kind": self.kind, "role": self.role, "index": self.index,
                "backend": self.backend,
                "reason": self.backend_reason, "directional": self.directional,
-               "num_hops": self.num_hops,
+               "num_hops": self.num_hops, "transform": self.transform,
                "num_workers": ("plan" if self.user_num_workers is None
                                else f"user ({self.user_num_workers})"),
                "sampler_choice": self.sampler_choice, "setup_s": self.setup_s}

@@ -175,8 +175,8 @@ class LayerSeam:
 
     def stats(self) -> dict:
         return {"enabled": self.trim_enabled, "check_s": self.check.seconds,
-                "models": [s.to_dict() for s in self.states
-                           if s.layers or s.checkpointed_calls],
+                "models": [s.to_dict() for s in self.states if s.layers or s.checkpointed_calls
+                           or (self.trim_enabled and s.untrimmed_forwards)],
                 "rows_computed": self.calls.rows_computed,
                 "rows_untrimmed": self.calls.rows_untrimmed}
 

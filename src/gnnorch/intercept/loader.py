@@ -66,7 +66,8 @@ import torch
 from ..compat import pyg as compat_pyg
 from ..compat import processes as compat_processes
 from ..launch.context import EpochTimer, RankContext
-from .announce import announced, batch_graph, defers_features, layout_kind, stored_batch_size
+from .announce import (announced, batch_graph, batch_transform, defers_features, layout_kind,
+                       stored_batch_size)
 from .epoch_role import OptimizerCount, cache_aside, epoch_trains, set_sharded
 from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
@@ -224,6 +225,7 @@ class NeighborLoaderInterceptor:
         if state.shard is not None:
             state.shard.num_items = len(loader.dataset)
         state.directional, state.num_hops = layout_kind(loader)
+        state.transform = batch_transform(loader)
         if self.device_path is not None:
             self.device_path.adopt(loader, state)
             if state.samples_on_device:   # no loader workers for device tensors

@@ -64,6 +64,20 @@ class HopLayout:
         """c_hops: the number of vertices within `hops` hops of the seeds."""
         return sum(self.nodes[:hops + 1])
 
+    def admits(self, edge_index: Tensor, num_nodes: int) -> bool:
+        """Whether a batch of `num_nodes` vertices with edges `edge_index` keeps the invariant
+        trimming relies on: the vertex count is the layout's and no edge reaches more than one
+        hop deeper than its destination, hop(src) <= hop(dst) + 1, with hop(v) read from v's
+        row. A batch transform may add edges or vertices after sampling (``T.AddSelfLoops``
+        and ``T.ToUndirected`` keep the invariant; ``T.VirtualNode`` does not)."""
+        if num_nodes != self.num_nodes:
+            return False
+        if edge_index.numel() == 0:
+            return True
+        ends = torch.tensor(self.nodes, device=edge_index.device).cumsum(0)
+        hop = torch.bucketize(edge_index, ends, right=True)
+        return not bool((hop[0] > hop[1] + 1).any())
+
     def bounds(self, layer: int, num_layers: int) -> LayerBounds | None:
         """Rows layer `layer` of `num_layers` reads and writes, or None when it runs untrimmed."""
         if not 0 <= layer < num_layers:

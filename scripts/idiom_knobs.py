@@ -1,0 +1,418 @@
+"""Loader and model knobs for `idiom_battery.py`: the less common settings PyG users turn.
+
+Each idiom changes one thing the runtime intercepts and trains the same small GraphSAGE /
+BasicGNN loop on the bundled Cora: the loader's knobs (``replace=True``, a ``sampler=``
+such as ``ImbalancedSampler``, ``drop_last``, an index tensor for ``input_nodes``,
+``subgraph_type='induced'``, ``disjoint=True``, a batch ``transform``, persistent workers),
+how the loader is iterated (``itertools.islice``, two loaders zipped, one batch overfitted),
+and the model (BatchNorm, ``jk='cat'``, GIN, PNA, GATv2 with edge features, a user-written
+``MessagePassing``, a loss over every sampled node, label reuse as input, a frozen first
+layer, ``dropout_edge`` on the batch). Metrics that show whether the knob was honoured (the
+class balance of the seeds drawn, the number of batches, the seeds seen) are returned beside
+the loss and accuracy.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _sage(cin, cout, hidden=64, **kwargs):
+    from torch_geometric.nn import GraphSAGE
+    return GraphSAGE(cin, hidden, 2, cout, dropout=0.3, **kwargs)
+
+
+def _loader(data, **kwargs):
+    from torch_geometric.loader import NeighborLoader
+    kwargs.setdefault("num_neighbors", [10, 10])
+    kwargs.setdefault("batch_size", 32)
+    kwargs.setdefault("input_nodes", data.train_mask)
+    if "sampler" not in kwargs:
+        kwargs.setdefault("shuffle", True)
+    return NeighborLoader(data, **kwargs)
+
+
+def _fit(model, loader, epochs, forward=None, on_batch=None):
+    """The plain loop: cross-entropy on the seeds' rows, Adam, every batch of every epoch."""
+    forward = forward or (lambda m, b: m(b.x, b.edge_index))
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.01)
+    loss = torch.tensor(float("nan"))
+    for epoch in range(epochs):
+        model.train()
+        for batch in loader:
+            if on_batch is not None:
+                on_batch(batch)
+            opt.zero_grad()
+            out = forward(model, batch)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+    return float(loss)
+
+
+def _test_acc(model, data, forward=None, **loader_kwargs):
+    forward = forward or (lambda m, b: m(b.x, b.edge_index))
+    loader = _loader(data, batch_size=256, input_nodes=data.test_mask, shuffle=False,
+                     **loader_kwargs)
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for batch in loader:
+            out = forward(model, batch)[:batch.batch_size]
+            correct += int((out.argmax(-1) == batch.y[:batch.batch_size]).sum())
+            total += batch.batch_size
+    return correct / total
+
+
+def _sage_run(data, epochs=6, model=None, fanout=(10, 10), forward=None, **loader_kwargs):
+    model = model or _sage(data.num_features, 7)
+    loss = _fit(model, _loader(data, num_neighbors=list(fanout), **loader_kwargs), epochs,
+                forward)
+    return dict(loss=loss, test_acc=_test_acc(model, data, forward,
+                                              num_neighbors=list(fanout)))
+
+
+# --- loader knobs -----------------------------------------------------------------------------
+
+def replace_true(data):
+    """NeighborLoader(replace=True): neighbours drawn with replacement."""
+    return _sage_run(data, replace=True)
+
+
+def imbalanced_sampler(data, epochs=4):
+    """sampler=ImbalancedSampler over an imbalanced seed set: the seeds drawn are class-balanced.
+
+    ``balance`` is the rarest class's share of the seeds drawn over the most common one's:
+    near 1 when the sampler is honoured, about 0.23 when the seeds are drawn uniformly."""
+    from torch_geometric.loader import ImbalancedSampler
+    seeds = (~data.test_mask).nonzero().view(-1)
+    sampler = ImbalancedSampler(data, input_nodes=seeds)
+    counts = torch.zeros(7)
+
+    def count(batch):
+        counts.add_(torch.bincount(batch.y[:batch.batch_size], minlength=7).float())
+
+    model = _sage(data.num_features, 7)
+    loader = _loader(data, input_nodes=seeds, sampler=sampler, batch_size=64)
+    loss = _fit(model, loader, epochs, on_batch=count)
+    return dict(loss=loss, test_acc=_test_acc(model, data),
+                balance=float(counts.min() / counts.max()), seeds=float(counts.sum()))
+
+
+def drop_last(data, epochs=4):
+    """drop_last=True with a batch size that does not divide the 140 seeds."""
+    batches = []
+    model = _sage(data.num_features, 7)
+    loader = _loader(data, batch_size=50, drop_last=True)
+    loss = _fit(model, loader, epochs, on_batch=lambda b: batches.append(b.batch_size))
+    return dict(loss=loss, test_acc=_test_acc(model, data), batches=len(batches),
+                seeds=sum(batches), len_loader=len(loader))
+
+
+def index_input_nodes(data):
+    """input_nodes as an index tensor, in a fixed order (shuffle=False)."""
+    return _sage_run(data, input_nodes=data.train_mask.nonzero().view(-1), shuffle=False)
+
+
+def induced_subgraph(data):
+    """subgraph_type='induced': every edge among the sampled nodes."""
+    return _sage_run(data, subgraph_type="induced")
+
+
+def disjoint_trees(data, epochs=4):
+    """disjoint=True: one tree per seed; batch.batch says which seed each node belongs to."""
+    from torch_geometric.nn import global_mean_pool
+    from torch_geometric.nn import GCNConv
+
+    class TreeNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GCNConv(data.num_features, 64), GCNConv(64, 64)
+            self.head = torch.nn.Linear(128, 7)
+
+        def forward(self, x, edge_index, tree, size):
+            h = self.c2(self.c1(x, edge_index).relu(), edge_index).relu()
+            return self.head(torch.cat([h[:size], global_mean_pool(h, tree, size)], -1))
+
+    def forward(m, b):
+        return m(b.x, b.edge_index, b.batch, b.batch_size)
+
+    return _sage_run(data, epochs, model=TreeNet(), forward=forward, disjoint=True)
+
+
+def batch_transform(data):
+    """A transform on every batch: T.AddSelfLoops() (a new edge set the layers see)."""
+    import torch_geometric.transforms as T
+    return _sage_run(data, transform=T.AddSelfLoops())
+
+
+def batch_virtual_node(data):
+    """transform=T.VirtualNode(): one more node, wired to and from every node of the batch
+    (edges that cross every hop)."""
+    import torch_geometric.transforms as T
+    return _sage_run(data, transform=T.VirtualNode())
+
+
+def persistent_workers(data, epochs=3):
+    """num_workers=2 with persistent_workers=True."""
+    return _sage_run(data, epochs, num_workers=2, persistent_workers=True)
+
+
+# --- how the loader is iterated ---------------------------------------------------------------
+
+def islice_epochs(data, epochs=6):
+    """Each epoch takes only the first three batches, through itertools.islice."""
+    model = _sage(data.num_features, 7)
+    loader = _loader(data, batch_size=16)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    steps = 0
+    for epoch in range(epochs):
+        model.train()
+        for batch in itertools.islice(loader, 3):
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+            steps += 1
+    return dict(loss=float(loss), test_acc=_test_acc(model, data), steps=steps)
+
+
+def zipped_loaders(data, epochs=5):
+    """Two loaders zipped: labelled seeds and an unlabelled set with a smoothness penalty."""
+    model = _sage(data.num_features, 7)
+    labelled = _loader(data, batch_size=16)
+    unlabelled = _loader(data, batch_size=64, input_nodes=data.test_mask)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        model.train()
+        for a, b in zip(labelled, unlabelled):
+            opt.zero_grad()
+            out = model(a.x, a.edge_index)[:a.batch_size]
+            ent = model(b.x, b.edge_index)[:b.batch_size].softmax(-1)
+            loss = F.cross_entropy(out, a.y[:a.batch_size]) \
+                - 0.1 * (ent * ent.clamp_min(1e-9).log()).sum(-1).mean()
+            loss.backward()
+            opt.step()
+    return dict(loss=float(loss), test_acc=_test_acc(model, data))
+
+
+def overfit_one_batch(data, steps=60):
+    """The debugging idiom: next(iter(loader)) once, then many steps on that one batch."""
+    model = _sage(data.num_features, 7)
+    batch = next(iter(_loader(data, batch_size=64)))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model.train()
+    for _ in range(steps):
+        opt.zero_grad()
+        out = model(batch.x, batch.edge_index)[:batch.batch_size]
+        loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+        loss.backward()
+        opt.step()
+    return dict(loss=float(loss), test_acc=_test_acc(model, data))
+
+
+# --- models and losses ------------------------------------------------------------------------
+
+def batch_norm(data):
+    """GraphSAGE(norm='batch_norm'): statistics over every row the layer sees."""
+    return _sage_run(data, model=_sage(data.num_features, 7, norm="batch_norm"))
+
+
+def jk_cat(data):
+    """GraphSAGE(jk='cat'): the last layer reads every layer's output."""
+    return _sage_run(data, model=_sage(data.num_features, 7, jk="cat"))
+
+
+def gin_three_hops(data):
+    """BasicGNN GIN, three layers on a [10, 5, 5] fanout."""
+    from torch_geometric.nn import GIN
+    return _sage_run(data, model=GIN(data.num_features, 64, 3, 7), fanout=(10, 5, 5))
+
+
+def pna(data, epochs=4):
+    """BasicGNN PNA with the degree histogram PyG's example computes."""
+    from torch_geometric.nn import PNA
+    from torch_geometric.utils import degree
+    d = degree(data.edge_index[1], data.num_nodes, dtype=torch.long)
+    deg = torch.bincount(d)
+    model = PNA(data.num_features, 32, 2, 7, aggregators=["mean", "min", "max", "std"],
+                scalers=["identity", "amplification", "attenuation"], deg=deg)
+    return _sage_run(data, epochs, model=model)
+
+
+def gatv2_edge_attr(data, epochs=5):
+    """GATv2Conv with edge_dim: batch.edge_attr gathered with the sampled edges."""
+    from torch_geometric.nn import GATv2Conv
+    data = data.clone()
+    data.edge_attr = torch.rand(data.num_edges, 4, generator=torch.Generator().manual_seed(1))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = GATv2Conv(data.num_features, 16, heads=4, edge_dim=4)
+            self.c2 = GATv2Conv(64, 7, heads=1, edge_dim=4)
+
+        def forward(self, x, edge_index, edge_attr):
+            return self.c2(self.c1(x, edge_index, edge_attr).relu(), edge_index, edge_attr)
+
+    return _sage_run(data, epochs, model=Net(),
+                     forward=lambda m, b: m(b.x, b.edge_index, b.edge_attr))
+
+
+def custom_message_passing(data):
+    """A GCN layer written from scratch (PyG's 'Creating Message Passing Networks' tutorial):
+    self-loops and degree normalisation computed inside forward over x.size(0) nodes."""
+    from torch_geometric.nn import MessagePassing
+    from torch_geometric.utils import add_self_loops, degree
+
+    class ScratchGCN(MessagePassing):
+        def __init__(self, cin, cout):
+            super().__init__(aggr="add")
+            self.lin = torch.nn.Linear(cin, cout, bias=False)
+            self.bias = torch.nn.Parameter(torch.zeros(cout))
+
+        def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+            edge_index, _ = add_self_loops(edge_index, num_nodes=x.size(0))
+            x = self.lin(x)
+            row, col = edge_index
+            deg = degree(col, x.size(0), dtype=x.dtype)
+            inv = deg.pow(-0.5)
+            inv[inv == float("inf")] = 0
+            norm = inv[row] * inv[col]
+            return self.propagate(edge_index, x=x, norm=norm) + self.bias
+
+        def message(self, x_j: Tensor, norm: Tensor) -> Tensor:
+            return norm.view(-1, 1) * x_j
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = ScratchGCN(data.num_features, 64), ScratchGCN(64, 7)
+
+        def forward(self, x, edge_index):
+            return self.c2(F.dropout(self.c1(x, edge_index).relu(), 0.3, self.training),
+                           edge_index)
+
+    return _sage_run(data, model=Net())
+
+
+def loss_on_every_node(data, epochs=6):
+    """The loss over every sampled node with a label in the training mask (not only the
+    seeds): rows the seeds do not need feed the loss."""
+    model = _sage(data.num_features, 7)
+    loader = _loader(data)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)
+            mask = batch.train_mask
+            loss = F.cross_entropy(out[mask], batch.y[mask])
+            loss.backward()
+            opt.step()
+    return dict(loss=float(loss), test_acc=_test_acc(model, data))
+
+
+def label_reuse(data, epochs=6):
+    """OGB's label trick: the training labels of non-seed nodes, one-hot, appended to x."""
+    data = data.clone()
+    data.y_in = torch.where(data.train_mask, data.y, torch.full_like(data.y, 7))
+
+    def forward(m, b):
+        y_in = b.y_in.clone()
+        y_in[:b.batch_size] = 7
+        return m(torch.cat([b.x, F.one_hot(y_in, 8).float()], -1), b.edge_index)
+
+    return _sage_run(data, epochs, model=_sage(data.num_features + 8, 7), forward=forward)
+
+
+def frozen_first_layer(data, epochs=6):
+    """Fine-tuning: after two epochs the first layer is frozen (requires_grad_(False))."""
+    model = _sage(data.num_features, 7)
+    loader = _loader(data)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        if epoch == 2:
+            model.convs[0].requires_grad_(False)
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+    return dict(loss=float(loss), test_acc=_test_acc(model, data))
+
+
+def dropout_edge_on_batch(data):
+    """torch_geometric.utils.dropout_edge on every training batch's edge_index."""
+    from torch_geometric.utils import dropout_edge
+
+    def forward(m, b):
+        ei = dropout_edge(b.edge_index, p=0.3, training=m.training)[0]
+        return m(b.x, ei)
+
+    return _sage_run(data, forward=forward)
+
+
+def skip_to_raw_features(data):
+    """A head over the GNN output concatenated with the seeds' raw features."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gnn = _sage(data.num_features, 64)
+            self.head = torch.nn.Linear(64 + data.num_features, 7)
+
+        def forward(self, x, edge_index, size):
+            return self.head(torch.cat([self.gnn(x, edge_index)[:size], x[:size]], -1))
+
+    return _sage_run(data, model=Net(), forward=lambda m, b: m(b.x, b.edge_index, b.batch_size))
+
+
+def two_optimizers(data, epochs=6):
+    """Two optimizers: SGD for the convolutions, Adam for the rest (none in GraphSAGE: the
+    last conv gets Adam), stepped in the same iteration."""
+    model = _sage(data.num_features, 7)
+    loader = _loader(data)
+    sgd = torch.optim.SGD(model.convs[0].parameters(), lr=0.1, momentum=0.9)
+    adam = torch.optim.Adam(model.convs[1].parameters(), lr=0.01)
+    for epoch in range(epochs):
+        model.train()
+        for batch in loader:
+            sgd.zero_grad()
+            adam.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            sgd.step()
+            adam.step()
+    return dict(loss=float(loss), test_acc=_test_acc(model, data))
+
+
+def never_train_mode(data):
+    """model.train() never called and the model left in eval() (dropout off throughout)."""
+    model = _sage(data.num_features, 7).eval()
+    loader = _loader(data)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(6):
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+    return dict(loss=float(loss), test_acc=_test_acc(model, data))
+
+
+IDIOMS = {fn.__name__: fn for fn in (
+    replace_true, imbalanced_sampler, drop_last, index_input_nodes, induced_subgraph,
+    disjoint_trees, batch_transform, batch_virtual_node, persistent_workers, islice_epochs, zipped_loaders,
+    overfit_one_batch, batch_norm, jk_cat, gin_three_hops, pna, gatv2_edge_attr,
+    custom_message_passing, loss_on_every_node, label_reuse, frozen_first_layer,
+    dropout_edge_on_batch, skip_to_raw_features, two_optimizers, never_train_mode,
+)}
