@@ -409,10 +409,260 @@ def never_train_mode(data):
     return dict(loss=float(loss), test_acc=_test_acc(model, data))
 
 
+# --- data shapes, and batches the user edits ---------------------------------------------------
+
+def all_nodes_input(data, epochs=3):
+    """input_nodes=None: every node is a seed; the loss masked to the training seeds."""
+    model = _sage(data.num_features, 7)
+    loader = _loader(data, input_nodes=None, batch_size=256)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    seen = 0
+    for epoch in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            mask = batch.train_mask[:batch.batch_size]
+            loss = F.cross_entropy(out[mask], batch.y[:batch.batch_size][mask])
+            loss.backward()
+            opt.step()
+            seen += batch.batch_size
+    return dict(loss=float(loss), test_acc=_test_acc(model, data), seen=seen)
+
+
+def full_neighbourhood(data):
+    """num_neighbors=[-1, -1]: every neighbour on both hops."""
+    return _sage_run(data, fanout=(-1, -1))
+
+
+def batch_size_one(data, epochs=2):
+    """batch_size=1: one seed per step (the degenerate end of the batch size)."""
+    return _sage_run(data, epochs, batch_size=1)
+
+
+def isolated_and_duplicate_edges(data):
+    """A graph whose edges come shuffled, with duplicates, self-loops and isolated seeds."""
+    g = torch.Generator().manual_seed(4)
+    ei = data.edge_index
+    keep = torch.rand(ei.size(1), generator=g) > 0.3       # some nodes lose every edge
+    ei = ei[:, keep]
+    dup = ei[:, torch.randint(0, ei.size(1), (500,), generator=g)]
+    loops = torch.arange(0, data.num_nodes, 7).repeat(2, 1)
+    ei = torch.cat([ei, dup, loops], 1)
+    ei = ei[:, torch.randperm(ei.size(1), generator=g)]
+    data = data.clone()
+    data.edge_index = ei
+    return _sage_run(data)
+
+
+def multilabel_bce(data, epochs=6):
+    """Multi-label targets (PPI / Yelp style): float labels and BCEWithLogitsLoss."""
+    data = data.clone()
+    g = torch.Generator().manual_seed(2)
+    data.y = torch.stack([F.one_hot(data.y, 7).float(),
+                          (torch.rand(data.num_nodes, 7, generator=g) < 0.1).float()]).amax(0)
+    model = _sage(data.num_features, 7)
+    loader = _loader(data)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    crit = torch.nn.BCEWithLogitsLoss()
+    for epoch in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = crit(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        top = model(data.x, data.edge_index)[data.test_mask].argmax(-1, keepdim=True)
+    hit = float(data.y[data.test_mask].gather(1, top).mean())   # top label among the true
+    return dict(loss=float(loss), test_hit_at_1=hit)
+
+
+def reset_between_folds(data, folds=3, epochs=3):
+    """k-fold style: model.reset_parameters() and a new optimizer per fold, one loader per fold."""
+    model = _sage(data.num_features, 7)
+    train_idx = data.train_mask.nonzero().view(-1)
+    accs = []
+    for fold in range(folds):
+        model.reset_parameters()
+        idx = train_idx[train_idx % folds != fold]
+        loss = _fit(model, _loader(data, input_nodes=idx), epochs)
+        accs.append(_test_acc(model, data))
+    return dict(loss=loss, test_acc=sum(accs) / folds)
+
+
+def inplace_feature_noise(data, epochs=6):
+    """Feature noise added in place to batch.x before the forward (augmentation); data.x must
+    not change."""
+    before = data.x.clone()
+    model = _sage(data.num_features, 7)
+
+    def noisy(batch):
+        batch.x.add_(0.01 * torch.randn_like(batch.x))
+
+    loss = _fit(model, _loader(data), epochs, on_batch=noisy)
+    return dict(loss=loss, test_acc=_test_acc(model, data),
+                data_x_unchanged=float(torch.equal(before, data.x)))
+
+
+def user_edge_edit(data):
+    """The user rewrites batch.edge_index (to_undirected + add_self_loops) before the forward."""
+    from torch_geometric.utils import add_self_loops, to_undirected
+
+    def forward(m, b):
+        ei = add_self_loops(to_undirected(b.edge_index, num_nodes=b.num_nodes),
+                            num_nodes=b.num_nodes)[0]
+        return m(b.x, ei)
+
+    return _sage_run(data, forward=forward)
+
+
+def bidirectional_subgraph(data):
+    """subgraph_type='bidirectional': sampled edges made both ways."""
+    return _sage_run(data, subgraph_type="bidirectional")
+
+
+def threads_set_inside(data):
+    """torch.set_num_threads(1) at the top of the function (a common CPU-contention fix)."""
+    torch.set_num_threads(1)
+    return _sage_run(data)
+
+
+def hetero_conv_dict(data, epochs=4):
+    """A HeteroConv model written by hand (no to_hetero), per-edge-type fanouts as a dict."""
+    from torch_geometric.data import HeteroData
+    from torch_geometric.nn import HeteroConv, SAGEConv
+    from torch_geometric.loader import NeighborLoader
+    import torch_geometric.transforms as T
+    g = torch.Generator().manual_seed(0)
+    h = HeteroData()
+    h['paper'].x, h['paper'].y = data.x, data.y
+    h['paper'].train_mask, h['paper'].test_mask = data.train_mask, data.test_mask
+    h['author'].x = torch.randn(400, 16, generator=g)
+    h['paper', 'cites', 'paper'].edge_index = data.edge_index
+    h['author', 'writes', 'paper'].edge_index = torch.stack([
+        torch.randint(0, 400, (3000,), generator=g),
+        torch.randint(0, data.num_nodes, (3000,), generator=g)])
+    h = T.ToUndirected()(h)
+    fanouts = {et: [10, 5] if et[1] == 'cites' else [4, 2] for et in h.edge_types}
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = HeteroConv({et: SAGEConv((-1, -1), 32) for et in h.edge_types})
+            self.c2 = HeteroConv({et: SAGEConv((-1, -1), 7) for et in h.edge_types})
+
+        def forward(self, x_dict, ei_dict):
+            x_dict = {k: v.relu() for k, v in self.c1(x_dict, ei_dict).items()}
+            return self.c2(x_dict, ei_dict)['paper']
+
+    model = Net()
+    loader = NeighborLoader(h, num_neighbors=fanouts, batch_size=32, shuffle=True,
+                            input_nodes=('paper', h['paper'].train_mask))
+    with torch.no_grad():
+        b = next(iter(loader))
+        model(b.x_dict, b.edge_index_dict)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        model.train()
+        for batch in loader:
+            bs = batch['paper'].batch_size
+            opt.zero_grad()
+            out = model(batch.x_dict, batch.edge_index_dict)[:bs]
+            loss = F.cross_entropy(out, batch['paper'].y[:bs])
+            loss.backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        out = model(h.x_dict, h.edge_index_dict)
+    mask = h['paper'].test_mask
+    acc = float((out[mask].argmax(-1) == h['paper'].y[mask]).float().mean())
+    return dict(loss=float(loss), test_acc=acc)
+
+
+def link_labels_only(data, epochs=4):
+    """LinkNeighborLoader with given edge_label (positives and the user's own negatives), no
+    neg_sampling; the labels are the user's."""
+    from torch_geometric.loader import LinkNeighborLoader
+    from torch_geometric.utils import negative_sampling
+    g = torch.Generator().manual_seed(5)
+    pos = data.edge_index[:, torch.randperm(data.num_edges, generator=g)[:1000]]
+    torch.manual_seed(5)
+    neg = negative_sampling(data.edge_index, data.num_nodes, 1000)
+    label_index = torch.cat([pos, neg], 1)
+    label = torch.cat([torch.ones(1000), torch.zeros(neg.size(1))])
+    loader = LinkNeighborLoader(data, num_neighbors=[10, 5], batch_size=64, shuffle=True,
+                                edge_label_index=label_index, edge_label=label)
+    model = _sage(data.num_features, 32)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    labels_seen = 0.0
+    for epoch in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            h = model(batch.x, batch.edge_index)
+            src, dst = batch.edge_label_index
+            loss = F.binary_cross_entropy_with_logits((h[src] * h[dst]).sum(-1),
+                                                      batch.edge_label)
+            loss.backward()
+            opt.step()
+            labels_seen += float(batch.edge_label.sum())
+    return dict(loss=float(loss), positives_seen=labels_seen)
+
+
+def data_adj_t(data, epochs=6):
+    """T.ToSparseTensor() on the whole graph before the loader (OGB examples' idiom): data
+    holds adj_t and no edge_index; the batches carry adj_t."""
+    import torch_geometric.transforms as T
+    data = T.ToSparseTensor()(data.clone())
+    model = _sage(data.num_features, 7)
+    loss = _fit(model, _loader(data), epochs, forward=lambda m, b: m(b.x, b.adj_t))
+    return dict(loss=loss, test_acc=_test_acc(model, data, forward=lambda m, b: m(b.x, b.adj_t)))
+
+
+def rgcn_edge_types(data, epochs=5):
+    """RGCNConv on edge types stored per edge (data.edge_type), plus node attributes of other
+    shapes and kinds (pos, a long node type) riding along in every batch."""
+    from torch_geometric.nn import RGCNConv
+    g = torch.Generator().manual_seed(6)
+    data = data.clone()
+    data.edge_type = torch.randint(0, 3, (data.num_edges,), generator=g)
+    data.pos = torch.randn(data.num_nodes, 2, generator=g)
+    data.node_type = torch.randint(0, 4, (data.num_nodes,), generator=g)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = RGCNConv(data.num_features, 32, 3)
+            self.c2 = RGCNConv(32, 7, 3)
+
+        def forward(self, x, edge_index, edge_type):
+            return self.c2(self.c1(x, edge_index, edge_type).relu(), edge_index, edge_type)
+
+    checked = []
+
+    def check(batch):
+        checked.append(torch.equal(batch.pos, data.pos[batch.n_id])
+                       and torch.equal(batch.edge_type, data.edge_type[batch.e_id]))
+
+    model = Net()
+    loader = _loader(data)
+    forward = lambda m, b: m(b.x, b.edge_index, b.edge_type)  # noqa: E731
+    loss = _fit(model, loader, epochs, forward=forward, on_batch=check)
+    return dict(loss=loss, test_acc=_test_acc(model, data, forward=forward),
+                attributes_match=float(all(checked)))
+
+
 IDIOMS = {fn.__name__: fn for fn in (
     replace_true, imbalanced_sampler, drop_last, index_input_nodes, induced_subgraph,
     disjoint_trees, batch_transform, batch_virtual_node, persistent_workers, islice_epochs, zipped_loaders,
     overfit_one_batch, batch_norm, jk_cat, gin_three_hops, pna, gatv2_edge_attr,
     custom_message_passing, loss_on_every_node, label_reuse, frozen_first_layer,
     dropout_edge_on_batch, skip_to_raw_features, two_optimizers, never_train_mode,
+    all_nodes_input, full_neighbourhood, batch_size_one, isolated_and_duplicate_edges,
+    multilabel_bce, reset_between_folds, inplace_feature_noise, user_edge_edit,
+    bidirectional_subgraph, threads_set_inside, hetero_conv_dict, link_labels_only,
+    data_adj_t, rgcn_edge_types,
 )}
