@@ -67,12 +67,13 @@ def _test_acc(model, data, forward=None, **loader_kwargs):
     return correct / total
 
 
-def _sage_run(data, epochs=6, model=None, fanout=(10, 10), forward=None, **loader_kwargs):
+def _sage_run(data, epochs=6, model=None, fanout=(10, 10), forward=None, test_kwargs=None,
+              **loader_kwargs):
     model = model or _sage(data.num_features, 7)
     loss = _fit(model, _loader(data, num_neighbors=list(fanout), **loader_kwargs), epochs,
                 forward)
-    return dict(loss=loss, test_acc=_test_acc(model, data, forward,
-                                              num_neighbors=list(fanout)))
+    return dict(loss=loss, test_acc=_test_acc(model, data, forward, num_neighbors=list(fanout),
+                                              **(test_kwargs or {})))
 
 
 # --- loader knobs -----------------------------------------------------------------------------
@@ -140,7 +141,8 @@ def disjoint_trees(data, epochs=4):
     def forward(m, b):
         return m(b.x, b.edge_index, b.batch, b.batch_size)
 
-    return _sage_run(data, epochs, model=TreeNet(), forward=forward, disjoint=True)
+    return _sage_run(data, epochs, model=TreeNet(), forward=forward, disjoint=True,
+                     test_kwargs=dict(disjoint=True))
 
 
 def batch_transform(data):
@@ -655,6 +657,44 @@ def rgcn_edge_types(data, epochs=5):
                 attributes_match=float(all(checked)))
 
 
+def temporal_sampling(data, epochs=4):
+    """time_attr='time' with input_time: only neighbours no later than their seed's time
+    (needs pyg-lib in PyG). ``future_edges`` counts sampled edges from a later node."""
+    data = data.clone()
+    data.time = torch.randint(0, 100, (data.num_nodes,),
+                              generator=torch.Generator().manual_seed(7))
+    seeds = data.train_mask.nonzero().view(-1)
+    future = []
+
+    def count(batch):
+        t = data.time[batch.n_id]
+        src, dst = batch.edge_index
+        future.append(int((t[src] > t[dst]).sum()))
+
+    model = _sage(data.num_features, 7)
+    loader = _loader(data, input_nodes=seeds, input_time=data.time[seeds], time_attr="time")
+    loss = _fit(model, loader, epochs, on_batch=count)
+    return dict(loss=loss, test_acc=_test_acc(model, data), future_edges=sum(future))
+
+
+def weighted_sampling(data, epochs=4):
+    """weight_attr='edge_weight': neighbours drawn in proportion to an edge weight (needs
+    pyg-lib). Half the edges weigh 0: ``zero_weight_edges`` counts those sampled (a vertex
+    with fewer in-edges than the fanout keeps them all)."""
+    data = data.clone()
+    w = (torch.rand(data.num_edges, generator=torch.Generator().manual_seed(8)) < 0.5).float()
+    data.edge_weight = w
+    zero = []
+
+    def count(batch):
+        zero.append(int((w[batch.e_id] == 0).sum()))
+
+    model = _sage(data.num_features, 7)
+    loader = _loader(data, weight_attr="edge_weight")
+    loss = _fit(model, loader, epochs, on_batch=count)
+    return dict(loss=loss, test_acc=_test_acc(model, data), zero_weight_edges=sum(zero))
+
+
 IDIOMS = {fn.__name__: fn for fn in (
     replace_true, imbalanced_sampler, drop_last, index_input_nodes, induced_subgraph,
     disjoint_trees, batch_transform, batch_virtual_node, persistent_workers, islice_epochs, zipped_loaders,
@@ -664,5 +704,5 @@ IDIOMS = {fn.__name__: fn for fn in (
     all_nodes_input, full_neighbourhood, batch_size_one, isolated_and_duplicate_edges,
     multilabel_bce, reset_between_folds, inplace_feature_noise, user_edge_edit,
     bidirectional_subgraph, threads_set_inside, hetero_conv_dict, link_labels_only,
-    data_adj_t, rgcn_edge_types,
+    data_adj_t, rgcn_edge_types, temporal_sampling, weighted_sampling,
 )}
