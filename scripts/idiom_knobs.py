@@ -695,6 +695,84 @@ def weighted_sampling(data, epochs=4):
     return dict(loss=loss, test_acc=_test_acc(model, data), zero_weight_edges=sum(zero))
 
 
+def legacy_neighbor_sampler(data, epochs=4):
+    """PyG's legacy loader.NeighborSampler (older ogbn-products / reddit scripts): batches of
+    (batch_size, n_id, adjs) and a model that walks the per-hop bipartite adjacencies."""
+    from torch_geometric.loader import NeighborSampler
+    from torch_geometric.nn import SAGEConv
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = torch.nn.ModuleList([SAGEConv(data.num_features, 64),
+                                              SAGEConv(64, 7)])
+
+        def forward(self, x, adjs):
+            for i, (edge_index, _, size) in enumerate(adjs):
+                x_target = x[:size[1]]
+                x = self.convs[i]((x, x_target), edge_index)
+                if i == 0:
+                    x = F.dropout(x.relu(), 0.3, self.training)
+            return x
+
+    loader = NeighborSampler(data.edge_index, node_idx=data.train_mask, sizes=[10, 10],
+                             batch_size=32, shuffle=True)
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        model.train()
+        for batch_size, n_id, adjs in loader:
+            opt.zero_grad()
+            out = model(data.x[n_id], adjs)
+            loss = F.cross_entropy(out, data.y[n_id[:batch_size]])
+            loss.backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        out = model(data.x, [(data.edge_index, None, (data.num_nodes, data.num_nodes))] * 2)
+    acc = float((out[data.test_mask].argmax(-1) == data.y[data.test_mask]).float().mean())
+    return dict(loss=float(loss), test_acc=acc)
+
+
+def graph_saint(data, epochs=4):
+    """GraphSAINTRandomWalkSampler with PyG's sample_coverage normalisation (examples/
+    graph_saint.py): GraphConv with edge_norm weights, node_norm-weighted loss."""
+    from torch_geometric.loader import GraphSAINTRandomWalkSampler
+    from torch_geometric.nn import GraphConv
+    data = data.clone()
+    row, col = data.edge_index
+    data.edge_weight = 1. / torch.bincount(col, minlength=data.num_nodes)[col].float()
+    loader = GraphSAINTRandomWalkSampler(data, batch_size=200, walk_length=2, num_steps=5,
+                                         sample_coverage=20)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GraphConv(data.num_features, 64), GraphConv(64, 7)
+            self.c1.aggr = self.c2.aggr = "add"
+
+        def forward(self, x, edge_index, w):
+            return self.c2(F.dropout(self.c1(x, edge_index, w).relu(), 0.2, self.training),
+                           edge_index, w)
+
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        model.train()
+        for b in loader:
+            opt.zero_grad()
+            out = model(b.x, b.edge_index, b.edge_norm * b.edge_weight)
+            loss = (F.cross_entropy(out, b.y, reduction="none") * b.node_norm)[b.train_mask]
+            loss = loss.sum()
+            loss.backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        out = model(data.x, data.edge_index, data.edge_weight)
+    acc = float((out[data.test_mask].argmax(-1) == data.y[data.test_mask]).float().mean())
+    return dict(loss=float(loss), test_acc=acc)
+
+
 IDIOMS = {fn.__name__: fn for fn in (
     replace_true, imbalanced_sampler, drop_last, index_input_nodes, induced_subgraph,
     disjoint_trees, batch_transform, batch_virtual_node, persistent_workers, islice_epochs, zipped_loaders,
@@ -705,4 +783,5 @@ IDIOMS = {fn.__name__: fn for fn in (
     multilabel_bce, reset_between_folds, inplace_feature_noise, user_edge_edit,
     bidirectional_subgraph, threads_set_inside, hetero_conv_dict, link_labels_only,
     data_adj_t, rgcn_edge_types, temporal_sampling, weighted_sampling,
+    legacy_neighbor_sampler, graph_saint,
 )}

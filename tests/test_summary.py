@@ -134,8 +134,14 @@ def test_long_runs_fold_epochs_and_unbound_runs_say_so():
 
 def test_missing_or_odd_statistics_are_skipped_not_errors():
     assert render_summary(_info({}, epochs={})).splitlines()[1:] == [
-        "  epochs: no training epoch of a NeighborLoader was seen",
+        "  epochs: no training epoch of a NeighborLoader was seen; no loader was sharded, so "
+        "unless the function splits its data over ranks itself (torch.distributed), each of "
+        "the 2 ranks ran every batch",
         "  cache: off; partition: off; data path: host"]
+    alone = _info({}, epochs={})
+    alone.plan = CorePlan(processes=1, sampler_cores=0, threads=2)
+    assert "  epochs: no training epoch of a NeighborLoader was seen" in \
+        render_summary(alone).splitlines()
     odd = {"sampler": {"loaders": [1, None, "x"]}, "trim": "weird", "rewrite": {"layers": "x"},
            "cache": 5, "partition": [], "allocator": None}
     text = render_summary(_info(odd, RunOptions(cache=True, partition_features=True)),

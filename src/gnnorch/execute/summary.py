@@ -82,7 +82,12 @@ def _epochs(info: RunInfo) -> str | None:
     records = [r for r in (mine if isinstance(mine, list) else [])
                if isinstance(r, dict) and isinstance(r.get("seconds"), (int, float))]
     if not records:
-        return "epochs: no training epoch of a NeighborLoader was seen"
+        line = "epochs: no training epoch of a NeighborLoader was seen"
+        if info.plan.processes > 1:   # nothing was sharded: the ranks repeated one another
+            line += (f"; no loader was sharded, so unless the function splits its data over "
+                     f"ranks itself (torch.distributed), each of the {info.plan.processes} "
+                     f"ranks ran every batch")
+        return line
     by_loader: dict[Any, list[float]] = {}
     for r in records:
         by_loader.setdefault(r.get("loader"), []).append(float(r["seconds"]))
