@@ -55,6 +55,47 @@ def test_training_loader_sharded_evaluation_loader_whole(tmp_path):
     assert [e["seeds"] for e in epochs[1]] == [70, 70]
 
 
+def imbalanced_epochs(data, epochs=3):
+    """PyG's ImbalancedSampler over an imbalanced seed set (every node outside the test
+    mask); each epoch's seeds with their labels, as this rank trained them."""
+    import torch.nn.functional as F
+    from torch_geometric.loader import ImbalancedSampler
+    from torch_geometric.nn import GraphSAGE
+
+    seeds = (~data.test_mask).nonzero().view(-1)
+    loader = NeighborLoader(data, num_neighbors=[3], input_nodes=seeds, batch_size=64,
+                            sampler=ImbalancedSampler(data, input_nodes=seeds))
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 8, num_layers=1, out_channels=7)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    seen = []
+    for _ in range(epochs):
+        model.train()
+        labels = []
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            labels += batch.y[:batch.batch_size].tolist()
+        seen.append(labels)
+    return seen
+
+
+def test_a_loaders_own_sampler_is_sharded_over_ranks_once_it_trains():
+    """sampler=ImbalancedSampler: the first epoch (no model seen in training mode yet, as for
+    a loader built with shuffle=False) runs the whole draw on every rank; from the second on,
+    the ranks stride one common draw (before: every rank ran every batch of its own draw)."""
+    data = cora()
+    runtime = gnnorch.Runtime(imbalanced_epochs, processes=2)
+    seen = runtime(data)
+    n = int((~data.test_mask).sum())
+    assert [len(labels) for labels in seen] == [n, -(-n // 2), -(-n // 2)]
+    counts = torch.bincount(torch.tensor(seen[1] + seen[2]), minlength=7).float()
+    assert counts.min() / counts.max() > 0.6       # still class-balanced (uniform: ~0.23)
+    assert [e["seeds"] for e in runtime.last_run.epochs[1]] == [-(-n // 2)] * 2
+
+
 def record_worker_affinity(data, path):
     def init(worker_id):
         with open(path, "w") as f:

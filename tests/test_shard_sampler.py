@@ -46,3 +46,47 @@ def test_reshuffled_every_epoch_and_common_to_ranks():
 def test_rank_out_of_range():
     with pytest.raises(ValueError, match="rank must be in"):
         ShardSampler(2, 2, 0)
+
+
+class Weighted(torch.utils.data.Sampler):
+    """A user's sampler drawing with torch's global generator, with repeats (as PyG's
+    ImbalancedSampler does): 30 draws from 10 positions, position 9 ten times as likely."""
+
+    def __init__(self):
+        self.weights = torch.ones(10)
+        self.weights[9] = 10.0
+
+    def __len__(self):
+        return 30
+
+    def __iter__(self):
+        return iter(torch.multinomial(self.weights, 30, replacement=True).tolist())
+
+
+def test_own_sampler_draw_is_common_to_ranks_and_strided_over_them():
+    ranks = [ShardSampler(r, 2, 5, shuffle=False, source=Weighted()) for r in range(2)]
+    assert not any(s.sharded for s in ranks)           # unsharded until an epoch trains
+    torch.manual_seed(0)
+    whole = [list(s) for s in ranks]                   # an evaluation epoch: the whole draw
+    torch.manual_seed(1)                               # ranks' global RNG states differ
+    assert whole[0] == whole[1] and len(whole[0]) == 30
+    for s in ranks:
+        s.sharded = True
+        assert len(s) == 15
+    torch.manual_seed(2)
+    part0 = list(ranks[0])
+    torch.manual_seed(3)
+    part1 = list(ranks[1])
+    draw = ranks[0].permutation(1).tolist()            # epoch 1 again, on its own
+    assert part0 == draw[0::2] and part1 == draw[1::2]
+    assert draw != whole[0]                            # a new draw every epoch
+    assert draw.count(9) > 10                          # the sampler's weights, not uniform
+
+
+def test_own_sampler_leaves_the_global_generator_as_it_was():
+    s = ShardSampler(0, 2, 5, shuffle=False, source=Weighted())
+    torch.manual_seed(4)
+    expected = torch.rand(3)
+    torch.manual_seed(4)
+    list(s)
+    assert torch.equal(torch.rand(3), expected)

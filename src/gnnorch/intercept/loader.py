@@ -25,7 +25,9 @@ where the supervision edges' endpoints are.
   model the layer seam has seen is in training mode (strictly: having seen no model is not
   enough, so a pass before the model exists, as PyG's `PNAConv.get_degree_histogram` makes,
   stays whole); it is then promoted to a training loader (`epoch_role.promote`): sharded in
-  order, timed, tuned, cached.
+  order, timed, tuned, cached. A loader built with its own ``sampler=`` (PyG's
+  ``ImbalancedSampler``) is promoted the same way; its sharded epochs stride one draw of that
+  sampler, the same on every rank (`ShardSampler`'s ``source``).
 * Each rank's sharded training epochs sample from a stream of their own
   (`intercept.rank_streams`): forked ranks share one RNG state, and would otherwise draw the
   same neighbour positions in every rank.
@@ -73,7 +75,7 @@ from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
 from .procgroup import UserDistribution
 from .rank_streams import independent_draws, rank_stream
-from .shard import ShardSampler
+from .shard import ShardSampler, shardable_sampler
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
@@ -212,11 +214,13 @@ class NeighborLoaderInterceptor:
             args, kwargs, state.partition = self.partition.adopt(
                 orig.init, args, kwargs, state.role, state.index)
         self._choose_sampler(ctx, state, orig.init, args, kwargs)
+        own = kwargs.get("sampler")   # the user's sampler= (ImbalancedSampler, ...)
         shard = (ctx.distributed and not self.distribution.active
-                 and kwargs.get("sampler") is None and kwargs.get("batch_sampler") is None)
-        if shard:   # unshuffled: sequential, unsharded until one of its epochs trains
+                 and (own is None or shardable_sampler(own))
+                 and kwargs.get("batch_sampler") is None)
+        if shard:   # unshuffled or own sampler: unsharded until one of its epochs trains
             state.shard = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, state.index),
-                                       shuffle=train)
+                                       shuffle=train, source=own)
             kwargs["shuffle"] = False
             kwargs["sampler"] = state.shard
             if batch_size is not None and train:

@@ -7,7 +7,16 @@ from typing import Iterator
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["ShardSampler"]
+__all__ = ["ShardSampler", "shardable_sampler"]
+
+
+def shardable_sampler(sampler: object) -> bool:
+    """Whether a loader's own ``sampler=`` can be drawn once per epoch on every rank and
+    strided over them: any index sampler except ``DistributedSampler`` (the function shards
+    its data itself)."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    return isinstance(sampler, Sampler) and not isinstance(sampler, DistributedSampler)
 
 
 class ShardSampler(Sampler[int]):
@@ -19,32 +28,49 @@ class ShardSampler(Sampler[int]):
     `shuffle=False` (a loader the user built without shuffling) makes the permutation the
     identity, every epoch: unsharded it yields 0, 1, ..., n-1 as PyG's SequentialSampler
     does, and sharded the k-th per-rank batches of ceil(b / p) together are the k-th batch of
-    b consecutive seeds that one process would draw."""
+    b consecutive seeds that one process would draw.
 
-    def __init__(self, rank: int, world_size: int, seed: int, shuffle: bool = True) -> None:
+    `source` (the loader's own ``sampler=``, e.g. PyG's ``ImbalancedSampler``) replaces the
+    permutation: each epoch every rank draws it once with torch's global generator seeded
+    from (seed, epoch), so that all ranks draw the same sequence of n = len(source) positions
+    (repeats allowed), which is then padded and strided as above."""
+
+    def __init__(self, rank: int, world_size: int, seed: int, shuffle: bool = True,
+                 source: Sampler | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         self.rank, self.world_size, self.seed = rank, world_size, seed
-        self.shuffle = shuffle
+        self.shuffle = shuffle and source is None
+        self.source = source
         self.num_items = 0
         self.epoch = 0
-        self.sharded = shuffle   # an unshuffled loader shards only once an epoch trains
+        self.sharded = self.shuffle   # an unshuffled loader shards only once an epoch trains
+
+    @property
+    def items(self) -> int:
+        """n: the positions one epoch draws."""
+        return self.num_items if self.source is None else len(self.source)
 
     def __len__(self) -> int:
         if not self.sharded:
-            return self.num_items
-        return -(-self.num_items // self.world_size)
+            return self.items
+        return -(-self.items // self.world_size)
 
     def permutation(self, epoch: int) -> torch.Tensor:
         """The padded global permutation of `epoch` (identical on every rank)."""
-        if self.shuffle:
+        if self.source is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed + epoch)
+                perm = torch.as_tensor(list(iter(self.source)), dtype=torch.long)
+        elif self.shuffle:
             gen = torch.Generator().manual_seed(self.seed + epoch)
             perm = torch.randperm(self.num_items, generator=gen)
         else:
             perm = torch.arange(self.num_items)
-        total = -(-self.num_items // self.world_size) * self.world_size
-        if total > self.num_items > 0:
-            repeats = -(-total // self.num_items)
+        items = perm.numel()
+        total = -(-items // self.world_size) * self.world_size
+        if total > items > 0:
+            repeats = -(-total // items)
             perm = perm.repeat(repeats)[:total]
         return perm
 
@@ -52,5 +78,6 @@ class ShardSampler(Sampler[int]):
         perm = self.permutation(self.epoch)
         self.epoch += 1
         if not self.sharded:
-            return iter(perm[:self.num_items].tolist())
+            return iter(perm[:perm.numel() if self.source is not None else self.num_items]
+                        .tolist())
         return iter(perm[self.rank::self.world_size].tolist())
