@@ -219,7 +219,9 @@ class NeighborLoaderInterceptor:
                  and (own is None or shardable_sampler(own))
                  and kwargs.get("batch_sampler") is None)
         if shard:   # unshuffled or own sampler: unsharded until one of its epochs trains
-            state.shard = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, state.index),
+            # an own sampler's draws: a seed per loader (construction order, as on every rank)
+            index = state.index if own is None else -1 - len(self.states)
+            state.shard = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, index),
                                        shuffle=train, source=own)
             kwargs["shuffle"] = False
             kwargs["sampler"] = state.shard
