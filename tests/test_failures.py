@@ -49,6 +49,18 @@ def test_unpicklable_argument_explained():
         gnnorch.Runtime(lambda guard: None, processes=2)(guard=lock)
 
 
+def return_a_lock():
+    return {"weights": torch.ones(2), "history": [1.0, threading.Lock()]}
+
+
+def test_unpicklable_return_value_explained():
+    """Before: a bare "TypeError: cannot pickle '_thread.lock' object" from cloudpickle."""
+    with pytest.raises(gnnorch.SerializationError,
+                       match=r"return value cannot be sent back.*value\['history'\]\[1\] "
+                             r"\(lock\) does not pickle"):
+        gnnorch.Runtime(return_a_lock, processes=2)()
+
+
 def test_closure_and_lambda_run_by_value(tmp_path):
     scale = torch.tensor([3.0])
 

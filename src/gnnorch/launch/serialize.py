@@ -70,8 +70,33 @@ def loads(data: bytes) -> Any:
 
 
 def dumps_result(obj: Any) -> bytes:
-    """Pickle a rank's return value by value (tensors copied), for the caller to own."""
-    return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    """Pickle a rank's return value by value (tensors copied), for the caller to own; a value
+    that cannot travel raises `SerializationError` naming the part that does not pickle."""
+    try:
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as err:  # noqa: BLE001 - the user's value: said in the user's terms
+        raise SerializationError(
+            f"the training function's return value cannot be sent back from rank 0 to the "
+            f"caller: {_unpicklable_part(obj)} does not pickle ({type(err).__name__}: {err}). "
+            f"With more than one process the function runs in rank processes; return "
+            f"tensors, state_dicts, models or other picklable values") from err
+
+
+def _unpicklable_part(obj: Any, where: str = "the value") -> str:
+    """`where` narrowed down through dict values and list / tuple items to the first part
+    that does not pickle (error path only)."""
+    if isinstance(obj, dict):
+        items = [(f"{where}[{k!r}]", v) for k, v in obj.items()]
+    elif isinstance(obj, (list, tuple)):
+        items = [(f"{where}[{i}]", v) for i, v in enumerate(obj)]
+    else:
+        return f"{where} ({type(obj).__name__})"
+    for name, value in items:
+        try:
+            cloudpickle.dumps(value)
+        except Exception:  # noqa: BLE001
+            return _unpicklable_part(value, name)
+    return f"{where} ({type(obj).__name__})"
 
 
 def dumps_runner(runner: Any) -> bytes:
