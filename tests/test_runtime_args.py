@@ -166,6 +166,18 @@ def test_train_not_callable():
         gnnorch.Runtime(42)
 
 
+def _nested(processes):
+    return gnnorch.Runtime(lambda: 1, processes=processes)()
+
+
+@pytest.mark.parametrize("outer, inner", [(1, 1), (2, 1), (1, 2)])
+def test_nested_runtime_says_so(outer, inner):
+    """A Runtime made inside another's training function. Before, inside two ranks it failed
+    with a core-plan ValueError (it took the ranks' world for a torchrun world to join)."""
+    with pytest.raises(RuntimeError, match="Runtime calls cannot be nested"):
+        gnnorch.Runtime(_nested, processes=outer)(inner)
+
+
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
 def test_processes_out_of_range(value):
     with pytest.raises(ValueError, match=r"processes must be an integer in 1\.\.\d+"):

@@ -26,6 +26,7 @@ from .cache.config import CacheConfig
 from .device.config import DataPathConfig
 from .execute import Request, RunInfo, world
 from .execute.summary import render_summary
+from .launch import context as launch_context
 from .launch.config import PLAN_FIELDS, LaunchConfig
 from .launch.plan import CorePlan, default_plan
 from .launch.topology import Topology, current_topology
@@ -152,6 +153,12 @@ class Runtime:
         if not callable(train):
             raise ValueError(f"train must be a callable (your training function), "
                              f"got {type(train).__name__}")
+        if launch_context.current() is not None:   # inside a run: its ranks' world would be
+            #                                         taken for a torchrun world to join
+            raise RuntimeError("a gnnorch Runtime is already running in this process (this "
+                               "code runs inside another Runtime's training function); "
+                               "Runtime calls cannot be nested: call the inner training "
+                               "function directly")
         self.train = train
         self.launch = LaunchConfig.from_option(launch)
         self.tune_config = TuneConfig.from_option(tune)
