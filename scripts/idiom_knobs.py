@@ -1,15 +1,18 @@
 """Loader and model knobs for `idiom_battery.py`: the less common settings PyG users turn.
 
-Each idiom changes one thing the runtime intercepts and trains the same small GraphSAGE /
-BasicGNN loop on the bundled Cora: the loader's knobs (``replace=True``, a ``sampler=``
-such as ``ImbalancedSampler``, ``drop_last``, an index tensor for ``input_nodes``,
-``subgraph_type='induced'``, ``disjoint=True``, a batch ``transform``, persistent workers),
-how the loader is iterated (``itertools.islice``, two loaders zipped, one batch overfitted),
-and the model (BatchNorm, ``jk='cat'``, GIN, PNA, GATv2 with edge features, a user-written
-``MessagePassing``, a loss over every sampled node, label reuse as input, a frozen first
-layer, ``dropout_edge`` on the batch). Metrics that show whether the knob was honoured (the
-class balance of the seeds drawn, the number of batches, the seeds seen) are returned beside
-the loss and accuracy.
+Each idiom changes one thing the runtime intercepts, on the bundled Cora: the loader's knobs
+(``replace=True``, a ``sampler=`` such as ``ImbalancedSampler``, ``drop_last``, the forms of
+``input_nodes``, ``subgraph_type``, ``disjoint=True``, batch ``transform``s, persistent workers,
+temporal and weighted sampling, the legacy ``NeighborSampler``, GraphSAINT), how the loader is
+iterated (``itertools.islice``, two loaders zipped, one batch overfitted, a reset per fold),
+the model (BatchNorm, ``jk='cat'``, GIN, PNA, GATv2 with edge features, RGCN, a user-written
+``MessagePassing``, a ``HeteroConv``, a frozen first layer, two optimizers), the loss (over
+every sampled node, multi-label, label reuse as input) and the data (messy edges, ``adj_t``,
+in-place edits of ``batch.x``, the user's own edits of ``batch.edge_index``). Metrics that show
+whether the knob was honoured (the class balance of the seeds drawn, the batch and seed counts,
+attributes gathered with the edges, ``data.x`` left unchanged) are returned beside the loss and
+accuracy. ``disjoint_trees``, ``temporal_sampling`` and ``weighted_sampling`` need pyg-lib
+(vanilla PyG raises without it).
 """
 from __future__ import annotations
 
