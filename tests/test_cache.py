@@ -454,9 +454,10 @@ def test_substituted_parameters_are_refused_and_train_exactly():
     _refused_and_exact(_functional_train, cora(), plain_sage, match="functional_call")
 
 
-def _two_models_train(data, together, epochs=2):
+def _two_models_train(data, together, epochs=2, evaluate=False):
     """Two models on one loader's batches: an ensemble trained on the same batches
-    (`together`), or the second model trained after the first (a sweep)."""
+    (`together`), or the second model trained after the first (a sweep); `evaluate`: each
+    model is put in eval() once trained (as a sweep scores it)."""
     torch.manual_seed(0)
     models = [GraphSAGE(data.num_features, 16, 2, 7), GCN(data.num_features, 16, 2, 7)]
     loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
@@ -470,6 +471,9 @@ def _two_models_train(data, together, epochs=2):
                 sum(F.cross_entropy(m(batch.x, batch.edge_index)[:batch.batch_size],
                                     batch.y[:batch.batch_size]) for m in group).backward()
                 optimizer.step()
+        if evaluate:
+            for m in group:
+                m.eval()
     return [m.state_dict() for m in models]
 
 
@@ -490,6 +494,53 @@ def test_a_second_model_on_pruned_batches_fails_clearly():
     with pytest.raises(gnnorch.CacheSharingError, match="its own NeighborLoader"):
         run(_two_models_train, cora(), False, cache=True, seed=5, rewrite=False,
             sampler="gnnorch")
+
+
+def test_a_sweep_that_evaluates_each_model_turns_the_cache_off_and_runs_on():
+    """The second model's first epoch starts while the served one is in eval(): the cache
+    turns off there, before any of its batches is pruned (before: CacheSharingError)."""
+    data = cora()
+    with pytest.warns(CacheWarning, match="GraphSAGE is not training as a training epoch"):
+        (_, second), stats = run(_two_models_train, data, False, kw=dict(evaluate=True),
+                                 cache=True, seed=5, rewrite=False, sampler="gnnorch")
+    assert stats["status"] == "off"
+    assert 0 < stats["pruned_batches"] < 2 * 9    # of the first model's 2 x 9 batches only
+    assert all(torch.isfinite(v).all() for v in second.values())
+
+
+def _evaluates_on_its_training_loader(data, epochs=3):
+    """Each epoch: train, then score the training seeds over the same loader under
+    ``no_grad`` / ``eval()``; full neighbourhoods, so the scores equal the full-graph model's
+    on those seeds. The largest gap per epoch."""
+    torch.manual_seed(0)
+    loader = NeighborLoader(data, num_neighbors=[-1, -1], batch_size=16, shuffle=True,
+                            input_nodes=data.train_mask)
+    model = GraphSAGE(data.num_features, 16, 2, 7)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    gaps = []
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            full = model(data.x, data.edge_index)
+            gaps.append(max(float((model(b.x, b.edge_index)[:b.batch_size]
+                                   - full[b.n_id[:b.batch_size]]).abs().max()) for b in loader))
+    return gaps
+
+
+def test_an_evaluation_pass_over_the_training_loader_is_exact():
+    """Before: the evaluation epoch's batches were pruned for the cache, and reached the
+    model without the cached rows (the seeds' logits off by up to 3). Now such an epoch
+    samples unpruned, and pruning resumes at the next training epoch."""
+    gaps, stats = run(_evaluates_on_its_training_loader, cora(), cache=True)
+    assert stats["status"] == "active"
+    assert max(gaps) < 1e-5, gaps
+    assert stats["pruned_batches"] >= 2 * 9        # epochs 2 and 3 pruned again
 
 
 def test_layer_count_other_than_hops_is_refused():

@@ -24,7 +24,7 @@ The cache of a run, one class per job:
 * `swap`: the bottom layer's call on each training batch (stored rows in, stale rows
   refreshed first).
 * `background`: the background refresher (`overlap="thread"`).
-* `stats`: counters (the per-loader report is `loader.report`).
+* `stats`: counters (the per-loader report is `report.loader_report`).
 """
 from ..errors import StalenessError
 from .config import CacheConfig, resolve_cache

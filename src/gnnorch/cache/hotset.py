@@ -56,6 +56,7 @@ class HotSet:
         self.mask_version: int | None = None
         self.pruning_versions: set[int] = set()
         self.pending_ratio: float | None = None  # chosen by the search, for the next epoch
+        self.paused = False                    # pruning off for an evaluation epoch
         sampler = spec.sampler
         colptr, row = spec.colptr, spec.row   # the host's CSC
         t0 = time.perf_counter()
@@ -113,20 +114,35 @@ class HotSet:
         if missing.numel():
             self.refresh_now(missing, step, degrees)
         # an empty hot set (hot_ratio="auto" at 0): the exact fast path, nothing pruned
-        self.exclusion_on = len(store) > 0
-        sampler = self.spec.sampler
-        sampler.set_exclusion(store.mask if self.exclusion_on else None, {self.spec.hops - 1})
-        self.mask_version = sampler.exclusion_version
-        if self.exclusion_on:
-            self.pruning_versions.add(self.mask_version)
+        self._prune(len(store) > 0)
         self.stats.info["hot_ratio"] = len(store) / store.num_nodes
+
+    def _prune(self, on: bool) -> None:
+        """Set the sampler's exclusion to the live hot set (`on`) or to nothing; a version
+        that prunes is remembered (batches carry the version they were sampled with)."""
+        assert self.store is not None
+        sampler = self.spec.sampler
+        sampler.set_exclusion(self.store.mask if on else None, {self.spec.hops - 1})
+        self.exclusion_on, self.paused = on, False
+        self.mask_version = sampler.exclusion_version
+        if on:
+            self.pruning_versions.add(self.mask_version)
 
     def stop_pruning(self) -> None:
         """The sampler expands every vertex again (the cache turns off)."""
-        sampler = self.spec.sampler
-        sampler.set_exclusion(None)
-        self.exclusion_on = False
-        self.mask_version = sampler.exclusion_version
+        self._prune(False)
+
+    def pause_pruning(self) -> None:
+        """An epoch that does not train starts: its batches reach models without the cached
+        rows, so the sampler expands every vertex until `resume_pruning`."""
+        if self.exclusion_on:
+            self._prune(False)
+            self.paused = True
+
+    def resume_pruning(self) -> None:
+        """A training epoch starts after `pause_pruning`: the live hot set is pruned again."""
+        if self.paused:
+            self._prune(True)
 
     def switch_ratio(self, ratio: float, step: int, degrees: BatchDegrees | None) -> None:
         self.install(top_fraction(self.scores, ratio), step, degrees)

@@ -196,6 +196,15 @@ class LoaderCache:
         self.status = CacheStatus.ACTIVE
         self.stats.seconds["setup"] = time.perf_counter() - start
 
+    def _retire(self, reason: str) -> None:
+        """Turn an active cache off where no pruned batch is in play: the sampler expands
+        every vertex again."""
+        if self.background is not None:
+            self.background.drop()
+        if self.hot is not None:
+            self.hot.stop_pruning()
+        self.turn_off(reason)
+
     def _switch_ratio(self, ratio: float) -> None:
         assert self.hot is not None and self.swap is not None
         if self.background is not None:
@@ -203,11 +212,26 @@ class LoaderCache:
         self.hot.switch_ratio(ratio, self.manager.steps, self.swap.last_degrees)
 
     # -- the loader seam ------------------------------------------------------------------
-    def epoch_start(self, loader: NeighborLoader) -> None:
-        """A training epoch's iterator is about to be created (the interceptor calls this)."""
-        if self.hot is not None and self.hot.pending_ratio is not None:
+    def epoch_start(self, loader: NeighborLoader, training: bool = True) -> None:
+        """An epoch's iterator is about to be created (the interceptor calls this). An epoch
+        that does not train (an evaluation over this loader under ``no_grad`` / ``eval()``)
+        samples unpruned: its batches reach the model without the cached rows, which stand in
+        for the hot vertices' unsampled in-edges only in training forwards."""
+        served = self.served.model() if self.served is not None else None
+        if training and self.status is CacheStatus.ACTIVE and not getattr(served, "training",
+                                                                            False):
+            # a training epoch while the served model is evaluated (or gone): another model
+            # trains on this loader (a sweep); its batches must not be pruned
+            name = type(served).__name__ if served is not None else "the model it served"
+            self._retire(f"{name} is not training as a training epoch of its loader starts: "
+                         f"another model trains on this loader (one model per loader)")
+        if self.hot is not None and not training:
+            self.hot.pause_pruning()
+        elif self.hot is not None and self.hot.pending_ratio is not None:
             self._switch_ratio(self.hot.pending_ratio)
             self.hot.pending_ratio = None
+        elif self.hot is not None:
+            self.hot.resume_pruning()
         self.workers = int(getattr(loader, "num_workers", 0) or 0)
         self.epoch_pruned = self.hot is not None and self.hot.exclusion_on
         self.ahead = False
@@ -288,20 +312,18 @@ class LoaderCache:
         """A model other than the served one runs on one of this loader's training batches (an
         ensemble, or a second model trained after the first). The cache serves one model: its
         pruned batches lack in-edges only the served model's cached rows stand for. If no
-        pruned batch exists yet (this batch is unpruned, none was counted, none is drawn
-        ahead and the epoch's workers got no mask), the cache turns off and training is exact
-        from here on; otherwise the other model's forward cannot be exact: an error."""
+        pruned batch is in play (this batch is unpruned, none is drawn ahead with the live
+        mask and the epoch's workers got no mask: the ensemble's first batch, or a model
+        trained after the served one was evaluated, whose first epoch was then not a training
+        epoch and sampled unpruned), the cache turns off and training is exact from here on;
+        otherwise the other model's forward cannot be exact: an error."""
         name = type(call.model).__name__
         served = self.served.model() if self.served is not None else None
         mine = type(served).__name__ if served is not None else "another model"
-        if (not info.pruned and self.stats.counters["pruned_batches"] == 0 and not self.ahead
-                and not (self.workers > 0 and self.epoch_pruned)):
-            if self.background is not None:
-                self.background.drop()
-            if self.hot is not None:
-                self.hot.stop_pruning()
-            self.turn_off(f"{name} also trains on this loader's batches, which it serves "
-                          f"for {mine} (one model per loader)")
+        ahead = self.ahead and self.hot is not None and self.hot.exclusion_on
+        if not info.pruned and not ahead and not (self.workers > 0 and self.epoch_pruned):
+            self._retire(f"{name} also trains on this loader's batches, which it serves for "
+                         f"{mine} (one model per loader)")
             return
         raise CacheSharingError(
             f"cache=True: {name} ran on a batch of training loader {self.index} whose hot "
@@ -337,61 +359,7 @@ class LoaderCache:
             self.background.drop()
 
     def report(self) -> dict:
-        return report(self)
+        from .report import loader_report
 
+        return loader_report(self)
 
-def report(lc: LoaderCache) -> dict:
-    """The report of one loader's cache (`runtime.last_run.stats[rank]["cache"]["loaders"][i]`;
-    the keys are listed in src/gnnorch/cache/README.md)."""
-    stats = lc.stats
-    c = dict(stats.counters)
-    out: dict[str, Any] = {"loader": lc.index, "status": lc.status.value, "reason": lc.reason}
-    store = lc.store
-    if lc.status is CacheStatus.OFF and store is None:
-        return out
-    served = lc.served
-    spec = lc.spec
-    aggregate = served is not None and served.aggregate
-    refreshers = [r for r in (served.trainer_refresher if served is not None else None,
-                              lc.background.refresher if lc.background is not None else None)
-                  if r]
-    search = lc.hot.search if lc.hot is not None else None
-    out.update({
-        "layer": type(served.layer).__name__ if served is not None else None,
-        "layers": served.layers if served is not None else None,
-        "hops": spec.hops if spec is not None else None,
-        "fanouts": spec.fanouts if spec is not None else None,
-        "staleness_bound": lc.config.staleness,
-        # aggregate rows do not depend on the weights: only their neighbour sample ages
-        "max_staleness_seen": 0 if aggregate else stats.max_staleness,
-        "max_sample_age_seen": stats.max_staleness,
-        "hot_vertices": len(store) if store is not None else 0,
-        "hit_rate": c["hits"] / c["lookups"] if c["lookups"] else 0.0,
-        "hits": c["hits"], "lookups": c["lookups"], "forwards": c["forwards"],
-        "batches": c["batches"],
-        "sampled_vertices": c["sampled_nodes"], "sampled_edges": c["sampled_edges"],
-        "gathered_vertices": c["sampled_nodes"],
-        "pruned_batches": c["pruned_batches"],
-        "pruned_vertices": c["pruned_vertices"],
-        "edges_not_sampled": c["pruned_edges"],
-        "sampled_edges_without_pruning": c["sampled_edges"] + c["pruned_edges"],
-        "sampled_vertices_without_pruning_at_most": c["sampled_nodes"] + c["pruned_edges"],
-        "refreshes": c["refreshes"], "refresh_rows": c["refresh_rows"],
-        "refresh_seconds": stats.seconds["refresh"],
-        "background_refreshes": c["background_refreshes"],
-        "background_rows": c["background_rows"],
-        "background_seconds": stats.seconds["background"],
-        "background_wait_seconds": stats.seconds["wait"],
-        "refresh_gathered_vertices": sum(r.gathered for r in refreshers),
-        "refresh_edges": sum(r.edges for r in refreshers),
-        "setup_seconds": stats.seconds["setup"],
-        "hotness": lc.config.hotness, "hotness_seconds": stats.seconds["hotness"],
-        "degree_correction": served is not None and served.degree_fix,
-        "bottom_rows_computed": c["cold_rows"],
-        "bottom_rows_not_computed": c["skipped_rows"],
-    })
-    out.update(stats.info)
-    if search is not None:
-        out["hot_ratio_search"] = {"done": search.done, "chosen": search.ratio,
-                                   "trace": search.trace}
-    return out

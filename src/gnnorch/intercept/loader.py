@@ -316,8 +316,8 @@ class NeighborLoaderInterceptor:
             loader.num_workers = ctx.plan.sampler_cores
             if loader.num_workers > 0 and loader.prefetch_factor is None:
                 loader.prefetch_factor = 2
-        if training and state.cache is not None:  # before workers start: they copy the mask
-            state.cache.epoch_start(loader)
+        if state.cache is not None:  # before workers start: they copy the mask
+            state.cache.epoch_start(loader, training)
         stream = rank_stream(ctx, state, training)
         in_process = int(loader.num_workers or 0) == 0
         users_generator = loader.generator
