@@ -778,7 +778,8 @@ def graph_saint(data, epochs=4):
 
 IDIOMS = {fn.__name__: fn for fn in (
     replace_true, imbalanced_sampler, drop_last, index_input_nodes, induced_subgraph,
-    disjoint_trees, batch_transform, batch_virtual_node, persistent_workers, islice_epochs, zipped_loaders,
+    disjoint_trees, batch_transform, batch_virtual_node, persistent_workers, islice_epochs,
+    zipped_loaders,
     overfit_one_batch, batch_norm, jk_cat, gin_three_hops, pna, gatv2_edge_attr,
     custom_message_passing, loss_on_every_node, label_reuse, frozen_first_layer,
     dropout_edge_on_batch, skip_to_raw_features, two_optimizers, never_train_mode,

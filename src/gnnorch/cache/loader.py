@@ -41,6 +41,7 @@ from .background import BackgroundRefresh, choose_overlap
 from .config import CacheConfig
 from .hotset import HotSet, StepTimes
 from .refresh import BatchDegrees, LayerCall
+from .report import loader_report
 from .stats import CacheStats
 from .status import CacheStatus, CacheWarning
 from .store import EmbeddingStore
@@ -225,13 +226,14 @@ class LoaderCache:
             name = type(served).__name__ if served is not None else "the model it served"
             self._retire(f"{name} is not training as a training epoch of its loader starts: "
                          f"another model trains on this loader (one model per loader)")
-        if self.hot is not None and not training:
-            self.hot.pause_pruning()
-        elif self.hot is not None and self.hot.pending_ratio is not None:
-            self._switch_ratio(self.hot.pending_ratio)
-            self.hot.pending_ratio = None
-        elif self.hot is not None:
-            self.hot.resume_pruning()
+        hot = self.hot if self.status is CacheStatus.ACTIVE else None
+        if hot is not None and not training:
+            hot.pause_pruning()
+        elif hot is not None and hot.pending_ratio is not None:
+            self._switch_ratio(hot.pending_ratio)
+            hot.pending_ratio = None
+        elif hot is not None:
+            hot.resume_pruning()
         self.workers = int(getattr(loader, "num_workers", 0) or 0)
         self.epoch_pruned = self.hot is not None and self.hot.exclusion_on
         self.ahead = False
@@ -359,7 +361,4 @@ class LoaderCache:
             self.background.drop()
 
     def report(self) -> dict:
-        from .report import loader_report
-
         return loader_report(self)
-

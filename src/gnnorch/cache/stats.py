@@ -1,4 +1,4 @@
-"""What one training loader's cache counted and measured (its report: `cache.report.loader_report`)."""
+"""What one training loader's cache counted and measured (its report: `report.loader_report`)."""
 from __future__ import annotations
 
 from typing import Any
