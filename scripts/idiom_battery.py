@@ -13,7 +13,7 @@ session 12: the cache with a cast ``batch.x``, learnt features, ``functional_cal
 models on one loader; the device path (on CUDA) with learnt features; rewrites under
 autocast).
 
-    .venv/bin/python scripts/idiom_battery.py            # every idiom, every mode (~4 min)
+    .venv/bin/python scripts/idiom_battery.py            # every idiom, every mode (~11 min)
     .venv/bin/python scripts/idiom_battery.py functional sweep --modes vanilla cache
 """
 from __future__ import annotations
