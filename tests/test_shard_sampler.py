@@ -83,6 +83,22 @@ def test_own_sampler_draw_is_common_to_ranks_and_strided_over_them():
     assert draw.count(9) > 10                          # the sampler's weights, not uniform
 
 
+def test_own_sampler_unsharded_epoch_is_the_whole_draw_unpadded():
+    """31 draws over 2 ranks: an evaluation epoch yields the 31, not the 32 a sharded epoch
+    is padded to."""
+    class Odd(Weighted):
+        def __len__(self):
+            return 31
+
+        def __iter__(self):
+            return iter(torch.multinomial(self.weights, 31, replacement=True).tolist())
+
+    s = ShardSampler(0, 2, 5, shuffle=False, source=Odd())
+    assert len(list(s)) == len(s) == 31
+    s.sharded = True
+    assert len(list(s)) == len(s) == 16
+
+
 def test_own_sampler_leaves_the_global_generator_as_it_was():
     s = ShardSampler(0, 2, 5, shuffle=False, source=Weighted())
     torch.manual_seed(4)

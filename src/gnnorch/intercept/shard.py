@@ -77,7 +77,6 @@ class ShardSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         perm = self.permutation(self.epoch)
         self.epoch += 1
-        if not self.sharded:
-            return iter(perm[:perm.numel() if self.source is not None else self.num_items]
-                        .tolist())
+        if not self.sharded:   # the whole draw, without the padding to a multiple of p
+            return iter(perm[:self.items].tolist())
         return iter(perm[self.rank::self.world_size].tolist())
