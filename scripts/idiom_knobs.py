@@ -38,13 +38,17 @@ def _loader(data, **kwargs):
     return NeighborLoader(data, **kwargs)
 
 
-def _fit(model, loader, epochs, forward=None, on_batch=None):
-    """The plain loop: cross-entropy on the seeds' rows, Adam, every batch of every epoch."""
+def _fit(model, loader, epochs, forward=None, on_batch=None, on_epoch=None, train_mode=True):
+    """The plain loop: cross-entropy on the seeds' rows, Adam, every batch of every epoch;
+    `on_epoch(e)` before epoch e; `train_mode=False`: model.train() is never called."""
     forward = forward or (lambda m, b: m(b.x, b.edge_index))
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.01)
     loss = torch.tensor(float("nan"))
     for epoch in range(epochs):
-        model.train()
+        if on_epoch is not None:
+            on_epoch(epoch)
+        if train_mode:
+            model.train()
         for batch in loader:
             if on_batch is not None:
                 on_batch(batch)
@@ -339,19 +343,13 @@ def label_reuse(data, epochs=6):
 def frozen_first_layer(data, epochs=6):
     """Fine-tuning: after two epochs the first layer is frozen (requires_grad_(False))."""
     model = _sage(data.num_features, 7)
-    loader = _loader(data)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    for epoch in range(epochs):
+
+    def freeze(epoch):
         if epoch == 2:
             model.convs[0].requires_grad_(False)
-        model.train()
-        for batch in loader:
-            opt.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-            loss.backward()
-            opt.step()
-    return dict(loss=float(loss), test_acc=_test_acc(model, data))
+
+    loss = _fit(model, _loader(data), epochs, on_epoch=freeze)
+    return dict(loss=loss, test_acc=_test_acc(model, data))
 
 
 def dropout_edge_on_batch(data):
@@ -402,16 +400,8 @@ def two_optimizers(data, epochs=6):
 def never_train_mode(data):
     """model.train() never called and the model left in eval() (dropout off throughout)."""
     model = _sage(data.num_features, 7).eval()
-    loader = _loader(data)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    for epoch in range(6):
-        for batch in loader:
-            opt.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-            loss.backward()
-            opt.step()
-    return dict(loss=float(loss), test_acc=_test_acc(model, data))
+    loss = _fit(model, _loader(data), 6, train_mode=False)
+    return dict(loss=loss, test_acc=_test_acc(model, data))
 
 
 # --- data shapes, and batches the user edits ---------------------------------------------------
@@ -776,6 +766,28 @@ def graph_saint(data, epochs=4):
     return dict(loss=float(loss), test_acc=acc)
 
 
+def score_on_train_loader(data, epochs=6):
+    """Train accuracy scored over the training loader itself under no_grad() / eval(), each
+    epoch, with full neighbourhoods ([-1, -1]): the seeds' logits must equal the full-graph
+    model's. ``max_gap`` is the largest difference over all epochs (vanilla: float rounding)."""
+    model = _sage(data.num_features, 7)
+    loader = _loader(data, num_neighbors=[-1, -1], batch_size=16)
+    gaps = []
+
+    def score(epoch):
+        if epoch == 0:
+            return
+        model.eval()
+        with torch.no_grad():
+            full = model(data.x, data.edge_index)
+            gaps.append(max(float((model(b.x, b.edge_index)[:b.batch_size]
+                                   - full[b.n_id[:b.batch_size]]).abs().max())
+                            for b in loader))
+
+    loss = _fit(model, loader, epochs + 1, on_epoch=score)
+    return dict(loss=loss, test_acc=_test_acc(model, data), max_gap=max(gaps))
+
+
 IDIOMS = {fn.__name__: fn for fn in (
     replace_true, imbalanced_sampler, drop_last, index_input_nodes, induced_subgraph,
     disjoint_trees, batch_transform, batch_virtual_node, persistent_workers, islice_epochs,
@@ -787,5 +799,5 @@ IDIOMS = {fn.__name__: fn for fn in (
     multilabel_bce, reset_between_folds, inplace_feature_noise, user_edge_edit,
     bidirectional_subgraph, threads_set_inside, hetero_conv_dict, link_labels_only,
     data_adj_t, rgcn_edge_types, temporal_sampling, weighted_sampling,
-    legacy_neighbor_sampler, graph_saint,
+    legacy_neighbor_sampler, graph_saint, score_on_train_loader,
 )}
