@@ -38,8 +38,11 @@ test_accuracy.__test__ = False  # not a pytest test
 
 def assert_same_batch(got, want):
     """Two loader batches carry the same fields, in the same key order, with equal values and
-    dtypes (tensors compared on the host)."""
-    assert list(got.keys()) == list(want.keys())
+    dtypes (tensors compared on the host).
+
+    The order is the store's insertion order (what ``for key, value in batch`` walks);
+    ``Data.keys()`` goes through a ``set``, so its order varies with the string hash seed."""
+    assert list(got.to_dict()) == list(want.to_dict())
     for key in want.keys():
         a, b = got[key], want[key]
         if isinstance(b, torch.Tensor):

@@ -227,8 +227,10 @@ def test_data_replaced_by_one_without_edge_index_is_given_back_to_pyg():
 
     _, path, loader, state = _served(DataPathConfig(mode="device"))
     plain = _loader()
-    bare = Data(x=DATA.x, y=DATA.y, train_mask=DATA.train_mask, num_nodes=DATA.num_nodes)
-    loader.data, plain.data = bare, Data(**{k: bare[k] for k in bare.keys()})
+    def bare():
+        return Data(x=DATA.x, y=DATA.y, train_mask=DATA.train_mask, num_nodes=DATA.num_nodes)
+
+    loader.data, plain.data = bare(), bare()
     path.epoch_start(loader, state)
     record = state.device
     assert not record.served and not record.samples_on_device
