@@ -399,6 +399,45 @@ def test_without_version_counters_parameters_are_compared_by_value(monkeypatch):
     assert runs[-1] is not None and not torch.equal(runs[-1]["weight"], model.weight)
 
 
+# -- torch: the total norm clip_grad_norm_ scales by (several ranks' clipping) ---------------
+def _clip_once():
+    param = torch.nn.Parameter(torch.zeros(4))
+    param.grad = torch.full((4,), 2.0)
+    return float(torch.nn.utils.clip_grad_norm_([param], 1.0)), param.grad
+
+
+def test_total_norm_replacement_reaches_clip_grad_norm_and_is_undone():
+    from gnnorch.compat.grad_clip import total_norm_replaced
+
+    told = []
+
+    def replacement(original, tensors, norm_type, error_if_nonfinite, foreach):
+        told.append(norm_type)
+        return original(tensors, norm_type, error_if_nonfinite, foreach) * 2
+
+    with total_norm_replaced(replacement) as replaced:
+        norm, grad = _clip_once()
+    assert replaced and told == [2.0] and norm == 8.0
+    assert torch.allclose(grad, torch.full((4,), 2.0 / 8.0), atol=1e-6)
+    assert _clip_once()[0] == 4.0 and told == [2.0]          # torch's own again
+
+
+@pytest.mark.parametrize("gone", ["_get_total_norm", "clip_grad_norm_"])
+def test_without_the_total_norm_seam_nothing_is_replaced(monkeypatch, gone):
+    import torch.nn.utils.clip_grad as clip_grad
+    from gnnorch.compat.grad_clip import TOTAL_NORM, total_norm_replaced
+
+    if gone == "_get_total_norm":
+        _gone(monkeypatch, clip_grad, gone)
+    else:   # a clip_grad_norm_ that is not the module's (e.g. wrapped by another library)
+        monkeypatch.setattr(clip_grad, gone, lambda *a, **k: torch.tensor(0.0))
+        compat.reset()
+    with total_norm_replaced(lambda *args: torch.tensor(-1.0)) as replaced:
+        pass
+    assert not replaced and not TOTAL_NORM.available
+    assert "clips each rank's own gradient" in compat.unavailable()[TOTAL_NORM.name]
+
+
 # -- torch: fx tracing flag, norm base classes, module hooks, reducers ----------------------
 def test_fx_tracing_unknown_leaves_the_call_patch_check(monkeypatch):
     from torch.fx import _symbolic_trace

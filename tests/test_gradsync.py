@@ -132,3 +132,58 @@ def test_lazy_layers_equal_across_ranks_and_to_one_process(tmp_path, kind, optim
     ref = train_lazy(x, y, 4, str(tmp_path / ".."), kind, optimizer_first)
     for key, value in ref.items():
         assert torch.allclose(got[key], value, atol=1e-6, rtol=1e-5), key
+
+
+def train_clipped(x, y, steps, out_dir, max_norm, imported, steps_of_rank1=None):
+    """`train_shards` with ``clip_grad_norm_`` between backward and step (called as
+    ``torch.nn.utils.clip_grad_norm_`` or through a name imported before the run), SGD so
+    that the clipped gradient is the update. Saves the state and the norms it was told."""
+    from torch.nn.utils import clip_grad_norm_ as clip_imported
+
+    clip = clip_imported if imported else torch.nn.utils.clip_grad_norm_
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    model = make_model(100 + rank)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    norms = []
+    mine = steps if rank == 0 or steps_of_rank1 is None else steps_of_rank1
+    for step in range(mine):
+        idx = torch.arange(step * 8, step * 8 + 8)[rank::world]
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+        norms.append(float(clip(model.parameters(), max_norm)))
+        opt.step()
+    torch.save((model.state_dict(), norms), f"{out_dir}/rank{rank}.pt")
+    return model.state_dict()
+
+
+def _clipped_reference(x, y, steps, max_norm):
+    """One process, rank 0's initial model, full batches of 8, the same clipping."""
+    model = make_model(seed=100)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    norms = []
+    for step in range(steps):
+        idx = torch.arange(step * 8, step * 8 + 8)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
+        opt.step()
+    return model.state_dict(), norms
+
+
+@pytest.mark.parametrize("imported", [False, True])
+def test_clip_grad_norm_clips_the_averaged_gradient_as_one_process(tmp_path, imported):
+    """Each rank's clip_grad_norm_ is told the norm of the gradient averaged over the ranks
+    (what one process over the global batch, or DDP, computes) and scales by it: the update is
+    one process's clipped update. (Clipping each rank's own gradient before the average would
+    give neither the norms nor the parameters below: max_norm 0.05 clips every step.)"""
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))
+    gnnorch.Runtime(train_clipped, processes=2)(x, y, 5, str(tmp_path), 0.05, imported)
+    (s0, n0), (s1, n1) = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    want, want_norms = _clipped_reference(x, y, 5, 0.05)
+    assert n0 == n1 and min(want_norms) > 0.05
+    assert n0 == pytest.approx(want_norms, rel=1e-5)
+    for key, value in want.items():
+        assert torch.equal(s0[key], s1[key]), key
+        assert torch.allclose(s0[key], value, atol=1e-6, rtol=1e-5), key

@@ -75,6 +75,19 @@ def test_steps_of_different_optimizers_cannot_be_averaged():
         decide((_step(0, epoch=1, step=2), _step(1, epoch=1, step=2)))
 
 
+def test_clipping_ranks_are_averaged_and_cannot_meet_a_step():
+    norm = Ask(Kind.NORM, tensors=4, numel=100, epoch=1, step=2)
+    d = decide((norm, Ask(Kind.JOIN, epoch=2), norm))
+    assert d.action == "norm" and d.clippers == [0, 2] and d.followers == [1]
+    assert decide((norm, Ask(Kind.BROADCAST, tensors=1, numel=3))).action == "void"
+    with pytest.raises(UnevenRanksError, match=r"clip their gradients .*rank 0 is at "
+                                               r"clip_grad_norm_ before step 3 .*rank 1 is at "
+                                               r"optimizer #0"):
+        decide((norm, _step(epoch=1, step=2)))
+    with pytest.raises(UnevenRanksError, match=r"clip_grad_norm_ calls cannot be averaged"):
+        decide((norm, Ask(Kind.NORM, tensors=3, numel=100)))
+
+
 # -- processes=2 ------------------------------------------------------------------------------
 def _same_models(stats, name):
     """Both ranks' final models, Adam states and learning rates are equal; their steps."""
@@ -101,6 +114,8 @@ def test_uneven_pattern_completes_with_identical_models(name, tmp_path):
         assert steps[0] != steps[1]
         fewer = 0 if steps[0] < steps[1] else 1
         assert stats[fewer]["followed_steps"] == abs(steps[0] - steps[1])
+    if name == "rank_break":                  # one clip_grad_norm_ round per own step
+        assert [s["clip_norms"] for s in stats] == steps
     if name == "rank0_validation":            # rank 0's own module was not broadcast
         assert stats[0]["void_broadcasts"] == 2 and stats[1]["void_broadcasts"] == 0
 

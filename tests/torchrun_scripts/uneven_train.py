@@ -93,7 +93,8 @@ def loss_break(data, out, threshold=0.05):
 
 
 def rank_break(data, out):
-    """A `break` that leaves epochs 2 and 3 at a different step on each rank."""
+    """A `break` that leaves epochs 2 and 3 at a different step on each rank; gradients
+    clipped (the rank that left follows the other's clip_grad_norm_ rounds too)."""
     loader, model, optimizer = _setup(data)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
     steps = 0
@@ -101,6 +102,7 @@ def rank_break(data, out):
         for i, batch in enumerate(loader):
             optimizer.zero_grad()
             _loss(model, batch).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             optimizer.step()
             scheduler.step()              # per step: moves only on the ranks that step
             steps += 1

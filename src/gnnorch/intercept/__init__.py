@@ -2,7 +2,8 @@
 
 `loader`: every `NeighborLoader` built under the runtime (sharding, per-rank batch size, sampler
 workers and their cores, epoch timing). `gradsync`: parameters broadcast at a module's first
-forward, gradients averaged before every optimizer step, buffers kept equal. `layers`: every
+forward, gradients averaged before every optimizer step, buffers kept equal (`clipnorm`:
+`clip_grad_norm_` told the norm of the averaged gradient). `layers`: every
 MessagePassing call on a sampled batch (trimming, rewrites, the cache's hook). `session` builds
 the seams with their collaborators passed in, installs them for the duration of one run and
 removes them afterwards.

@@ -3,7 +3,8 @@
 `FlatCollectives` averages or broadcasts lists of tensors in place, in buckets of at most
 `BUCKET_BYTES` per (dtype, device), staged through `comm_device` when the group reduces device
 tensors only (nccl). Every rank builds the same buckets from the same list, so the collectives
-match. `hyper_slots` / `hyper_values` / `adopt_hypers` read and write the numeric
+match. `Optimizers`: the run's optimizers in construction order, the index by which rounds
+name them (`intercept.join`). `hyper_slots` / `hyper_values` / `adopt_hypers` read and write the numeric
 hyper-parameters of an optimizer's param groups (``lr``, ``betas``, ...) in a fixed order, so
 a following rank can take the stepping rank's values (`intercept.join`).
 """
@@ -35,6 +36,40 @@ def buckets(tensors: list[torch.Tensor], limit: int = BUCKET_BYTES) -> Iterator[
             size += nbytes
         if bucket:
             yield bucket
+
+
+class Optimizers:
+    """The optimizers of one rank's run, in the order they were built (or first stepped, for
+    one built before the run's hooks): the same order on every rank, so an index names the
+    same optimizer everywhere."""
+
+    def __init__(self) -> None:
+        self._built: list[torch.optim.Optimizer] = []
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+    def add(self, optimizer: torch.optim.Optimizer) -> None:
+        self._built.append(optimizer)
+
+    def get(self, index: int) -> torch.optim.Optimizer | None:
+        return self._built[index] if 0 <= index < len(self._built) else None
+
+    def index(self, optimizer: torch.optim.Optimizer) -> int:
+        """`optimizer`'s index, added at the end if new (built before the hooks)."""
+        for i, known in enumerate(self._built):
+            if known is optimizer:
+                return i
+        self._built.append(optimizer)
+        return len(self._built) - 1
+
+    @staticmethod
+    def params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def parameters(self) -> list[torch.Tensor]:
+        """Every parameter of every optimizer, once each, in construction order."""
+        return list({id(p): p for o in self._built for p in self.params(o)}.values())
 
 
 def hyper_slots(optimizer: torch.optim.Optimizer) -> list[tuple[int, str, int]]:

@@ -45,8 +45,10 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from ..compat.grad_clip import total_norm_replaced
 from ..launch import context
-from .collectives import FlatCollectives, hyper_slots, hyper_values
+from .clipnorm import AveragedNorm
+from .collectives import FlatCollectives, Optimizers, hyper_slots, hyper_values
 from .join import Ask, Decision, Kind, Rounds
 from .lazy_init import LazyInitWatch
 from .procgroup import UserDistribution
@@ -90,10 +92,11 @@ class GradientSynchronizer:
         # differs between ranks and would desynchronise the collectives.
         self._roots: list[torch.nn.Module] = []
         self._broadcast_params: dict[int, torch.Tensor] = {}
-        self._optimizers: list[torch.optim.Optimizer] = []
+        self.optimizers = Optimizers()
         self._lazy = LazyInitWatch(
             self._broadcast_lazy, lambda: not self._following and not self._user_managed())
         self._rounds: Rounds | None = None
+        self._norms = AveragedNorm(self)
         self._following = False
         self._epochs_seen = 0
         self._epoch_steps = 0
@@ -119,15 +122,16 @@ class GradientSynchronizer:
 
         torch.optim.Optimizer.__init__ = __init__
         try:
-            yield self
-            if not self._user_managed():   # the function returned: follow until all have
-                self._wait(Kind.FINAL)
+            with total_norm_replaced(self._norms.total_norm):   # clip_grad_norm_ (clipnorm)
+                yield self
+                if not self._user_managed():   # the function returned: follow until all have
+                    self._wait(Kind.FINAL)
         finally:
             torch.optim.Optimizer.__init__ = original_init
             h1.remove()
             h2.remove()
             self._lazy.close()
-            self.stats["rounds"] = self._rounds.count
+            self.stats["rounds"], self.stats["clip_norms"] = self._rounds.count, self._norms.rounds
             self._rounds.close()
             ctx = context.current()
             if ctx is not None:
@@ -136,15 +140,24 @@ class GradientSynchronizer:
     def _user_managed(self) -> bool:
         return self.distribution is not None and self.distribution.active
 
+    def averaging(self) -> bool:
+        """Whether gnnorch averages this rank's gradients now (`clipnorm.NormHost`)."""
+        return not self._following and not self._user_managed()
+
     # -- collectives ----------------------------------------------------------------------
-    def _ask(self, kind: Kind, **fields: Any) -> Ask:
+    @property
+    def rounds(self) -> Rounds:
+        assert self._rounds is not None, "installed() makes the rounds"
+        return self._rounds
+
+    def ask(self, kind: Kind, **fields: Any) -> Ask:
         return Ask(kind, epoch=self._epochs_seen, step=self._epoch_steps, **fields)
 
     def _broadcast_round(self, tensors: list[torch.Tensor], what: str) -> bool:
         """Broadcast `tensors` from rank 0 if every rank asks for the same in this round;
         False (nothing sent) when the round is void."""
         numel = sum(t.numel() for t in tensors)
-        decision = self._rounds.round(self._ask(Kind.BROADCAST, tensors=len(tensors),
+        decision = self._rounds.round(self.ask(Kind.BROADCAST, tensors=len(tensors),
                                                 numel=numel))
         if decision.action != "broadcast":
             self.stats["void_broadcasts"] += 1
@@ -186,8 +199,8 @@ class GradientSynchronizer:
         eager forward pre-hook fires) also start equal on every rank."""
         if self._following or self._user_managed():
             return
-        self._optimizers.append(optimizer)
-        fresh = [p for p in _initialised(self._params(optimizer))
+        self.optimizers.add(optimizer)
+        fresh = [p for p in _initialised(self.optimizers.params(optimizer))
                  if id(p) not in self._broadcast_params]
         if fresh:
             self._broadcast_round(fresh, f"{type(optimizer).__name__}'s parameters")
@@ -196,52 +209,23 @@ class GradientSynchronizer:
     @property
     def optimizers_built(self) -> int:
         """Optimizers built (or first stepped) in this rank's run so far."""
-        return len(self._optimizers)
-
-    @staticmethod
-    def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-        return [p for group in optimizer.param_groups for p in group["params"]]
-
-    def _index(self, optimizer: torch.optim.Optimizer) -> int:
-        for i, known in enumerate(self._optimizers):
-            if known is optimizer:
-                return i
-        self._optimizers.append(optimizer)   # built before the run's hooks were installed
-        return len(self._optimizers) - 1
+        return len(self.optimizers)
 
     def _on_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self._following or self._user_managed():
             return
-        # `args` holds the step's positional arguments including the optimizer itself.
-        closure = args[1] if len(args) > 1 else kwargs.get("closure")
-        if closure is not None:
-            raise NotImplementedError(
-                f"{type(optimizer).__name__}.step(closure) re-evaluates the loss inside the step; "
-                "gnnorch averages gradients before the step and cannot follow a closure. Use an "
-                "optimizer without closure, or processes=1.")
-        params = self._params(optimizer)
-        for p in params:
-            if p.grad is not None and p.grad.is_sparse:
-                raise NotImplementedError(
-                    "sparse gradients (e.g. Embedding(sparse=True)) are not averaged by gnnorch; "
-                    "use dense gradients or processes=1")
+        params = self.optimizers.params(optimizer)
+        _check_step(optimizer, args, kwargs, params)
+        index = self.optimizers.index(optimizer)   # known before `join_if_ended` keeps grads
         late = [p for p in _initialised(params) if id(p) not in self._broadcast_params]
         known = {id(p) for p in late}
         late += [t for t in self._lazy.ready() if id(t) not in known]
         if late:  # lazily initialised parameters: make them equal before the first update
             self._broadcast_round(late, f"{type(optimizer).__name__}'s lazy parameters")
             self._broadcast_params.update((id(p), p) for p in late)
-        ended = self.epochs_ended() if self.epochs_ended is not None else 0
-        if ended > self._epochs_seen:     # this rank's training epoch ended since its last step
-            self._epochs_seen = ended
-            own = [p.grad for p in params]  # this step's gradients: following replaces .grad
-            self._wait(Kind.JOIN)
-            for p, grad in zip(params, own):
-                p.grad = grad
-            self._epoch_steps = 0
-            self.stats["epoch_joins"] += 1
+        self.join_if_ended()
         slots = hyper_slots(optimizer)
-        ask = self._ask(Kind.STEP, optimizer=self._index(optimizer), tensors=len(params),
+        ask = self.ask(Kind.STEP, optimizer=index, tensors=len(params),
                         numel=sum(p.numel() for p in params), buffers=len(self._buffers()),
                         hypers=len(slots), all_grads=all(p.grad is not None for p in params),
                         hyper_sum=sum(hyper_values(optimizer, slots)))
@@ -254,21 +238,36 @@ class GradientSynchronizer:
         self.stats["steps"] = self.steps
 
     # -- uneven ranks ---------------------------------------------------------------------
+    def join_if_ended(self) -> None:
+        """If this rank's training epoch ended since its last step, follow the others until
+        they end it too; the gradients of this step (which following replaces) are kept."""
+        ended = self.epochs_ended() if self.epochs_ended is not None else 0
+        if ended > self._epochs_seen:
+            self._epochs_seen = ended
+            own = [(p, p.grad) for p in self.optimizers.parameters()]
+            self._wait(Kind.JOIN)
+            for p, grad in own:
+                p.grad = grad
+            self._epoch_steps = 0
+            self.stats["epoch_joins"] += 1
+
     def _wait(self, kind: Kind) -> None:
         """JOIN / FINAL: follow the other ranks' steps until this rank may go on (`join`)."""
-        ask = self._ask(kind)
+        ask = self.ask(kind)
         while True:
             decision = self._rounds.round(ask)
             if decision.action == "step":
                 self._follow(decision)
+            elif decision.action == "norm":
+                self._norms.follow(decision)
             elif decision.action == "release" and decision.released(self._rounds.rank):
                 return
 
     def _follow(self, decision: Decision) -> None:
         """Apply the step the stepping ranks take, contributing no gradient."""
         index = decision.optimizer
-        optimizer = self._optimizers[index] if index < len(self._optimizers) else None
-        params = self._params(optimizer) if optimizer is not None else []
+        optimizer = self.optimizers.get(index)
+        params = self.optimizers.params(optimizer) if optimizer is not None else []
         self._step_collectives(optimizer, params, decision, stepping=False)
         self._following = True
         try:
@@ -284,7 +283,7 @@ class GradientSynchronizer:
         rounds = self._rounds
         what = decision.asks[decision.source].where()
         if decision.followers:   # followers check they hold the same optimizer, then adopt
-            mine = (Ask(Kind.STEP, self._index(optimizer), len(params),
+            mine = (Ask(Kind.STEP, self.optimizers.index(optimizer), len(params),
                         sum(p.numel() for p in params), len(self._buffers()),
                         len(hyper_slots(optimizer))).signature()
                     if optimizer is not None else (-1, 0, 0, 0, 0))
@@ -317,3 +316,18 @@ class GradientSynchronizer:
         return [b for module in self._roots for b in _initialised(module.buffers())
                 if b.is_floating_point()]
 
+
+def _check_step(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict,
+                params: list[torch.Tensor]) -> None:
+    """What a step must not do for gnnorch to average it (`args`: the step's positional
+    arguments, the optimizer itself first)."""
+    closure = args[1] if len(args) > 1 else kwargs.get("closure")
+    if closure is not None:
+        raise NotImplementedError(
+            f"{type(optimizer).__name__}.step(closure) re-evaluates the loss inside the step; "
+            "gnnorch averages gradients before the step and cannot follow a closure. Use an "
+            "optimizer without closure, or processes=1.")
+    if any(p.grad is not None and p.grad.is_sparse for p in params):
+        raise NotImplementedError(
+            "sparse gradients (e.g. Embedding(sparse=True)) are not averaged by gnnorch; "
+            "use dense gradients or processes=1")

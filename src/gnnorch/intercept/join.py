@@ -9,7 +9,9 @@ and takes the same `decide` decision without another message. A rank asks
 * ``JOIN``: this rank's training epoch ended (it left its loop or the loader ran out); it waits
   until every rank has ended that epoch;
 * ``FINAL``: the user's function returned; it waits until every rank's has;
-* ``BROADCAST``: a module's first forward or a new optimizer: rank 0's tensors to every rank.
+* ``BROADCAST``: a module's first forward or a new optimizer: rank 0's tensors to every rank;
+* ``NORM``: the total norm ``clip_grad_norm_`` scales by (`tensors`: the parameters of every
+  optimizer, the index space in which ranks say which of them they clip).
 
 Decisions (the semantics; docs/reliability.md):
 
@@ -22,7 +24,14 @@ Decisions (the semantics; docs/reliability.md):
 * Every rank ``BROADCAST`` with the same tensors: the broadcast runs. Any other round with a
   ``BROADCAST`` is void: the broadcasting ranks keep that module as their own (it was not built
   or run on every rank), the others ask again.
-* Nobody steps or broadcasts: ``JOIN`` ranks go on; ``FINAL`` ranks go on when all are ``FINAL``.
+* Some ranks ``NORM`` and none ``STEP`` or ``BROADCAST``: the clipping ranks' gradients are
+  averaged over them as for a step (followers send zeros and keep nothing), and each clipping
+  rank is told the norm of that average: the norm one process clips by. Scaling each rank's
+  gradient by ``max_norm / norm`` before the step's average is then scaling the average.
+  ``NORM`` beside ``STEP`` (a rank steps where another clips), or clipping ranks whose
+  parameters differ: `UnevenRanksError`.
+* Nobody steps, clips or broadcasts: ``JOIN`` ranks go on; ``FINAL`` ranks go on when all are
+  ``FINAL``.
 
 A round waits at most the run's ``collective_timeout`` (the side group's timeout); then
 `CollectiveError` names the ranks that did not arrive and where each was last seen (`watching`:
@@ -37,7 +46,7 @@ import enum
 import os
 import random
 import time
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import torch
 import torch.distributed as dist
@@ -58,6 +67,7 @@ class Kind(enum.IntEnum):
     JOIN = 2
     FINAL = 3
     BROADCAST = 4
+    NORM = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +107,9 @@ class Ask:
                     f"{self.numel} values)")
         if self.kind == Kind.BROADCAST:
             return f"the broadcast of a new module's {self.tensors} tensors, before {at}"
+        if self.kind == Kind.NORM:
+            return (f"clip_grad_norm_ before {at} ({self.tensors} optimizer parameters, "
+                    f"{self.numel} values)")
         if self.kind == Kind.JOIN:
             return f"the end of its training epoch {self.epoch} (after {self.step} steps)"
         return f"the end of the function (after {self.step} steps of its last epoch)"
@@ -106,7 +119,7 @@ class Ask:
 class Decision:
     """What every rank does after a round (the same on every rank)."""
 
-    action: str                    # "step" | "broadcast" | "void" | "release"
+    action: str                    # "step" | "norm" | "broadcast" | "void" | "release"
     asks: tuple[Ask, ...]
 
     def ranks(self, *kinds: Kind) -> list[int]:
@@ -115,6 +128,10 @@ class Decision:
     @property
     def steppers(self) -> list[int]:
         return self.ranks(Kind.STEP)
+
+    @property
+    def clippers(self) -> list[int]:
+        return self.ranks(Kind.NORM)
 
     @property
     def followers(self) -> list[int]:
@@ -165,6 +182,18 @@ def decide(asks: tuple[Ask, ...]) -> Decision:
         if all(k == Kind.BROADCAST for k in kinds) and len(signatures) == 1:
             return Decision("broadcast", asks)
         return Decision("void", asks)
+    if Kind.STEP in kinds and Kind.NORM in kinds:
+        raise UnevenRanksError(
+            "some ranks clip their gradients (clip_grad_norm_) while others step: " + "; ".join(
+                f"rank {r} is at {a.where()}" for r, a in enumerate(asks)
+                if a.kind in (Kind.STEP, Kind.NORM)) + f". {FIX}")
+    if Kind.NORM in kinds:
+        decision = Decision("norm", asks)
+        if len({(asks[r].tensors, asks[r].numel) for r in decision.clippers}) > 1:
+            raise UnevenRanksError(
+                "the ranks' clip_grad_norm_ calls cannot be averaged together: " + "; ".join(
+                    f"rank {r} is at {asks[r].where()}" for r in decision.clippers) + f". {FIX}")
+        return decision
     if Kind.STEP in kinds:
         decision = Decision("step", asks)
         if len({asks[r].signature() for r in decision.steppers}) > 1:
@@ -174,6 +203,11 @@ def decide(asks: tuple[Ask, ...]) -> Decision:
                 + f". {FIX}")
         return decision
     return Decision("release", asks)
+
+
+def _optimizer_held(row: tuple[int, ...]) -> str:
+    return (f"optimizer #{row[0]} with {row[1]} parameters ({row[2]} values)" if row[0] >= 0
+            else "no such optimizer")
 
 
 class RunWatch(Protocol):
@@ -254,19 +288,18 @@ class Rounds:
             dist.all_reduce(table, group=self.group)
         return decide(tuple(Ask.from_row(row) for row in table.tolist()))
 
-    def agree(self, values: tuple[int, ...], what: str) -> None:
+    def agree(self, values: tuple[int, ...], what: str,
+              describe: Callable[[tuple[int, ...]], str] | None = None) -> None:
         """Every rank's `values` (the optimizer a step round uses, as each rank holds it) must
-        be equal; else `UnevenRanksError` on every rank."""
+        be equal; else `UnevenRanksError` on every rank (`describe` words one rank's values)."""
         table = torch.zeros(self.world_size, len(values), dtype=torch.float64)
         table[self.rank] = torch.tensor(values, dtype=torch.float64)
         with self.collective(what):
             dist.all_reduce(table, group=self.group)
         rows = [tuple(int(round(x)) for x in row) for row in table.tolist()]
         if len(set(rows)) > 1:
-            held = "; ".join(
-                f"rank {r} holds " + (f"optimizer #{row[0]} with {row[1]} parameters "
-                                      f"({row[2]} values)" if row[0] >= 0 else "no such optimizer")
-                for r, row in enumerate(rows))
+            describe = describe or _optimizer_held
+            held = "; ".join(f"rank {r} holds {describe(row)}" for r, row in enumerate(rows))
             raise UnevenRanksError(f"the ranks cannot all apply {what}: {held}. {FIX}")
 
     @contextlib.contextmanager
