@@ -8,7 +8,8 @@ iterated (``itertools.islice``, two loaders zipped, one batch overfitted, a rese
 the model (BatchNorm, ``jk='cat'``, GIN, PNA, GATv2 with edge features, RGCN, a user-written
 ``MessagePassing``, a ``HeteroConv``, a frozen first layer, two optimizers), the loss (over
 every sampled node, multi-label, label reuse as input) and the data (messy edges, ``adj_t``,
-in-place edits of ``batch.x``, the user's own edits of ``batch.edge_index``). Metrics that show
+in-place edits of ``batch.x``, the user's own edits of ``batch.edge_index``), lazy layers
+initialised by a forward over one batch, and ``clip_grad_norm_``. Metrics that show
 whether the knob was honoured (the class balance of the seeds drawn, the batch and seed counts,
 attributes gathered with the edges, ``data.x`` left unchanged) are returned beside the loss and
 accuracy. ``disjoint_trees``, ``temporal_sampling`` and ``weighted_sampling`` need pyg-lib
@@ -788,6 +789,40 @@ def score_on_train_loader(data, epochs=6):
     return dict(loss=loss, test_acc=_test_acc(model, data), max_gap=max(gaps))
 
 
+def lazy_init_break(data, epochs=6):
+    """Lazy layers (``in_channels=-1``) initialised by one forward over the training loader's
+    first batch, left with ``break``, before the optimizer exists (PyG's
+    examples/multi_gpu/taobao.py)."""
+    model = _sage(-1, 7)
+    loader = _loader(data)
+    for batch in loader:
+        model(batch.x, batch.edge_index)
+        break
+    loss = _fit(model, loader, epochs)
+    return dict(loss=loss, test_acc=_test_acc(model, data))
+
+
+def clip_grad_norm(data, epochs=6):
+    """``clip_grad_norm_(max_norm=0.5)`` between backward and step, its returned norm logged:
+    ``mean_norm`` is the mean of the norms it returned (one process: the norm of the batch's
+    gradient, which the clipping scales by)."""
+    model = _sage(data.num_features, 7)
+    loader = _loader(data)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    norms = []
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)))
+            opt.step()
+    return dict(loss=float(loss), test_acc=_test_acc(model, data),
+                mean_norm=sum(norms) / len(norms), first_norm=norms[0])
+
+
 IDIOMS = {fn.__name__: fn for fn in (
     replace_true, imbalanced_sampler, drop_last, index_input_nodes, induced_subgraph,
     disjoint_trees, batch_transform, batch_virtual_node, persistent_workers, islice_epochs,
@@ -799,5 +834,6 @@ IDIOMS = {fn.__name__: fn for fn in (
     multilabel_bce, reset_between_folds, inplace_feature_noise, user_edge_edit,
     bidirectional_subgraph, threads_set_inside, hetero_conv_dict, link_labels_only,
     data_adj_t, rgcn_edge_types, temporal_sampling, weighted_sampling,
-    legacy_neighbor_sampler, graph_saint, score_on_train_loader,
+    legacy_neighbor_sampler, graph_saint, score_on_train_loader, lazy_init_break,
+    clip_grad_norm,
 )}

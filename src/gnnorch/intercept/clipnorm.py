@@ -11,18 +11,21 @@ While a run has several ranks, ``clip_grad_norm_``'s total norm (torch's
 ``NORM`` round (`join`): the clipping ranks' gradients are averaged, ``gbar = (1/c) * sum_r g_r``
 over the ``c`` ranks that clip (a follower -- a rank whose epoch or function ended -- sends
 zeros), and each clipping rank is told ``||gbar||``, computed by torch's own function on the
-averaged tensors. Each rank then scales its own ``g_r`` by ``s = min(1, max_norm / ||gbar||)``,
+averaged tensors (averaged in the parameters' common dtype, as the step averages). Each rank
+then scales its own ``g_r`` by ``s = min(1, max_norm / ||gbar||)``,
 and the step's average of the scaled gradients is ``(1/c) * sum_r s * g_r = s * gbar``: the
 clipped gradient of one process, equal up to floating-point rounding.
 
 Index space: the parameters of the run's optimizers in construction order (the same on every
-rank). Each rank says which of them it clips (flags summed over ranks); one clipped on some
-rank but without a gradient on another counts as zero there, as in a step. A norm of tensors
+rank). Unless every clipping rank clips all of them, each says which it clips (flags summed
+over ranks); one clipped on some rank but without a gradient on another counts as zero there,
+as in a step. A norm of tensors
 that are not all gradients of optimizer parameters (``clip_grad_norm_`` on something else) is
 torch's own, of this rank's tensors.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Protocol
 
 import torch
@@ -73,7 +76,8 @@ class AveragedNorm:
         if mine is None:
             return original(grads, norm_type, error_if_nonfinite, foreach)
         host.join_if_ended()
-        ask = host.ask(Kind.NORM, tensors=len(space), numel=sum(p.numel() for p in space))
+        ask = host.ask(Kind.NORM, tensors=len(space), numel=sum(p.numel() for p in space),
+                       all_grads=len(mine) == len(space))
         decision = host.rounds.round(ask)
         while decision.action != "norm":   # void: a rank asked for a broadcast meanwhile
             decision = host.rounds.round(ask)
@@ -95,16 +99,19 @@ class AveragedNorm:
             rounds.agree((len(space), sum(p.numel() for p in space)),
                          f"the gradient norm at {what}",
                          lambda row: f"optimizers of {row[0]} parameters ({row[1]} values)")
-        flags = torch.tensor([i in mine for i in range(len(space))], dtype=torch.int32)
-        with rounds.collective(f"which gradients are clipped at {what}"):
-            collectives.sum_flags(flags)
-        chosen = [(i, p) for i, (p, flag) in enumerate(zip(space, flags.tolist())) if flag]
+        chosen = list(enumerate(space))
+        if decision.flags_needed:
+            flags = torch.tensor([i in mine for i in range(len(space))], dtype=torch.int32)
+            with rounds.collective(f"which gradients are clipped at {what}"):
+                collectives.sum_flags(flags)
+            chosen = [(i, p) for (i, p), flag in zip(chosen, flags.tolist()) if flag]
         if not chosen:
             return []
         device = chosen[0][1].device
+        dtype = functools.reduce(torch.promote_types, (p.dtype for _, p in chosen))
         flat = torch.cat([
             (p.grad if clipping and i in mine else torch.zeros_like(p)).detach().reshape(-1)
-            .to(device=device, dtype=torch.float64) for i, p in chosen])
+            .to(device=device, dtype=dtype) for i, p in chosen])
         with rounds.collective(f"the gradient average of {what}"):
             collectives.average([flat], contributors=len(decision.clippers))
         parts, offset = [], 0

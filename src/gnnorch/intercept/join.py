@@ -81,7 +81,7 @@ class Ask:
     numel: int = 0
     buffers: int = 0         # STEP: floating-point buffers broadcast after the step
     hypers: int = 0          # STEP: numeric hyper-parameters of its param groups
-    all_grads: bool = True   # STEP: every parameter has a gradient
+    all_grads: bool = True   # STEP: every parameter has a gradient; NORM: every one is clipped
     epoch: int = 0
     step: int = 0
     hyper_sum: float = 0.0   # STEP: the sum of those hyper-parameters (do the ranks' differ?)
@@ -154,8 +154,10 @@ class Decision:
 
     @property
     def flags_needed(self) -> bool:
-        """Whether some stepper lacks a gradient (then which parameters have one is summed)."""
-        return not all(self.asks[r].all_grads for r in self.steppers)
+        """Whether some stepper lacks a gradient, or some clipping rank does not clip every
+        optimizer parameter (then which parameters take part is summed)."""
+        ranks = self.clippers if self.action == "norm" else self.steppers
+        return not all(self.asks[r].all_grads for r in ranks)
 
     @property
     def all_final(self) -> bool:
