@@ -208,10 +208,10 @@ CASE = Case(
     exact=("val_examples", "test_examples"),
     slow=True,
     doc=("Vanilla over seeds 0-9 (measure_noise.py --seeds 10, mean +- sd): best_val_auc "
-         "0.829 +- 0.020, test_auc 0.835 +- 0.022 (6 epochs, 4.6 s a run). The function splits the training edges by world size itself, "
-         "initialises the lazy SAGEConv((-1, -1)) encoders with one forward over the training "
-         "loader left with `break` before the optimizer exists, wraps the model in DDP over its "
-         "own gloo group and validates on rank 0 only; a HeteroData LinkNeighborLoader with "
-         "binary negatives and drop_last. The loss scales with 1/batch size (as in "
-         "bipartite_sage_unsup) and is not compared."),
+         "0.829 +- 0.020, test_auc 0.835 +- 0.022 (6 epochs, 4.6 s a run). The function splits "
+         "the training edges by world size itself, initialises the lazy SAGEConv((-1, -1)) "
+         "encoders with one forward over the training loader left with `break` before the "
+         "optimizer exists, wraps the model in DDP over its own gloo group and validates on "
+         "rank 0 only; a HeteroData LinkNeighborLoader with binary negatives and drop_last. The "
+         "loss scales with 1/batch size (as in bipartite_sage_unsup) and is not compared."),
 )

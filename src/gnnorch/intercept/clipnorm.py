@@ -7,21 +7,20 @@ own ``g_r``. Clipping that alone would scale every rank by a different, larger n
 rank's batch is smaller, its gradient noisier) and change the update.
 
 While a run has several ranks, ``clip_grad_norm_``'s total norm (torch's
-``clip_grad._get_total_norm``, replaced through `compat.grad_clip.total_norm_replaced`) comes from a
-``NORM`` round (`join`): the clipping ranks' gradients are averaged, ``gbar = (1/c) * sum_r g_r``
-over the ``c`` ranks that clip (a follower -- a rank whose epoch or function ended -- sends
-zeros), and each clipping rank is told ``||gbar||``, computed by torch's own function on the
-averaged tensors (averaged in the parameters' common dtype, as the step averages). Each rank
-then scales its own ``g_r`` by ``s = min(1, max_norm / ||gbar||)``,
+``clip_grad._get_total_norm``, replaced through `compat.grad_clip.total_norm_replaced`) comes
+from a ``NORM`` round (`join`): the clipping ranks' gradients are averaged,
+``gbar = (1/c) * sum_r g_r`` over the ``c`` ranks that clip (a follower -- a rank whose epoch
+or function ended -- sends zeros), and each clipping rank is told ``||gbar||``, computed by
+torch's own function on the averaged tensors (averaged in the parameters' common dtype, as the
+step averages). Each rank then scales its own ``g_r`` by ``s = min(1, max_norm / ||gbar||)``,
 and the step's average of the scaled gradients is ``(1/c) * sum_r s * g_r = s * gbar``: the
 clipped gradient of one process, equal up to floating-point rounding.
 
 Index space: the parameters of the run's optimizers in construction order (the same on every
 rank). Unless every clipping rank clips all of them, each says which it clips (flags summed
 over ranks); one clipped on some rank but without a gradient on another counts as zero there,
-as in a step. A norm of tensors
-that are not all gradients of optimizer parameters (``clip_grad_norm_`` on something else) is
-torch's own, of this rank's tensors.
+as in a step. The norm of tensors that are not all gradients of optimizer parameters
+(``clip_grad_norm_`` on something else) is torch's own, of this rank's tensors.
 """
 from __future__ import annotations
 

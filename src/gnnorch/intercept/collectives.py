@@ -4,9 +4,9 @@
 `BUCKET_BYTES` per (dtype, device), staged through `comm_device` when the group reduces device
 tensors only (nccl). Every rank builds the same buckets from the same list, so the collectives
 match. `Optimizers`: the run's optimizers in construction order, the index by which rounds
-name them (`intercept.join`). `hyper_slots` / `hyper_values` / `adopt_hypers` read and write the numeric
-hyper-parameters of an optimizer's param groups (``lr``, ``betas``, ...) in a fixed order, so
-a following rank can take the stepping rank's values (`intercept.join`).
+name them (`intercept.join`). `hyper_slots` / `hyper_values` / `adopt_hypers` read and write
+the numeric hyper-parameters of an optimizer's param groups (``lr``, ``betas``, ...) in a
+fixed order, so a following rank can take the stepping rank's values (`intercept.join`).
 """
 from __future__ import annotations
 
