@@ -84,24 +84,47 @@ def test_gradient_missing_on_one_rank_counts_as_zero(tmp_path):
     assert torch.allclose(a[0], ref.weight.detach() - 0.5 * 1.5)
 
 
-def make_lazy_model(kind):
+class WithSpare(torch.nn.Sequential):
+    """A Sequential with a lazy layer it never calls (`spare`), as a bipartite `SAGEConv((-1,
+    -1), ...)` in a `HeteroConv` keeps its root weight uninitialised when the destination type
+    has no features (PyG's mag240m_graphsage example): the parameter stays an
+    `UninitializedParameter` in the optimizer for the whole run."""
+
+    def __init__(self, *layers):
+        super().__init__(*layers)
+        self.spare = torch.nn.LazyLinear(4)
+
+    def forward(self, x):
+        for layer in list(self)[:-1]:   # the last child is `spare`
+            x = layer(x)
+        return x
+
+
+def make_lazy_model(kind, spare=False):
     """A model whose first layer infers its input width at its first forward: PyG's
     `Linear(-1, ...)` (weight uninitialised, bias an ordinary parameter whose values are set at
-    that forward) or torch's `LazyLinear` (both uninitialised)."""
+    that forward) or torch's `LazyLinear` (both uninitialised); with `spare`, also a lazy layer
+    that is never called (`WithSpare`)."""
     from torch_geometric.nn import Linear as PygLinear
 
     first = PygLinear(-1, 16) if kind == "pyg" else torch.nn.LazyLinear(16)
-    return torch.nn.Sequential(first, torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    layers = (first, torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    return WithSpare(*layers) if spare else torch.nn.Sequential(*layers)
 
 
-def train_lazy(x, y, steps, out_dir, kind, optimizer_first):
+def _materialised(state):
+    return {k: v for k, v in state.items()
+            if not isinstance(v, torch.nn.parameter.UninitializedParameter)}
+
+
+def train_lazy(x, y, steps, out_dir, kind, optimizer_first, spare=False):
     """Each rank draws from its own random state before the model exists and again before its
     first forward (as dropout over a rank's differently sized batch does), so every lazily
     initialised value differs between ranks unless the runtime makes them equal."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     torch.manual_seed(100 + rank)
-    model = make_lazy_model(kind)
+    model = make_lazy_model(kind, spare)
     opt = torch.optim.Adam(model.parameters(), lr=0.01) if optimizer_first else None
     torch.manual_seed(200 + rank)
     for step in range(steps):
@@ -113,8 +136,9 @@ def train_lazy(x, y, steps, out_dir, kind, optimizer_first):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(out, y[idx]).backward()
         opt.step()
-    torch.save(model.state_dict(), f"{out_dir}/rank{rank}.pt")
-    return model.state_dict()
+    state = _materialised(model.state_dict())
+    torch.save(state, f"{out_dir}/rank{rank}.pt")
+    return state
 
 
 @pytest.mark.parametrize("kind", ["pyg", "torch"])
@@ -130,6 +154,24 @@ def test_lazy_layers_equal_across_ranks_and_to_one_process(tmp_path, kind, optim
     # One process from rank 0's random states, full batches of 8: the same computation when
     # rank 1's lazily initialised values are rank 0's from its first forward on.
     ref = train_lazy(x, y, 4, str(tmp_path / ".."), kind, optimizer_first)
+    for key, value in ref.items():
+        assert torch.allclose(got[key], value, atol=1e-6, rtol=1e-5), key
+
+
+@pytest.mark.parametrize("optimizer_first", [True, False])
+def test_lazy_parameter_never_materialised_is_left_out(tmp_path, optimizer_first):
+    """An optimizer holding a lazy parameter that no forward ever materialises: the parameter
+    has no data and no gradient in any rank, so the step averages the others, as one process's
+    optimizer skips it (it used to fail on ``numel()`` of the uninitialised parameter)."""
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))
+    got = gnnorch.Runtime(train_lazy, processes=2)(x, y, 4, str(tmp_path), "torch",
+                                                   optimizer_first, spare=True)
+    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert set(r0) == set(r1) == set(got) and not any(k.startswith("spare") for k in r0)
+    for key in r0:
+        assert torch.equal(r0[key], r1[key]), key
+    ref = train_lazy(x, y, 4, str(tmp_path / ".."), "torch", optimizer_first, spare=True)
     for key, value in ref.items():
         assert torch.allclose(got[key], value, atol=1e-6, rtol=1e-5), key
 

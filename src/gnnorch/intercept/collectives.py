@@ -14,6 +14,7 @@ from typing import Iterator
 
 import torch
 import torch.distributed as dist
+from torch.nn.parameter import is_lazy
 
 BUCKET_BYTES = 25 * 1024 * 1024
 
@@ -65,7 +66,14 @@ class Optimizers:
 
     @staticmethod
     def params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-        return [p for group in optimizer.param_groups for p in group["params"]]
+        """`optimizer`'s parameters that hold data, in group order. A lazy parameter that no
+        forward has materialised yet (`UninitializedParameter`: a `LazyLinear`, or PyG's
+        ``in_channels=-1``, never called) has neither data nor gradient, and the optimizer
+        skips it; it joins this list once a forward gives it a shape (PyTorch turns the same
+        object into a `Parameter`). Every rank runs the same model, so the list is the same
+        in every rank; where it is not, the step rounds' signatures disagree (`join`)."""
+        return [p for group in optimizer.param_groups for p in group["params"]
+                if not is_lazy(p)]
 
     def parameters(self) -> list[torch.Tensor]:
         """Every parameter of every optimizer, once each, in construction order."""
