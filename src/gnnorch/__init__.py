@@ -7,7 +7,7 @@ Every public configuration class, error and warning is importable from here.
 """
 from .cache import CacheConfig, CacheWarning
 from .device.config import DataPathConfig
-from .errors import (CacheSharingError, CollectiveError, ForkStuckError, GnnorchError,
+from .errors import (ArgumentsChangedError, CacheSharingError, CollectiveError, ForkStuckError, GnnorchError,
                      GnnorchWarning, RankDiedError, RankFailedError, RankStartError,
                      SerializationError, StalenessError, TrimmingError, TrimmingWarning,
                      UnevenRanksError)
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 __all__ = ["Runtime", "RunInfo", "RunOptions", "VALID_OPTIONS",
            "LaunchConfig", "CacheConfig", "TuneConfig", "PartitionConfig", "DataPathConfig",
            "TuningReport",
-           "GnnorchError", "RankDiedError", "RankFailedError", "RankStartError",
+           "GnnorchError", "ArgumentsChangedError", "RankDiedError", "RankFailedError", "RankStartError",
            "SerializationError", "StalenessError", "TrimmingError", "UnevenRanksError",
            "CollectiveError", "ForkStuckError", "CacheSharingError",
            "GnnorchWarning", "TrimmingWarning", "CacheWarning",

@@ -83,3 +83,12 @@ class ForkStuckError(GnnorchError, RuntimeError):
     reinitialisation (CPython gh-112275: Python before 3.12; `gnnorch.launch.fork_guard`
     retries a stuck fork, so this needs several in a row). Use Python 3.12 or newer, or give
     the loader ``multiprocessing_context="spawn"``."""
+
+
+class ArgumentsChangedError(GnnorchError, RuntimeError):
+    """The tuner runs the function more than once (probes, then the real run); a probe run in
+    the caller's process changed the arguments it shares with the caller in place (an
+    attribute deleted, a tensor replaced or modified, a model it was handed trained), so the
+    real run would not start from what was passed. The message names what changed. Pass
+    ``autotune=False``, or leave the arguments unchanged (build the model inside the
+    function, change a copy of the data)."""

@@ -43,9 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import execute
+from ..errors import ArgumentsChangedError
 from ..execute import Request, RunInfo
 from ..launch.plan import CorePlan
 from ..launch.topology import current_topology
+from .arguments import Fingerprint, listed
 from .config import TuneConfig
 from .decide import Decision, epochs_hint, finalists, probe_warmup, race, tuning_pays
 from .probe import EpochReport, combine_stats, warmup_for
@@ -161,6 +163,7 @@ class Autotune:
                                          self.space.to_dict(), cfg.to_dict(),
                                          point(default_plan), path)
         self.ledger = Ledger(self.report, verbose)
+        self.arguments = Fingerprint.of(request.args, request.kwargs)   # as the caller passed
 
     # ------------------------------------------------------------------ the state machine
     def run(self) -> tuple[Any, RunInfo]:
@@ -264,7 +267,8 @@ class Autotune:
     # ------------------------------------------------------------------ the default plan
     def _default_in_caller(self, plan: CorePlan) -> tuple[bool, Any, RunInfo | None]:
         """The default plan runs here as the real run until the decision (`DefaultRun`)."""
-        run = DefaultRun(self.decide, self.ledger, self.request, plan, self.cfg)
+        run = DefaultRun(self.decide, self.ledger, self.request, plan, self.cfg,
+                         self.arguments)
         try:
             finished, value, info, seconds = run.run()
         except BaseException:
@@ -320,9 +324,27 @@ class Autotune:
             log_dir=self._logs() / f"probe-{len(self.report.trials)}")
         outcome = run_probe(request, plan, warmup, self.cfg.probe_batches)
         self.ledger.probe_seconds += outcome.seconds
+        if execute.backend_for(plan, request).in_caller:
+            self._check_arguments(f"probe {len(self.report.trials)} ({plan})")
         trial = self.report.add_trial(point(plan), request.cores(plan), outcome.m,
                                       outcome.seconds, chosen_by, predicted, outcome.error)
         return trial, outcome
+
+    def _check_arguments(self, run: str) -> None:
+        """A run in the caller's process shares the caller's arguments: if it changed them,
+        the real run would not start from what was passed (`arguments`). The default run
+        checks at its decision and goes on untuned; a later probe can only stop the call."""
+        changed = self.arguments.changes(Fingerprint.of(self.request.args,
+                                                        self.request.kwargs))
+        if changed:
+            self.ledger.fail()
+            name = getattr(self.request.fn, "__name__", "the function")
+            raise ArgumentsChangedError(
+                f"gnnorch's tuner: {run} of {name} changed its arguments in place "
+                f"({listed(changed)}), where the default run had not by its decision; the "
+                f"real run would start from the changed arguments. Pass autotune=False, or "
+                f"leave the arguments unchanged (build the model inside the function, change "
+                f"a copy of the data)")
 
     def _probed(self) -> None:
         self.ledger.tuning_seconds = self.ledger.elapsed()

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from .. import execute
 from ..execute import Hook, Mute, OutputCapture, Request, RunInfo
 from ..launch.plan import CorePlan
+from .arguments import Fingerprint, listed
 from .config import TuneConfig
 from .decide import CONVERGE
 from .probe import (PROBE_STAT, EpochFeed, ProbeEnd, ProbeHook, ProbeMeter, RngState,
@@ -62,6 +63,15 @@ def run_probe(request: Request, plan: CorePlan, warmup: int, batches: int) -> Pr
     return outcome
 
 
+def changed_reason(changed: list[str], steps: int) -> str:
+    """The report's reason for a run left untuned because its arguments changed."""
+    return (f"the function changed its arguments in place within its first {steps} "
+            f"training steps ({listed(changed)}): the tuner's probes and tuned run would start from "
+            f"the changed arguments, so this run went on as the real run, untuned with the "
+            f"default configuration (to tune, leave the arguments unchanged: build the model "
+            f"inside the function, or change a copy of data)")
+
+
 class DefaultRun(Hook):
     """The default plan, run in the caller's process as the real run until a `ProbeMeter`
     has measured its steps (until they settle: `CONVERGE`), with its output held back.
@@ -71,15 +81,16 @@ class DefaultRun(Hook):
     measurement becomes the default's trial. If it does not, the run just goes on as the real
     run: held output is released, nothing is lost or repeated. If no training loader exists
     `setup_seconds` after the start, or the function ends before the meter is done, that run
-    is the run, untuned.
+    is the run, untuned. So it is, too, when the function has changed the arguments it shares
+    with the caller (`arguments.Fingerprint`): later runs would start from changed arguments.
 
     `ledger` is the tuned call's report keeper (`gnnorch.tune.driver.Ledger`): the run starts
     there (``begin_run``) when it turns out to be the real one, and feeds it its epochs.
     """
 
     def __init__(self, decide: Callable[[dict], bool], ledger: Any, request: Request,
-                 plan: CorePlan, cfg: TuneConfig) -> None:
-        self.decide, self.ledger = decide, ledger
+                 plan: CorePlan, cfg: TuneConfig, arguments: Fingerprint) -> None:
+        self.decide, self.ledger, self.arguments = decide, ledger, arguments
         self.request, self.plan, self.cfg = request, plan, cfg
         self.cores = request.cores(plan)
         self.capture = OutputCapture()
@@ -136,12 +147,21 @@ class DefaultRun(Hook):
                 meter.active = False
                 return
             self.verdict = self.decide(meter.summary())
+            if self.verdict:
+                changed = self.changed_arguments()
+                if changed:
+                    self.verdict = False
+                    self.ledger.untuned(changed_reason(changed, meter.steps))
         if self.verdict:
             raise ProbeEnd()
         meter.active = False
         self.capture.release()
         self.ledger.begin_run(self.plan, self.cores)
         self.ledger.on_epochs([r.to_dict() for r in self.ctx.epochs], 1)
+
+    def changed_arguments(self) -> list[str]:
+        """What the function changed so far in the arguments it shares with the caller."""
+        return self.arguments.changes(Fingerprint.of(self.request.args, self.request.kwargs))
 
     def _arm(self) -> None:
         self.timer = threading.Timer(self.cfg.setup_seconds, self._setup_timeout)
