@@ -33,7 +33,7 @@ from torch.nn.parameter import is_lazy
 __all__ = ["Fingerprint", "MAX_ENTRIES", "listed"]
 
 #: Entries (tensors and attribute values) a fingerprint records at most.
-MAX_ENTRIES = 100_000
+MAX_ENTRIES = 20_000
 
 
 def _tensor_identity(t: torch.Tensor) -> tuple:
