@@ -121,9 +121,13 @@ def _folded(entries: Iterable[str]) -> str:
 def _samplers(stats: dict) -> str | None:
     section = stats.get("sampler")
     loaders = _dicts(section.get("loaders")) if isinstance(section, dict) else []
-    if not loaders:
+    before = section.get("built_before_run", 0) if isinstance(section, dict) else 0
+    if not loaders and not before:
         return None
     entries = []
+    if before:
+        entries.append(f"{before} loader{'s' if before != 1 else ''} built before the call, "
+                       f"run as PyG runs {'them' if before != 1 else 'it'}")
     for loader in loaders:
         entry = f"{loader.get('role', 'loader')} {loader.get('backend', '?')}"
         workers = loader.get("num_workers")

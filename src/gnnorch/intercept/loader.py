@@ -60,6 +60,7 @@ where the supervision edges' endpoints are.
 from __future__ import annotations
 
 import contextlib
+import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -67,6 +68,7 @@ import torch
 
 from ..compat import pyg as compat_pyg
 from ..compat import processes as compat_processes
+from ..errors import GnnorchWarning
 from ..launch.context import EpochTimer, RankContext
 from .announce import (announced, batch_graph, batch_transform, defers_features, layout_kind,
                        stored_batch_size)
@@ -151,6 +153,7 @@ class NeighborLoaderInterceptor:
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
         self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link"}
+        self._before_run: "weakref.WeakSet[NeighborLoader]" = weakref.WeakSet()
         self._originals = {cls: _Originals(cls) for cls in self.classes}
 
     @contextlib.contextmanager
@@ -240,6 +243,23 @@ class NeighborLoaderInterceptor:
         state.record = state.to_dict()
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.record)
 
+    def _built_before_run(self, loader: NeighborLoader) -> None:
+        """A loader built before the call (passed in, or a global) runs as PyG runs it: none
+        of gnnorch's loader features reach it (they are set up at construction). Counted in
+        ``stats[rank]["sampler"]["built_before_run"]`` and, once per loader, a warning."""
+        if loader in self._before_run:
+            return
+        self._before_run.add(loader)
+        section = self.ctx.stats.setdefault("sampler", {"loaders": []})
+        section["built_before_run"] = section.get("built_before_run", 0) + 1
+        if self.ctx.rank == 0:
+            warnings.warn(
+                f"gnnorch: a {type(loader).__name__} built before the call runs as PyG runs "
+                f"it: gnnorch's sampler, trimming of its batches, sharding over ranks (with "
+                f"processes > 1 every rank iterates all of it), the cache and the tuner reach "
+                f"only loaders built inside the function. Build it inside the function to "
+                f"use them.", GnnorchWarning, stacklevel=4)
+
     def _choose_sampler(self, ctx: RankContext, state: LoaderState, init: Any, args: tuple,
                         kwargs: dict) -> None:
         """Pass gnnorch's sampler as `neighbor_sampler` when the features ask for it (`init`:
@@ -299,6 +319,7 @@ class NeighborLoaderInterceptor:
         ctx = self.ctx
         state = self.states.get(loader)
         if state is None:   # built before the run: PyG's own epoch
+            self._built_before_run(loader)
             return orig.iter(loader)
         training = epoch_trains(state, self.layer_seam, ctx, self.optimizers)
         if state.shard is not None:

@@ -284,6 +284,10 @@ class Autotune:
                 reason = ("the function ran no training step on a NeighborLoader's batches "
                           "(an epoch with gradients on and the model in training mode): "
                           "nothing to tune; that run is the result")
+                if any(s.get("sampler", {}).get("built_before_run")
+                       for s in info.stats.values()):
+                    reason += (" (a NeighborLoader built before the call runs as PyG runs "
+                               "it: build it inside the function to tune)")
             else:
                 reason = (f"the whole run ({m['steps']} training steps, "
                           f"{info.wall_seconds:.2f} s) finished before one probe was "
