@@ -13,8 +13,9 @@ arguments. It walks containers (tuple, list, dict), PyG data (`Data`, `HeteroDat
 every store's attributes), PyG in-memory datasets (their collated data), loaders (their
 ``data`` or ``dataset``), modules (parameters and buffers) and optimizers (their state). A
 tensor's identity is its storage pointer, dtype, device, shape, stride and offset, and its
-version counter (``Tensor._version``: every in-place operation bumps it). Other attribute
-values are compared by identity (``id``).
+version counter (`compat.torch.tensor_version`: every in-place operation bumps it; where
+torch has none, in-place changes go unseen). Other attribute values are compared by identity
+(``id``), scalars by value.
 
 `Fingerprint.changes(later)` names what differs: an attribute deleted, a tensor replaced by
 another, a tensor changed in place, an optimizer's state that grew. An attribute *added* is
@@ -29,6 +30,8 @@ from typing import Any, Iterator
 
 import torch
 from torch.nn.parameter import is_lazy
+
+from ..compat.torch import tensor_version
 
 __all__ = ["Fingerprint", "MAX_ENTRIES", "listed"]
 
@@ -47,9 +50,9 @@ def _tensor_identity(t: torch.Tensor) -> tuple:
     except (RuntimeError, ValueError, NotImplementedError):   # sparse layouts, subclasses
         where = (id(t), t.dtype, tuple(t.shape))
     try:
-        version = t._version
-    except (RuntimeError, AttributeError):
-        version = 0
+        version = tensor_version(t)
+    except (RuntimeError, AttributeError, ValueError):
+        version = None
     return where, version
 
 
