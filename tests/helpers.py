@@ -47,6 +47,6 @@ def assert_same_batch(got, want):
         a, b = got[key], want[key]
         if isinstance(b, torch.Tensor):
             assert isinstance(a, torch.Tensor) and a.dtype == b.dtype, key
-            assert torch.equal(a.cpu(), b), key
+            assert torch.equal(a.cpu(), b.cpu()), key
         else:
             assert a == b, key

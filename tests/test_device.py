@@ -317,6 +317,39 @@ def test_gathered_batches_carry_device_twins_of_their_ids():
     assert moved.x.device.type == "meta" and moved.edge_index.device.type == "meta"
 
 
+@pytest.mark.parametrize("features", ["gpu", "pinned"], ids=["resident", "pinned-rows"])
+def test_id_attributes_of_the_users_data_stay_on_the_host(features):
+    """PyG's examples give their data a global ``n_id`` (``data.n_id = torch.arange(N)``,
+    reddit.py) and index host tensors with the batch's (``x_all[batch.n_id]``): a gathered
+    attribute named like an id field stays on the host with its twin, whether the other
+    attributes were gathered on the device or from pinned rows (found on an H200, where the
+    resident copy's rows came back on CUDA)."""
+    from gnnorch.datasets.synthetic import power_law_graph
+    from gnnorch.device.gather import GatherPlan, ResidentTensors
+    from gnnorch.device.twin import device_twin
+    from gnnorch.sampling.neighbor import FastNeighborSampler
+
+    data = power_law_graph(num_nodes=300, avg_degree=6.0, num_features=4, num_classes=3,
+                           seed=0)
+    data.n_id = torch.arange(data.num_nodes) + 1000
+    data.e_id = torch.arange(data.num_edges) + 5000
+    sampler = FastNeighborSampler(data, num_neighbors=[3, 2])
+    out = sampler.sample_from_nodes(_node_input(torch.arange(16)))
+    resident = ResidentTensors()
+    batch = GatherPlan(data, torch.device("meta"), features, resident,
+                       pin=False).batch(out, sampler.perm)
+    want = GatherPlan(data, torch.device("cpu"), features, ResidentTensors()).batch(
+        out, sampler.perm)
+    for key in ("n_id", "e_id"):
+        assert batch[key].device.type == "cpu", key
+        assert torch.equal(batch[key], want[key]), key
+        twin = device_twin(batch[key])
+        assert twin is not None and twin.device.type == "meta", key
+        assert not resident.has_on_device(data[key], torch.device("meta")), key
+    assert torch.equal(want.n_id, out.node + 1000)
+    assert batch.x.device.type == "meta" and batch.y.device.type == "meta"
+
+
 def _node_input(seeds):
     from torch_geometric.sampler import NodeSamplerInput
 

@@ -241,7 +241,12 @@ def test_cuda_runtime_training_equals_rewrite_off():
     runs = {}
     for rewrite in (True, False):
         torch.manual_seed(0)
-        runtime = gnnorch.Runtime(train_on_cuda, device="cuda", rewrite=rewrite, seed=0)
+        # Cora fits the GPU: the data path would gather x there. DAHA's host transform reads
+        # x in pinned host rows, which the path leaves only with features on the host and no
+        # prefetching (`intercept.device_path`; the first lent GPU found this test assuming
+        # host features, written before the path existed)
+        runtime = gnnorch.Runtime(train_on_cuda, device="cuda", rewrite=rewrite, seed=0,
+                                  data_path={"features": "host", "prefetch": 0})
         runs[rewrite] = runtime(data, epochs=3)
         if rewrite:
             stats = runtime.last_run.stats[0]["rewrite"]

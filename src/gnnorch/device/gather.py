@@ -23,7 +23,10 @@ values live differs:
   `gnnorch.rewrite.host`).
 
 The id fields ``n_id``, ``e_id`` and ``input_id`` are returned on the host whatever the device:
-user code indexes host tensors with them, and the host gathers use them. On a device other than
+user code indexes host tensors with them, and the host gathers use them. That holds for the
+user's own attributes of those names too (PyG's examples set ``data.n_id =
+torch.arange(N)``): they are never copied to the device whole, and their rows are gathered on
+the host. On a device other than
 the CPU each carries its device copy (`gnnorch.device.twin`), so the user's
 ``batch.to(device)`` copies none of them and waits for nothing.
 Structure (``edge_index``) stays where the sampler produced it (the device when it samples
@@ -182,7 +185,7 @@ class GatherPlan:
         self.sources: dict[str, Tensor] = {}
         for key in self.node + self.edge:
             value = data[key]
-            if features == "gpu" and isinstance(value, Tensor):
+            if features == "gpu" and isinstance(value, Tensor) and key not in ID_FIELDS:
                 value = resident.on_device(value, self.device)
             # a host source stays as it is: its rows are gathered into pinned buffers, and
             # pinning the whole source would double (rounding up: quadruple) its memory
@@ -279,6 +282,9 @@ class GatherPlan:
         """Rows `index` of attribute `key`: indexed where it lives; host rows go through
         pinned memory to the device unless deferred."""
         source, dim = self.sources[key], self.dims[key]
+        if key in ID_FIELDS and isinstance(source, Tensor) and source.device.type == "cpu":
+            # the user's own ids (``data.n_id = torch.arange(N)``): kept on the host too
+            return self._twin(source.index_select(dim, index_host))
         if not isinstance(source, Tensor):   # numpy / TensorFrame: PyG's gather, on the host
             rows = pyg_index_select()(source, index_host, dim=dim)  # type: ignore[misc]
             if (key in self.defer or self.device.type == "cpu"
