@@ -217,8 +217,7 @@ def main() -> None:
                     help="--baselines: num_workers values tried for the PyG expert")
     args = ap.parse_args()
     if args.measure and args.graph:
-        print(json.dumps(baselines.measure_here(args.measure, args.graph, args.epochs)))
-        return
+        baselines.finish_child(baselines.measure_here(args.measure, args.graph, args.epochs))
     if args.baselines:
         baseline_study(args)
         return

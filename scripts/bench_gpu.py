@@ -659,15 +659,13 @@ def main() -> None:
         ap.error("--screen-batches must be a positive number of batches")
     if args.measure_screen:
         hidden = int(os.environ.get(HIDDEN_ENV, args.hidden))
-        print(json.dumps(screen_here(args.measure_screen, args.graph,
-                                     [int(w) for w in args.workers.split(",")],
-                                     args.screen_batches, args.device, hidden)))
-        return
+        baselines.finish_child(screen_here(args.measure_screen, args.graph,
+                                           [int(w) for w in args.workers.split(",")],
+                                           args.screen_batches, args.device, hidden))
     if args.measure:
         hidden = int(os.environ.get(HIDDEN_ENV, args.hidden))
-        print(json.dumps(measure_here(args.measure, args.graph, args.epochs, args.device,
-                                      hidden)))
-        return
+        baselines.finish_child(measure_here(args.measure, args.graph, args.epochs,
+                                            args.device, hidden))
     if args.merge:
         sys.exit(merge(args))
     if args.dry_run:

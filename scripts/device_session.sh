@@ -30,6 +30,14 @@
 #   gcn_gat       GCN, GAT: gnnorch, vanilla and expert at SAGE's best worker counts
 #   cpu_tuner     16 cores, the GPU hidden: bench_tuner part A
 #   extra         SAGE features-host without rewrites; the GPU tests under CUDA's sanitizer
+#   profile       where a batch of the SAGE gnnorch row spends its time, part by part
+#                 (bench_gpu_breakdown.py: sampler, gather, step, serial, pipeline)
+#   tests         the gpu-marked tests and the sampler's op counts on the device, as a unit
+#                 (with TESTS=0 to leave them out of step a; e.g. at the plan's end)
+#
+# Settings a later session may change (environment): SWEEP_WORKERS (the worker counts of the
+# vanilla and expert rows; one count: no screen), SAGE_CONFIGS (the sage unit's rows, measured
+# in that order), DEADLINE_S, TESTS, PLAN.
 #
 # `wait S` returns when the driver is done or after S seconds, whichever is first, copying the
 # log, every results JSON and a tarball of everything (step outputs included) into $OUT.
@@ -58,18 +66,18 @@ PIP_PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
 
 # The units of measurement, in the order of the default plan (issue 21's priorities). Each is
 # whole in itself: its ratios compare rows measured on the same machine in the same session.
-UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra"
+UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests"
 DEFAULT_PLAN="sage,cpu_fastpath,gcn_gat,cpu_tuner,extra"
 
 # The plan's scale (DRY: tiny, on the CPU).
 if [ "$DRY" = 1 ]; then
   NODES=40000; SEEDS=20480; HIDDEN=64; EPOCHS=2; EPOCHS_BASELINE=2; DEVICE=cpu
-  SWEEP_WORKERS=2,1,0; SCREEN_BATCHES=4
+  SWEEP_WORKERS="${SWEEP_WORKERS:-2,1,0}"; SCREEN_BATCHES=4; PROFILE_BATCHES=6
   FASTPATH_WORKERS=0,1; FASTPATH_ARGS=(--nodes 20000 --epochs 2 --train-seeds 2048)
   TUNER_ARGS=(--nodes 5000 --epochs 3 --ex-epochs 2 --min-cores "$(nproc)")
 else
   NODES=2450000; SEEDS=196615; HIDDEN=256; EPOCHS=3; EPOCHS_BASELINE=2; DEVICE=cuda
-  SWEEP_WORKERS=12,8,4,0; SCREEN_BATCHES=40
+  SWEEP_WORKERS="${SWEEP_WORKERS:-12,8,4,0}"; SCREEN_BATCHES=40; PROFILE_BATCHES=40
   FASTPATH_WORKERS=0,4,8,12; FASTPATH_ARGS=(--nodes 400000 --epochs 2)
   TUNER_ARGS=(--nodes 60000 --epochs 10 --ex-epochs 4 --min-cores 16)
 fi
@@ -424,7 +432,7 @@ _driver() {
   #    while nothing is measured. The rows wait for all three: every row (gnnorch's
   #    sampler="auto" looks for pyg-lib) sees the same environment, and no row is measured
   #    while compilers or tests run.
-  local gpu=0; case ",$plan," in *,sage,*|*,gcn_gat,*|*,extra,*) gpu=1 ;; esac
+  local gpu=0; case ",$plan," in *,sage,*|*,gcn_gat,*|*,extra,*|*,profile,*) gpu=1 ;; esac
   local build_pid="" graph_pid="" tests_pid="" graph_rc=0
   if [ "$DRY" = 1 ]; then log "step build: DRY, no pyg-lib"
   elif (cd / && "$PY" -c "import pyg_lib" 2>/dev/null); then
@@ -444,7 +452,7 @@ _driver() {
 
   for unit in ${plan//,/ }; do
     case "$unit" in
-      sage|gcn_gat|extra)
+      sage|gcn_gat|extra|profile)
         if ((graph_rc == 0)); then "unit_$unit"; else log "unit $unit: no graph, skipped"
           echo "$unit" >> "$ROOT/skipped"; fi ;;
       *) "unit_$unit" ;;
@@ -459,8 +467,22 @@ unit_sage() {
   local baselines=""
   if pyg_can_sample; then baselines="vanilla,expert,"
   else log "PyG cannot sample with pyg-lib: the vanilla and expert rows are not measured"; fi
+  local configs="${SAGE_CONFIGS:-gnnorch,${baselines}gnnorch-features-host,gnnorch-cache-features-host,gnnorch-cache}"
+  [ -n "$baselines" ] || configs="$(echo ",$configs," | sed 's/,vanilla,/,/; s/,expert,/,/; s/^,//; s/,$//')"
   bench_gpu sage 600 --models sage --workers "$SWEEP_WORKERS" --screen-batches "$SCREEN_BATCHES" \
-    --configs "gnnorch,${baselines}gnnorch-features-host,gnnorch-cache-features-host,gnnorch-cache"
+    --configs "$configs"
+}
+
+unit_profile() {
+  # the SAGE gnnorch row taken apart: sampler, gather, step, serial, pipeline (ms per batch:
+  # wall, thread CPU, CUDA kernels; ops), on the same graph
+  (cd "$ROOT/cwd" && run_step profile 240 "$PY" "$REPO/scripts/bench_gpu_breakdown.py" \
+    --nodes "$NODES" --train-seeds "$SEEDS" --hidden "$HIDDEN" --device "$DEVICE" \
+    --batches "$PROFILE_BATCHES" --out "$ROOT/results/gpu_breakdown.json")
+}
+
+unit_tests() {
+  run_step gpu_tests 150 bash "$SELF" _gpu_tests
 }
 
 unit_gcn_gat() {
@@ -535,8 +557,8 @@ collect() {
     machine.txt driver.out results steps 2>/dev/null)
   # the JSONs flat as well (8 files at most come back: log.txt, results.tar.gz and 6 of these)
   local n=0 f
-  for f in gpu.json gpu_sage.json gpu_gcn_gat.json gpu_extra.json \
-           cpu_fastpath_baselines.json cpu_tuner_partA.json; do
+  for f in gpu.json gpu_breakdown.json gpu_sage.json gpu_gcn_gat.json \
+           cpu_fastpath_baselines.json cpu_tuner_partA.json gpu_extra.json; do
     [ -f "$ROOT/results/$f" ] && ((n < 6)) && cp -f "$ROOT/results/$f" "$out/" && n=$((n + 1))
   done
   ls -la "$out"

@@ -1,0 +1,133 @@
+"""Feature rows the host gathers per epoch with the features on the host: the exact device path
+against ``cache=True`` at several staleness bounds (issue 21's acceptance 2, counted here).
+
+With the features forced to the host, the GPU data path's epoch is bound by gathering each
+batch's feature rows on the host and copying them (the first lent H200, 2026-11-27: the trainer
+waited 17 ms a batch for them, 4.83 s an epoch against 1.87 s with the features on the GPU).
+The historical-embedding cache saves rows: hot vertices reached at the last hop are not
+expanded, so their neighbours are not gathered; but it gathers rows of its own, the
+neighbourhoods of the hot rows it refreshes to keep them within the staleness bound. Where the
+host gather bounds the epoch, (exact rows) / (cache rows) is the ceiling of the cache's
+speed-up. The counts depend on the graph, the seeds and the sampling law, not on the machine,
+so they are measured here with the CPU as the device.
+
+For each configuration, one epoch of the same function (bench_gpu.py's GraphSAGE loop,
+counting ``batch.num_nodes`` of every training batch: the rows the path gathered for it) in a
+fresh process: the rows the batches gathered, plus for the cache the rows its refreshes
+gathered (on demand and in the background), from ``last_run.stats``.
+
+    .venv/bin/python scripts/bench_cache_host_rows.py            # 2.45M nodes, ~3 min a row
+    .venv/bin/python scripts/bench_cache_host_rows.py --nodes 40000 --train-seeds 8192
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torch_geometric
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import baselines  # noqa: E402
+
+
+def train(data, epochs=1, hidden=16, batch_size=1024, fanout=(15, 10, 5), seed=0):
+    """bench_gpu.py's SAGE loop on the device the runtime gives ("cpu" here), counting the rows
+    of every training batch."""
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.nn import GraphSAGE
+
+    torch.manual_seed(seed)
+    loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
+                            batch_size=batch_size, shuffle=True)
+    net = GraphSAGE(data.num_features, hidden, num_layers=len(fanout),
+                    out_channels=int(data.y.max()) + 1)
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
+    rows = batches = 0
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            out = net(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            rows += batch.num_nodes
+            batches += 1
+    return {"batch_rows": rows, "batches": batches}
+
+
+def measure_here(config: str, graph: Path, epochs: int, hidden: int) -> dict:
+    import gnnorch
+
+    data = torch.load(graph, weights_only=False)
+    options: dict = {"device": "cpu", "processes": 1, "autotune": False,
+                     "data_path": {"mode": "device", "features": "host"}}
+    if config != "exact":
+        options["cache"] = {"staleness": int(config.split("-s")[1])}
+    runtime = gnnorch.Runtime(train, **options)
+    start = time.perf_counter()
+    out = runtime(data, epochs=epochs, hidden=hidden)
+    row = {"config": config, **out, "seconds": time.perf_counter() - start}
+    cache = (runtime.last_run.stats[0].get("cache") or {}).get("loaders") or []
+    if config != "exact":
+        train_cache = next((c for c in cache if c.get("status") == "active"), None)
+        if train_cache is None:
+            row["error"] = f"the cache did not attach: {cache}"
+            return row
+        keys = ("refresh_gathered_vertices", "background_rows", "refresh_rows", "hit_rate",
+                "hot_vertices", "max_staleness_seen", "refreshes", "pruned_vertices")
+        row.update({k: train_cache.get(k) for k in keys})
+        # every refresher's raw rows, on demand and in the background (`cache.report`)
+        row["refresh_rows_gathered"] = train_cache.get("refresh_gathered_vertices") or 0
+    row["host_rows"] = row["batch_rows"] + row.get("refresh_rows_gathered", 0)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=2_450_000)
+    ap.add_argument("--train-seeds", type=int, default=196_615)
+    ap.add_argument("--avg-degree", type=float, default=50.5)
+    ap.add_argument("--staleness", default="4,8,16")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=16, help="the counts do not depend on it")
+    ap.add_argument("--out", type=Path, default=Path("bench-results/cache_host_rows.json"))
+    ap.add_argument("--measure", help=argparse.SUPPRESS)
+    ap.add_argument("--graph", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        baselines.finish_child(measure_here(args.measure, args.graph, args.epochs, args.hidden))
+    graph = baselines.ensure_graph(args.nodes, 0, args.train_seeds, args.avg_degree)
+    configs = ["exact"] + [f"cache-s{s}" for s in args.staleness.split(",")]
+    rows = []
+    for config in configs:
+        os.environ["GNNORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="gnnorch-bench-")
+        cmd = [sys.executable, __file__, "--measure", config, "--graph", str(graph),
+               "--epochs", str(args.epochs), "--hidden", str(args.hidden)]
+        row = baselines.fresh_json_row(cmd, config)
+        rows.append(row)
+        exact = rows[0]["host_rows"]
+        print(f"  {config:<10} host rows {row['host_rows']:>12,}  (batches {row['batch_rows']:,}"
+              f", refreshes {row.get('refresh_rows_gathered', 0):,}); exact / this "
+              f"{exact / row['host_rows']:.2f}x; hit rate {row.get('hit_rate')}; "
+              f"{row['seconds']:.0f} s", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "bench_cache_host_rows", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"python": platform.python_version(), "torch": torch.__version__,
+                    "torch_geometric": torch_geometric.__version__},
+        "workload": {"nodes": args.nodes, "train_seeds": args.train_seeds,
+                     "avg_degree": args.avg_degree, "epochs": args.epochs,
+                     "fanout": [15, 10, 5], "batch_size": 1024},
+        "rows": rows}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
