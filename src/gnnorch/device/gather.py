@@ -26,9 +26,8 @@ The id fields ``n_id``, ``e_id`` and ``input_id`` are returned on the host whate
 user code indexes host tensors with them, and the host gathers use them. That holds for the
 user's own attributes of those names too (PyG's examples set ``data.n_id =
 torch.arange(N)``): they are never copied to the device whole, and their rows are gathered on
-the host. On a device other than
-the CPU each carries its device copy (`gnnorch.device.twin`), so the user's
-``batch.to(device)`` copies none of them and waits for nothing.
+the host. On a device other than the CPU each carries its device copy (`gnnorch.device.twin`),
+so the user's ``batch.to(device)`` copies none of them and waits for nothing.
 Structure (``edge_index``) stays where the sampler produced it (the device when it samples
 there; the host otherwise, then moved by the pipeline's transfer).
 """
