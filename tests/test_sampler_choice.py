@@ -110,6 +110,27 @@ def test_auto_measures_both_and_reports_the_choice(monkeypatch):
     assert "measured" in loader["reason"]
 
 
+@pytest.mark.parametrize("mode", ["device", "host"])
+def test_a_loader_sampled_on_the_device_times_no_host_sampler(monkeypatch, mode):
+    """The device path samples with gnnorch's sampler on the device (no PyG backend can):
+    timing both samplers on the host would only delay the run. A loader the path leaves to
+    the host is timed as before. (The CPU stands in for the device: mode "device".)"""
+    monkeypatch.setattr(pyg_typing, "WITH_PYG_LIB", True)
+    timed = []
+    monkeypatch.setattr(FastNeighborSampler, "sample_pyg",
+                        lambda self, seed: (timed.append(1), time.sleep(0.03),
+                                            self.sample_ours(seed))[2])
+    seeds, loader = _loader_stats(sampler="auto", data_path={"mode": mode})
+    assert seeds == int(cora().train_mask.sum()) and loader["backend"] == "gnnorch"
+    if mode == "device":
+        assert loader["device"]["samples_on_device"]
+        assert loader["sampler_choice"] is None and not timed
+        assert "not timed" in loader["reason"]
+    else:
+        assert not (loader.get("device") or {}).get("samples_on_device")
+        assert loader["sampler_choice"] is not None and timed
+
+
 def test_auto_without_pyg_lib_measures_nothing(monkeypatch):
     monkeypatch.setattr(pyg_typing, "WITH_PYG_LIB", False)
     _, loader = _loader_stats(sampler="auto")
