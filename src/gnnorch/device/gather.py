@@ -44,8 +44,9 @@ from ..compat.pyg import pyg_index_select, set_orig_edge_index
 from ..compat.torch import tensor_version
 from .twin import twinned
 
-__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "untensored_attributes",
-           "learnt_attributes", "data_snapshot", "ID_FIELDS", "sampled_exclusion"]
+__all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "device_attributes",
+           "untensored_attributes", "learnt_attributes", "data_snapshot", "ID_FIELDS",
+           "sampled_exclusion"]
 
 #: batch fields kept on the host (ids: user code indexes host tensors with them)
 ID_FIELDS = ("n_id", "e_id", "input_id")
@@ -77,6 +78,14 @@ def gathered_attributes(data: Any) -> tuple[list[str], list[str]]:
         elif data.is_edge_attr(key):
             edge.append(key)
     return node, edge
+
+
+def device_attributes(data: Any) -> dict[str, Tensor]:
+    """The tensors a batch gathers that a ``features="gpu"`` plan copies to the device whole:
+    every gathered tensor attribute but the id fields (`ID_FIELDS`: kept on the host)."""
+    node, edge = gathered_attributes(data)
+    return {k: data[k] for k in node + edge
+            if isinstance(data[k], Tensor) and k not in ID_FIELDS}
 
 
 def untensored_attributes(data: Any) -> list[str]:
@@ -182,9 +191,10 @@ class GatherPlan:
         self.dims = {k: data.__cat_dim__(k, data[k]) for k in self.node + self.edge}
         self.pin = pin and self.device.type == "cuda" and features != "gpu"
         self.sources: dict[str, Tensor] = {}
+        copied = device_attributes(data) if features == "gpu" else {}
         for key in self.node + self.edge:
             value = data[key]
-            if features == "gpu" and isinstance(value, Tensor) and key not in ID_FIELDS:
+            if key in copied:
                 value = resident.on_device(value, self.device)
             # a host source stays as it is: its rows are gathered into pinned buffers, and
             # pinning the whole source would double (rounding up: quadruple) its memory

@@ -71,7 +71,7 @@ import torch
 from ..compat.pyg import pyg_index_select
 from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
-from ..device.gather import (ID_FIELDS, GatherPlan, ResidentTensors, gathered_attributes,
+from ..device.gather import (GatherPlan, ResidentTensors, device_attributes,
                              learnt_attributes, untensored_attributes)
 from ..device.placement import GPU, DataPlacement, plan_data_placement
 from ..device.seeds import SamplingGenerator
@@ -380,9 +380,7 @@ def _placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edges: 
     host_why: bool | str = cfg.features == "host"
     if not host_why and tensor_version(data.edge_index) is None:
         host_why = "torch has no in-place version counters to keep device copies current"
-    node, edge = gathered_attributes(data)
-    tensors = {k: data[k] for k in node + edge
-               if isinstance(data[k], torch.Tensor) and k not in ID_FIELDS}   # ids: host
+    tensors = device_attributes(data)
     on_device = sum(t.numel() * t.element_size() for t in tensors.values()
                     if resident.has_on_device(t, device))
     return plan_data_placement(

@@ -33,12 +33,9 @@ where the supervision edges' endpoints are.
   same neighbour positions in every rank.
 * When the user's own code manages distribution (it called `torch.distributed.
   init_process_group` inside the runtime's ranks, `intercept.procgroup`), sharding steps aside.
-* Sampling backend (`RunOptions.sampler`): for homogeneous `Data`, "gnnorch" and "auto" pass
-  gnnorch's vectorised `FastNeighborSampler` as the loader's `neighbor_sampler` (PyG's own
-  argument), built from the loader's own sampling arguments; it returns hop counts. With
-  pyg-lib installed, "auto" times both backends on the loader's graph once
-  (`gnnorch.sampling.choice`) and keeps the faster (the cache's training loaders keep ours:
-  it prunes with it). "pyg" leaves PyG's choice. HeteroData loaders run as PyG runs them.
+* Sampling backend (`RunOptions.sampler`): gnnorch's `FastNeighborSampler` is passed as the
+  loader's `neighbor_sampler` where the option and the loader allow (`intercept.sampler_backend`
+  decides, and with pyg-lib installed times both once the loader is placed).
 * Every batch of an intercepted loader is announced to the layer seam (`intercept.layers`) with
   its hop layout (`intercept.announce`), so the user's layers can be trimmed while they work on
   it.
@@ -60,14 +57,12 @@ where the supervision edges' endpoints are.
 from __future__ import annotations
 
 import contextlib
-import functools
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from ..compat import pyg as compat_pyg
 from ..compat import processes as compat_processes
 from ..errors import GnnorchWarning
 from ..launch.context import EpochTimer, RankContext
@@ -78,13 +73,13 @@ from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
 from .procgroup import UserDistribution
 from .rank_streams import independent_draws, rank_stream
+from .sampler_backend import choose_backend
 from .shard import ShardSampler, shardable_sampler
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
 
     from ..cache.manager import CacheManager
-    from ..sampling.neighbor import FastNeighborSampler
     from .features_fetch import PartitionManager
 
 __all__ = ["LoaderState", "NeighborLoaderInterceptor", "ShardSampler", "batch_graph"]
@@ -217,7 +212,8 @@ class NeighborLoaderInterceptor:
         if self.partition is not None and kind == "node":   # built without x (features_fetch)
             args, kwargs, state.partition = self.partition.adopt(
                 orig.init, args, kwargs, state.role, state.index)
-        measure = self._choose_sampler(ctx, state, orig.init, args, kwargs)
+        measure = choose_backend(ctx.options.sampler, state, orig.init, args, kwargs,
+                                 cached=self.cache is not None)
         own = kwargs.get("sampler")   # the user's sampler= (ImbalancedSampler, ...)
         shard = (ctx.distributed and not self.distribution.active
                  and (own is None or shardable_sampler(own))
@@ -240,14 +236,8 @@ class NeighborLoaderInterceptor:
             self.device_path.adopt(loader, state)
             if state.samples_on_device:   # no loader workers for device tensors
                 loader.num_workers = 0
-        if measure is not None and state.samples_on_device:
-            # the device path samples with gnnorch's sampler on the device, the only one
-            # that can: timing both on the host would only delay the run (3 s on an H200's
-            # 16 cores at products scale, two loaders)
-            state.backend_reason = ("sampled on the device by gnnorch's sampler (PyG has no "
-                                    "device neighbour sampler): the host samplers not timed")
-        elif measure is not None:
-            measure()
+        if measure is not None:   # sampler="auto": once placed (`sampler_backend`)
+            measure(state.samples_on_device)
         self.states[loader] = state
         state.record = state.to_dict()
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.record)
@@ -268,65 +258,6 @@ class NeighborLoaderInterceptor:
                 f"processes > 1 every rank iterates all of it), the cache and the tuner reach "
                 f"only loaders built inside the function. Build it inside the function to "
                 f"use them.", GnnorchWarning, stacklevel=4)
-
-    def _choose_sampler(self, ctx: RankContext, state: LoaderState, init: Any, args: tuple,
-                        kwargs: dict) -> Callable[[], None] | None:
-        """Pass gnnorch's sampler as `neighbor_sampler` when the features ask for it (`init`:
-        PyG's own ``__init__`` of the loader's class). Returns the timing of both samplers
-        that ``sampler="auto"`` asks for, to run once the loader is built (None: nothing to
-        time): a loader the device path samples on the device needs none."""
-        from torch_geometric.data import Data
-        import torch_geometric.typing as pyg_typing
-
-        choice = ctx.options.sampler
-        bound = compat_pyg.loader_arguments(init, args, kwargs)  # {}: PyG samples
-        data = bound.get("data")
-        if choice == "pyg":
-            state.backend_reason = "sampler='pyg'"
-        elif bound.get("neighbor_sampler") is not None:
-            state.backend_reason = "the loader was given its own neighbor_sampler"
-        elif not isinstance(data, Data):
-            state.backend_reason = f"{type(data).__name__} input is sampled by PyG"
-        else:
-            from ..sampling.neighbor import FastNeighborSampler
-
-            extra = bound.get("kwargs", {})
-            workers = int(extra.get("num_workers", 0) or 0)
-            options = {name: bound[name] for name in _SAMPLER_ARGS if name in bound}
-            sampler = FastNeighborSampler(data, num_neighbors=bound["num_neighbors"],
-                                          share_memory=workers > 0, **options)
-            kwargs["neighbor_sampler"] = sampler
-            state.backend = "gnnorch"
-            state.backend_reason, state.setup_s = sampler.fallback_reason, sampler.setup_s
-            measurable = (sampler.fallback_reason is None and pyg_typing.WITH_PYG_LIB
-                          and not (state.role == "train" and self.cache is not None))
-            if choice == "auto" and measurable:  # (the cache prunes with ours)
-                return functools.partial(self._measure_samplers, sampler, state, bound, extra,
-                                         workers)
-        if state.backend == "pyg" and pyg_typing.WITH_PYG_LIB:
-            state.backend = "pyg-lib"
-        elif state.backend == "pyg" and pyg_typing.WITH_TORCH_SPARSE:
-            state.backend = "torch_sparse"
-        return None
-
-    @staticmethod
-    def _measure_samplers(sampler: FastNeighborSampler, state: LoaderState, bound: dict,
-                          extra: dict, workers: int) -> None:
-        """`sampler="auto"` with pyg-lib installed: time both backends on this graph
-        (`gnnorch.sampling.choice`) and keep the faster one (`sampler.use_pyg`)."""
-        from ..sampling.choice import choose_sampler, seed_pool
-
-        num_nodes = sampler.colptr.numel() - 1
-        batch_size = int(extra.get("batch_size", 1) or 1)
-        key = (num_nodes, sampler.row.numel(), str(bound["num_neighbors"]), batch_size,
-               bool(sampler.replace), str(sampler.subgraph_type))
-        choice = choose_sampler(
-            {"gnnorch": sampler.sample_ours, "pyg-lib": sampler.sample_pyg},
-            seed_pool(bound.get("input_nodes"), num_nodes),
-            batch_size, key, threads=1 if workers > 0 else torch.get_num_threads())
-        sampler.use_pyg = choice.backend == "pyg-lib"
-        state.backend, state.backend_reason = choice.backend, choice.reason
-        state.sampler_choice = choice.to_dict()
 
     def _iter(self, loader: NeighborLoader, orig: _Originals) -> Iterator[Any]:
         ctx = self.ctx
@@ -382,10 +313,6 @@ class NeighborLoaderInterceptor:
         epoch = state.epochs
         state.epochs += 1
         return _timed(iterator, EpochTimer(ctx, state.index, epoch, total=_batches(loader)))
-
-
-_SAMPLER_ARGS = ("replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
-                 "weight_attr", "is_sorted", "directed")
 
 
 def _batches(loader: NeighborLoader) -> int | None:

@@ -40,7 +40,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import nnls
 
 __all__ = ["Op", "CostModel", "features", "OP_KINDS", "work", "dominated"]
 
@@ -204,6 +203,10 @@ class CostModel:
         rhs = np.array([row.weight for row in rows])
         scale = np.abs(a).max(axis=0)
         scale[scale == 0] = 1.0
+        # imported here: scipy.optimize is 0.2 s of every `import gnnorch` otherwise, and a
+        # fit runs only once rewrite decisions are measured
+        from scipy.optimize import nnls
+
         coef, _ = nnls(a / scale, rhs, maxiter=50 * width)
         self._coef = coef / scale
         self._ratio = {}

@@ -1,0 +1,97 @@
+"""Which sampler draws an intercepted loader's batches (`RunOptions.sampler`).
+
+For a homogeneous `Data`, "gnnorch" and "auto" pass gnnorch's vectorised `FastNeighborSampler`
+as the loader's `neighbor_sampler` (PyG's own argument), built from the loader's own sampling
+arguments; it draws from PyG's law and returns hop counts. With pyg-lib installed, "auto" times
+both backends on the loader's graph once (`gnnorch.sampling.choice`) and keeps the faster, with
+two exceptions that keep gnnorch's sampler untimed: the cache's training loaders (it prunes
+with gnnorch's exclusion mask), and loaders the GPU data path samples on the device (no PyG
+backend samples on a device; timing both on the host cost 3 s of set-up per run on an H200 at
+products scale). "pyg" leaves PyG's choice; HeteroData loaders and loaders given their own
+``neighbor_sampler`` run as PyG runs them.
+
+`choose_backend` runs before PyG's ``__init__`` (the sampler must be an argument of it); the
+timing it returns runs after the loader is built and the device path has placed it.
+"""
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from ..compat import pyg as compat_pyg
+from .feeds import LoaderState
+
+if TYPE_CHECKING:
+    from ..sampling.neighbor import FastNeighborSampler
+
+__all__ = ["choose_backend", "time_backends"]
+
+#: PyG `NeighborSampler` arguments a loader passes on to its sampler, and so to gnnorch's
+SAMPLER_ARGS = ("replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
+                "weight_attr", "is_sorted", "directed")
+
+
+def choose_backend(choice: str, state: LoaderState, init: Any, args: tuple, kwargs: dict,
+                   cached: bool) -> Callable[[bool], None] | None:
+    """Put gnnorch's sampler into `kwargs` (``neighbor_sampler``) where `choice` and the loader
+    allow, recording the backend and why in `state` (`init`: PyG's own ``__init__`` of the
+    loader's class; `cached`: the cache attaches to the training loaders). Returns the timing
+    ``sampler="auto"`` asks for, to call once the loader is placed with whether it samples on
+    the device (`time_backends`), or None: nothing to time."""
+    from torch_geometric.data import Data
+    import torch_geometric.typing as pyg_typing
+
+    bound = compat_pyg.loader_arguments(init, args, kwargs)  # {}: PyG samples
+    data = bound.get("data")
+    if choice == "pyg":
+        state.backend_reason = "sampler='pyg'"
+    elif bound.get("neighbor_sampler") is not None:
+        state.backend_reason = "the loader was given its own neighbor_sampler"
+    elif not isinstance(data, Data):
+        state.backend_reason = f"{type(data).__name__} input is sampled by PyG"
+    else:
+        from ..sampling.neighbor import FastNeighborSampler
+
+        extra = bound.get("kwargs", {})
+        workers = int(extra.get("num_workers", 0) or 0)
+        options = {name: bound[name] for name in SAMPLER_ARGS if name in bound}
+        sampler = FastNeighborSampler(data, num_neighbors=bound["num_neighbors"],
+                                      share_memory=workers > 0, **options)
+        kwargs["neighbor_sampler"] = sampler
+        state.backend = "gnnorch"
+        state.backend_reason, state.setup_s = sampler.fallback_reason, sampler.setup_s
+        measurable = (sampler.fallback_reason is None and pyg_typing.WITH_PYG_LIB
+                      and not (state.role == "train" and cached))
+        if choice == "auto" and measurable:  # (the cache prunes with ours)
+            return functools.partial(time_backends, sampler, state, bound, extra, workers)
+    if state.backend == "pyg" and pyg_typing.WITH_PYG_LIB:
+        state.backend = "pyg-lib"
+    elif state.backend == "pyg" and pyg_typing.WITH_TORCH_SPARSE:
+        state.backend = "torch_sparse"
+    return None
+
+
+def time_backends(sampler: FastNeighborSampler, state: LoaderState, bound: dict, extra: dict,
+                  workers: int, on_device: bool) -> None:
+    """`sampler="auto"` with pyg-lib installed: time both backends on this graph
+    (`gnnorch.sampling.choice`) and keep the faster one (`sampler.use_pyg`); `on_device`: the
+    device path samples this loader on the device, where only gnnorch's sampler runs."""
+    if on_device:
+        state.backend_reason = ("sampled on the device by gnnorch's sampler (PyG has no "
+                                "device neighbour sampler): the host samplers not timed")
+        return
+    from ..sampling.choice import choose_sampler, seed_pool
+
+    num_nodes = sampler.colptr.numel() - 1
+    batch_size = int(extra.get("batch_size", 1) or 1)
+    key = (num_nodes, sampler.row.numel(), str(bound["num_neighbors"]), batch_size,
+           bool(sampler.replace), str(sampler.subgraph_type))
+    choice = choose_sampler(
+        {"gnnorch": sampler.sample_ours, "pyg-lib": sampler.sample_pyg},
+        seed_pool(bound.get("input_nodes"), num_nodes),
+        batch_size, key, threads=1 if workers > 0 else torch.get_num_threads())
+    sampler.use_pyg = choice.backend == "pyg-lib"
+    state.backend, state.backend_reason = choice.backend, choice.reason
+    state.sampler_choice = choice.to_dict()
