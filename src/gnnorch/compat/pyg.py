@@ -10,10 +10,15 @@ itself, the sampler leaves sampling to PyG, a rewrite rule declines.
 """
 from __future__ import annotations
 
+# size: one catalogue of PyG's private names, a probe and an accessor each (docs/compat.md);
+# split by subject when a subject grows a module's worth
+
+import contextlib
 import functools
 import inspect
 import re
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -23,7 +28,8 @@ __all__ = ["trim_to_layer_type", "self_trimming", "sampler_hook_reason", "pyg_sa
            "sampler_parameters", "message_passing_hooks_reason", "gcn_cache_reason",
            "gcn_cached", "set_gcn_cached", "gat_has_residual", "missing_attributes",
            "loader_arguments", "basic_gnn_forward", "bind_arguments", "MESSAGE_PASSING_HOOKS",
-           "set_orig_edge_index", "pyg_index_select", "negative_sampling_class"]
+           "set_orig_edge_index", "pyg_index_select", "negative_sampling_class",
+           "neighbor_sampler_csc"]
 
 
 def _parameters(fn: Any) -> list[str]:
@@ -321,6 +327,46 @@ NEGATIVE_SAMPLING = Probe(
 def negative_sampling_class() -> type | None:
     """PyG's ``NegativeSampling`` if `gnnorch.sampling.negatives` can copy it, else None."""
     return NEGATIVE_SAMPLING.get()
+
+
+# -- NeighborSampler's CSC conversion -------------------------------------------------------
+
+_TO_CSC_PARAMS = ["data", "device", "share_memory", "is_sorted", "src_node_time", "edge_time"]
+
+
+def _to_csc_module() -> Any:
+    import torch_geometric.sampler.neighbor_sampler as module
+
+    if (got := _parameters(module.to_csc)[:6]) != _TO_CSC_PARAMS:
+        raise Missing(f"torch_geometric.sampler.neighbor_sampler.to_csc takes {got}, "
+                      f"expected {_TO_CSC_PARAMS}")
+    return module
+
+
+TO_CSC = Probe(
+    "torch_geometric.sampler.neighbor_sampler.to_csc", "sampling/neighbor.py, sampling/csc.py",
+    "each loader's sampler converts the graph to CSC itself, as in PyG (none shared)",
+    _to_csc_module)
+_TO_CSC_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def neighbor_sampler_csc(build: Callable[[Callable[..., Any]], Callable[..., Any]]
+                         ) -> Iterator[bool]:
+    """While active, PyG's ``NeighborSampler.__init__`` converts its graph with
+    ``build(to_csc)`` instead of ``to_csc`` (one caller at a time). Yields whether it does:
+    False when the name is missing or changed, and PyG's own conversion runs."""
+    module = TO_CSC.get()
+    if module is None:
+        yield False
+        return
+    with _TO_CSC_LOCK:
+        original = module.to_csc
+        module.to_csc = build(original)
+        try:
+            yield True
+        finally:
+            module.to_csc = original
 
 
 # -- layer attributes and argument binding --------------------------------------------------

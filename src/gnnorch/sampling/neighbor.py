@@ -8,6 +8,7 @@ edge counts there (so ``trim_to_layer`` works without pyg-lib). Everything else 
 PyG's own ``_sample``; :attr:`FastNeighborSampler.fallback_reason` says why. With
 ``use_pyg = True`` (``sampler="auto"`` measured pyg-lib faster on this graph:
 :mod:`gnnorch.sampling.choice`) every call goes to PyG's ``_sample`` too, on the same CSC.
+Samplers over the same graph share one CSC while any of them holds it (`gnnorch.sampling.csc`).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from torch_geometric.sampler import NeighborSampler, SamplerOutput
 from torch_geometric.sampler.base import DataType, SubgraphType
 
 from gnnorch.compat import pyg as compat_pyg
+from gnnorch.sampling.csc import SHARED_CSC
 from gnnorch.sampling.uniform import new_workspace, sample_neighbors
 
 __all__ = ["FastNeighborSampler"]
@@ -65,10 +67,13 @@ class FastNeighborSampler(NeighborSampler):
             temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
             is_sorted=is_sorted, share_memory=share_memory, directed=directed,
             sample_direction=sample_direction))
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), compat_pyg.neighbor_sampler_csc(SHARED_CSC.wrap):
             if fast:
                 warnings.filterwarnings("ignore", message=_PYG_LIB_WARNING)
+            hits = SHARED_CSC.hits   # constructors run one at a time in here: the count is ours
             super().__init__(data, num_neighbors, **options)
+            # whether this sampler took its CSC from another's over the same graph
+            self.csc_shared = SHARED_CSC.hits > hits
         if "sample_direction" not in options:   # PyG < 2.7 samples forward only
             self.sample_direction = sample_direction
         self._exclude: Tensor | None = None
