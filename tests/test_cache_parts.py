@@ -125,7 +125,7 @@ def test_refresher_calls_the_layer_through_the_given_unpatched_call():
         return MessagePassing.__call__(module, *args, **kwargs)
 
     hood = Neighbourhoods(colptr, row, -1, False, True, seed=0)
-    refresher = Refresher(layer, x, hood, chunk_rows=7, unpatched=unpatched)
+    refresher = Refresher(layer, lambda: x, hood, chunk_rows=7, unpatched=unpatched)
     ids = torch.tensor([0, 3, 5, 8, 13, 21, 29, 2, 9])
     rows, _ = refresher.compute(ids)
     assert seen and all(m is refresher.shadow for m in seen)
@@ -257,3 +257,38 @@ def test_a_batch_carries_the_pruning_mask_it_was_sampled_with():
     assert lc.pruned(live)
     lc.hot.exclusion_on = False
     assert not lc.pruned(live)
+
+
+def test_refresh_rows_are_gathered_where_the_features_live():
+    """`rows_on`: rows of features on the layer's device are indexed there (the data path's
+    resident copy); the aggregates of a refresh follow the features' device."""
+    from gnnorch.cache.refresh import raw_aggregate, rows_on
+
+    x = torch.arange(20.0).view(10, 2)
+    nodes = torch.tensor([3, 1, 3])
+    assert torch.equal(rows_on(x, nodes, torch.device("cpu")), x[nodes])
+    on_meta = rows_on(x.to("meta"), nodes, torch.device("meta"))
+    assert on_meta.device.type == "meta" and on_meta.shape == (3, 2)
+    got = raw_aggregate(x, 2, torch.tensor([3, 1, 5]), torch.tensor([0, 0, 1]), "mean")
+    assert torch.equal(got, torch.stack([(x[3] + x[1]) / 2, x[5]]))
+
+
+@pytest.mark.gpu
+def test_cuda_refresh_rows_from_host_features_and_the_store_on_the_device():
+    """Host features bound for a CUDA layer are gathered through pinned memory (equal rows);
+    the store keeps rows and aggregates on the rows' device whatever device the aggregates
+    were computed on (write-back computes them on the GPU, host refreshes on the host)."""
+    from gnnorch.cache import EmbeddingStore
+    from gnnorch.cache.refresh import rows_on
+
+    cuda = torch.device("cuda")
+    x = torch.randn(1000, 8)
+    nodes = torch.randint(0, 1000, (300,))
+    got = rows_on(x, nodes, cuda)
+    assert got.device.type == "cuda" and torch.equal(got.cpu(), x[nodes])
+    store = EmbeddingStore(50, torch.tensor([4, 9, 17]))
+    store.write(torch.tensor([0, 1, 2]), torch.ones(3, 4, device=cuda), 1, torch.ones(3, 8))
+    store.write(torch.tensor([1]), 2 * torch.ones(1, 4, device=cuda), 2,
+                3 * torch.ones(1, 8, device=cuda))
+    assert store.rows.device.type == "cuda" and store.aux.device.type == "cuda"
+    assert float(store.read_aux(torch.tensor([1]))[0, 0]) == 3.0

@@ -606,6 +606,28 @@ def test_cache_composes_with_the_device_path():
     assert stats["cache"]["status"] in ("active", "off")
 
 
+def test_the_cache_refreshes_from_the_device_copy_of_the_features():
+    """A loader whose features the path put on the device hands the cache a source of that
+    copy (the "meta" device stands in for a GPU: a real copy, no computation), current after
+    data.x is written in place; features on the host, or a loader not served: no source, and
+    the cache reads data.x."""
+    meta = torch.device("meta")
+    data = _graph(seed=3)
+    _, path, loader, _ = _served(DataPathConfig(mode="device"), data=data, device=meta)
+    source = path.feature_source(loader)
+    first = source()
+    assert first.device == meta and first.shape == data.x.shape and source() is first
+    data.x[0] = 1.0                                    # written in place: copied again
+    assert source() is not first and source().device == meta
+    _, path, loader, _ = _served(DataPathConfig(mode="device", features="host"), data=data,
+                                 device=meta)
+    assert path.feature_source(loader) is None
+    assert path.feature_source(_loader(data)) is None   # never adopted
+    from gnnorch.cache.admission import LoaderSpec
+
+    assert LoaderSpec.of(_loader(data)).features() is data.x
+
+
 def test_cache_loaders_prefetch_with_the_same_losses():
     """A cache training loader drawn ahead: each batch carries the mask it was sampled with,
     nothing is drawn ahead while admission is pending, so prefetch 2 gives exactly the losses

@@ -23,7 +23,7 @@ from ..trim.batch import BatchGraph
 from ..trim.layer_types import pruning_safe, recomputable
 from ..trim.mixing import batch_mixing_modules
 from .config import CacheConfig
-from .refresh import LayerCall, Neighbourhoods, Refresher
+from .refresh import FeatureSource, LayerCall, Neighbourhoods, Refresher
 from .stats import CacheStats
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class LoaderSpec:
     fanouts: list[int]
     seeds: Tensor         # the loader's input vertices
     batch_size: int
+    features: FeatureSource   # where refreshes read data.x: the data path's device copy, or it
 
     @property
     def colptr(self) -> Tensor:
@@ -66,14 +67,18 @@ class LoaderSpec:
         return len(self.fanouts)
 
     @classmethod
-    def of(cls, loader: NeighborLoader) -> "LoaderSpec":
+    def of(cls, loader: NeighborLoader,
+           features: FeatureSource | None = None) -> "LoaderSpec":
+        """The spec of `loader`; `features`: where its batches gather ``x`` from when that is
+        not ``loader.data.x`` itself (the GPU data path's resident copy)."""
         sampler = loader.node_sampler
         data = getattr(loader, "data", None)
         seeds = loader.input_data.node
         if seeds is None:
             seeds = torch.arange(data.num_nodes)
         return cls(sampler, data, list(sampler.num_neighbors.get_mapped_values()), seeds,
-                   int(loader.batch_size or 1))
+                   int(loader.batch_size or 1),
+                   features if features is not None else (lambda: data.x))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +252,7 @@ class Admission:
         test = has.nonzero().view(-1)[:VERIFY_VERTICES]
         hood = Neighbourhoods(spec.colptr, spec.row, spec.fanouts[-1],
                               bool(sampler.replace), False, self.seed)
-        refresher = Refresher(self._layer, spec.data.x, hood, self.config.chunk_rows,
+        refresher = Refresher(self._layer, spec.features, hood, self.config.chunk_rows,
                          self._aggregate, unpatched=unpatched)
         self._refresher = refresher
         refresher.snapshot()

@@ -2,9 +2,12 @@
 recomputed in a worker thread with a snapshot of the new weights while the trainer samples and
 computes the next step; the next forward installs them.
 
-One job at a time: it owns the background refresher's weight snapshot. A job is the oldest
-1/(S+1) of the store, at least every row that would be over the bound S at the next forward.
-On CUDA the job runs on a side stream and its install waits on the job's event.
+One job at a time: it owns the background refresher's weight snapshot. A job is every row that
+would be over the bound S at the next forward. A new store's rows all carry the version of the
+fill, so for its first S+1 steps a job is at least the oldest 1/(S+1) of the store: that
+spreads the versions, and later jobs stay even without refreshing rows before they are due
+(rows that batches write back, `writeback`, are then not refreshed at all). On CUDA the job
+runs on a side stream and its install waits on the job's event.
 """
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ class BackgroundRefresh:
         sampler = spec.sampler
         hood = Neighbourhoods(spec.colptr, spec.row, spec.fanouts[-1],
                               bool(sampler.replace), hot.trainer_refresher.hood.full, seed + 2)
-        self.refresher = Refresher(served.layer, spec.data.x, hood, config.chunk_rows,
+        self.refresher = Refresher(served.layer, spec.features, hood, config.chunk_rows,
                                    served.aggregate, unpatched=unpatched)
         self.refresher.snapshot()
         self.refresher.linear = hot.trainer_refresher.linear
@@ -70,6 +73,7 @@ class BackgroundRefresh:
         self.stats = stats
         self.pool = pool
         self._job: _Job | None = None
+        self._spreading: tuple[EmbeddingStore, int] | None = None  # (store, last step)
 
     @property
     def busy(self) -> bool:
@@ -86,7 +90,11 @@ class BackgroundRefresh:
         store = self.hot.store
         assert store is not None
         expiring = int((store.version < step + 1 - bound).sum())
-        count = max(expiring, math.ceil(len(store) / (bound + 1)))
+        count = expiring
+        if self._spreading is None or self._spreading[0] is not store:
+            self._spreading = (store, step + bound)   # a new store: spread its versions
+        if step <= self._spreading[1]:
+            count = max(count, math.ceil(len(store) / (bound + 1)))
         slots = store.oldest(count)
         slots = slots[store.version[slots] < step]
         if slots.numel() == 0:

@@ -65,6 +65,12 @@ class CacheConfig:
             ``"linear"``: do so where the layer allows; ``"none"``: no gradient into cached rows
             (NeutronOrch); ``"auto"``: ``"linear"``.
         chunk_rows: refreshes are computed in chunks of at most this many hot vertices.
+        write_back: a hot vertex that a training batch reached at a hop shallower than L-1 has
+            its bottom-layer row computed by that batch with the current weights; write it
+            into the store (version = the step), so rows batches keep computing are not
+            refreshed. Applies with a sampled refresh neighbourhood, ``store="output"`` and a
+            bottom layer without dropout (`gnnorch.cache.writeback`); elsewhere the report
+            says why not.
     """
 
     staleness: int = 4
@@ -80,6 +86,7 @@ class CacheConfig:
     store: str = "auto"
     gradient: str = "auto"
     chunk_rows: int = 32768
+    write_back: bool = True
 
     def __post_init__(self) -> None:
         check_int("staleness", self.staleness, 0)
@@ -100,6 +107,7 @@ class CacheConfig:
         check_choice("store", self.store, STORE)
         check_choice("gradient", self.gradient, GRADIENT)
         check_int("chunk_rows", self.chunk_rows, 1)
+        check_bool("write_back", self.write_back)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -40,7 +40,7 @@ from .admission import Admission, LoaderSpec, ServedModel
 from .background import BackgroundRefresh, choose_overlap
 from .config import CacheConfig
 from .hotset import HotSet, StepTimes
-from .refresh import BatchDegrees, LayerCall
+from .refresh import BatchDegrees, FeatureSource, LayerCall
 from .report import loader_report
 from .stats import CacheStats
 from .status import CacheStatus, CacheWarning
@@ -95,6 +95,7 @@ class BatchInfo:
     x: Any                 # the batch's raw features (batch.x)
     pruned: bool           # sampled with the hot set excluded at hop L-1
     _hot: tuple[Any, Tensor, Tensor, int] | None = None
+    _shallow: tuple[Any, Tensor, Tensor] | None = None
     _degrees: BatchDegrees | None = None
 
     def degrees(self, graph: BatchGraph) -> BatchDegrees:
@@ -116,20 +117,30 @@ class BatchInfo:
             self._hot = (store, hit.nonzero().view(-1) + lo, slots[hit], hi - lo)
         return self._hot[1], self._hot[2], self._hot[3]
 
+    def shallow_hot(self, graph: BatchGraph, store: EmbeddingStore) -> tuple[Tensor, Tensor]:
+        """(batch rows of `store`'s hot vertices at hops 0..L-2, sorted; their store slots):
+        the hot vertices whose bottom-layer rows the batch computes from its own in-edges."""
+        if self._shallow is None or self._shallow[0] is not store:
+            lo = graph.layout.rows_within(graph.layout.num_hops - 2)
+            slots = store.slots_of(graph.n_id[:lo].cpu())
+            hit = slots >= 0
+            self._shallow = (store, hit.nonzero().view(-1), slots[hit])
+        return self._shallow[1], self._shallow[2]
+
 
 class LoaderCache:
     """The cache of one training loader (see the module docstring). `reason`: why it cannot
     serve this loader at all (it starts off), or None."""
 
     def __init__(self, manager: CacheRank, loader: NeighborLoader, index: int,
-                 reason: str | None) -> None:
+                 reason: str | None, features: FeatureSource | None = None) -> None:
         self.manager = manager
         self.config = manager.config
         self.index = index
         self.status = CacheStatus.PENDING
         self.reason: str | None = None
         self.stats = CacheStats()
-        self.spec = LoaderSpec.of(loader) if reason is None else None
+        self.spec = LoaderSpec.of(loader, features) if reason is None else None
         self.admission = (Admission(self.spec, self.config, self.stats, manager.seed(self.index))
                           if self.spec is not None else None)
         self.workers = 0                  # the current epoch's loader workers

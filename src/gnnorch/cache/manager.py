@@ -39,7 +39,7 @@ from ..trim.state import ModelState
 from .config import CacheConfig
 from .hotset import StepTimes
 from .loader import BatchInfo, LayerCallView, LoaderCache
-from .refresh import LayerCall
+from .refresh import FeatureSource, LayerCall
 from .status import CacheStatus, CacheWarning
 
 if TYPE_CHECKING:
@@ -125,12 +125,14 @@ class CacheManager:
         return reason
 
     # -- loaders --------------------------------------------------------------------------
-    def attach(self, loader: NeighborLoader, state: LoaderFacts,
-               aside: str | None = None) -> LoaderCache:
+    def attach(self, loader: NeighborLoader, state: LoaderFacts, aside: str | None = None,
+               features: FeatureSource | None = None) -> LoaderCache:
         """A training loader starts its first training epoch (`state`: the loader seam's
-        record of it; `aside`: why the loader seam already knows the cache cannot serve it)."""
+        record of it; `aside`: why the loader seam already knows the cache cannot serve it;
+        `features`: where its batches gather ``x`` when that is not ``loader.data.x``, the GPU
+        data path's resident copy: refreshes read it there)."""
         reason = aside if aside is not None else _unservable(loader, state)
-        lc = LoaderCache(self, loader, state.index, reason)
+        lc = LoaderCache(self, loader, state.index, reason, features)
         self.loaders.append(lc)
         return lc
 

@@ -32,6 +32,10 @@ from ..trim.layer_types import pair_recomputable
 from .hotness import in_degree
 
 
+# where a refresh reads the raw features: the loader's data.x, or the device path's resident
+# copy of it (`gnnorch.device.gather.ResidentTensors`), current at each call
+FeatureSource = Callable[[], Tensor]
+
 # how gnnorch calls a layer itself: unpatched(layer, *args, **kwargs) runs the layer's own call
 # past the layer seam (a refresh has shapes unlike any batch's: no trimming, no cache hook, no
 # rewrite probing; module hooks still run). The cache manager takes it from the seam's calls.
@@ -111,6 +115,19 @@ class BatchDegrees:
         return torch.where(found, self.degrees[pos], torch.zeros((), dtype=torch.float64))
 
 
+def rows_on(x: Tensor, nodes: Tensor, device: torch.device) -> Tensor:
+    """x[nodes] on `device`, indexed where `x` lives. Host rows bound for a CUDA device are
+    gathered straight into pinned memory and copied asynchronously on the current stream (the
+    caching host allocator keeps the block until the copy is done): never a pageable copy."""
+    if x.device == device:
+        return x[nodes.to(device)]
+    if device.type != "cuda" or x.device.type != "cpu":
+        return x[nodes.to(x.device)].to(device)
+    rows = torch.empty((nodes.numel(),) + tuple(x.shape[1:]), dtype=x.dtype, pin_memory=True)
+    torch.index_select(x, 0, nodes, out=rows)
+    return rows.to(device, non_blocking=True)
+
+
 def _gcn(layer: Any) -> bool:
     from torch_geometric.nn import GCNConv
 
@@ -123,7 +140,7 @@ def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pai
     """(the layer's output for `ids` on the refresh graph given by (src, dst), computed without
     gradient by `unpatched(layer, ...)`; the number of raw feature rows gathered)."""
     nodes, edge_index = refresh_graph(ids, src, dst)
-    xs = x[nodes].to(device, non_blocking=True)
+    xs = rows_on(x, nodes, device)
     n = ids.numel()
     with torch.no_grad():
         if pair:
@@ -158,11 +175,12 @@ def gcn_aggregate(x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, fill: float,
     deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
     deg_src = fill + (degrees.lookup(src) if degrees is not None
                       else torch.zeros(src.numel(), dtype=torch.float64))
-    weight = (deg_src * deg_dst[dst]).rsqrt().to(x.dtype)
+    weight = (deg_src * deg_dst[dst]).rsqrt().to(x.device, x.dtype)
     sources, inverse = torch.unique(src, return_inverse=True)
-    rows = x[sources]
-    out = torch.zeros((n,) + tuple(x.shape[1:]), dtype=x.dtype)
-    out.index_add_(0, dst, rows[inverse] * weight.view(-1, *([1] * (x.dim() - 1))))
+    rows = x[sources.to(x.device)]
+    out = x.new_zeros((n,) + tuple(x.shape[1:]))
+    out.index_add_(0, dst.to(x.device),
+                   rows[inverse.to(x.device)] * weight.view(-1, *([1] * (x.dim() - 1))))
     return out, n + sources.numel()
 
 
@@ -182,8 +200,10 @@ def linear_parts(layer: Any) -> tuple[Any, Any, str] | None:
 
 
 def raw_aggregate(x: Tensor, num: int, src: Tensor, dst: Tensor, aggr: str) -> Tensor:
-    """The layer's aggregation of raw features over the edges src -> dst (global src ids)."""
-    out = torch.zeros((num,) + tuple(x.shape[1:]), dtype=x.dtype)
+    """The layer's aggregation of the rows of `x` over the edges src -> dst (src: rows of `x`;
+    dst: in range(num)), on `x`'s device."""
+    src, dst = src.to(x.device), dst.to(x.device)
+    out = x.new_zeros((num,) + tuple(x.shape[1:]))
     out.index_add_(0, dst, x[src])
     if aggr == "mean":
         count = torch.bincount(dst, minlength=num).clamp_min(1).to(x.dtype)
@@ -247,17 +267,19 @@ class Refresher:
     The snapshot is a private copy of the layer (eval mode: no dropout inside it; no gradient):
     `snapshot()` copies the live weights into it, in the trainer thread, between steps. A
     refresher is used by one thread at a time; the cache keeps one for the trainer (on-demand
-    refreshes) and one for the background thread. `unpatched` is how it calls the snapshot (see
+    refreshes) and one for the background thread. `features` is where it reads the raw
+    features at each refresh (`FeatureSource`: a device-resident copy when the data path has
+    one, so refreshes gather on the device); `unpatched` is how it calls the snapshot (see
     `LayerCall`).
     """
 
-    def __init__(self, live: torch.nn.Module, x: Tensor, hood: Neighbourhoods,
+    def __init__(self, live: torch.nn.Module, features: FeatureSource, hood: Neighbourhoods,
                  chunk_rows: int, aggregate: bool = False, *, unpatched: LayerCall) -> None:
         self.live = live
         self.shadow = copy.deepcopy(live).eval()
         for p in self.shadow.parameters():
             p.requires_grad_(False)
-        self.x, self.hood, self.chunk_rows = x, hood, chunk_rows
+        self.features, self.hood, self.chunk_rows = features, hood, chunk_rows
         self.unpatched = unpatched
         self.pair = isinstance(live, pair_recomputable())
         self.device = next((p.device for p in live.parameters()), torch.device("cpu"))
@@ -279,17 +301,18 @@ class Refresher:
         the degrees of the batch `degrees` describes), their raw aggregates when `linear` is
         set, else None)."""
         parts, auxes = [], []
+        x = self.features()
         for start in range(0, ids.numel(), self.chunk_rows):
             chunk = ids[start:start + self.chunk_rows]
             src, dst = self.hood.edges(chunk)
             if self.aggregate:
-                rows, gathered = gcn_aggregate(self.x, chunk, src, dst, self._fill(), degrees)
+                rows, gathered = gcn_aggregate(x, chunk, src, dst, self._fill(), degrees)
                 rows = rows.to(self.device)
             else:
-                rows, gathered = layer_rows(self.shadow, self.x, chunk, src, dst, self.pair,
+                rows, gathered = layer_rows(self.shadow, x, chunk, src, dst, self.pair,
                                             self.device, degrees, self.unpatched)
             if self.linear is not None:
-                auxes.append(raw_aggregate(self.x, chunk.numel(), src, dst, self.linear))
+                auxes.append(raw_aggregate(x, chunk.numel(), src, dst, self.linear))
             self.gathered += gathered
             self.edges += src.numel()
             parts.append(rows)
@@ -302,13 +325,14 @@ class Refresher:
                    degrees: BatchDegrees | None = None) -> Tensor:
         """The layer's output rows for `ids` on given in-edges, computed the way this refresher
         stores them (the one-off check against a batch)."""
+        x = self.features()
         if not self.aggregate:
-            return layer_rows(self.shadow, self.x, ids, src, dst, self.pair, self.device,
+            return layer_rows(self.shadow, x, ids, src, dst, self.pair, self.device,
                               degrees, self.unpatched)[0]
         fill = self._fill()
-        agg, _ = gcn_aggregate(self.x, ids, src, dst, fill, degrees)
-        deg = torch.bincount(dst, minlength=ids.numel()).to(self.x.dtype) + fill
-        inner = self.x[ids] * (fill / deg).view(-1, *([1] * (self.x.dim() - 1))) + agg
+        agg, _ = gcn_aggregate(x, ids, src, dst, fill, degrees)
+        deg = torch.bincount(dst, minlength=ids.numel()).to(x.device, x.dtype) + fill
+        inner = x[ids.to(x.device)] * (fill / deg).view(-1, *([1] * (x.dim() - 1))) + agg
         with torch.no_grad():
             out = self.shadow.lin(inner.to(self.device))
             return out + self.shadow.bias if self.shadow.bias is not None else out

@@ -45,15 +45,17 @@ class EmbeddingStore:
     def write(self, slots: Tensor, values: Tensor, version: int | Tensor,
               aux: Tensor | None = None) -> None:
         """Store `values` (detached; and `aux`, the rows' raw aggregates) for `slots`, computed
-        at optimizer step `version`."""
+        at optimizer step `version`. Both live where the first `values` were computed (the
+        bottom layer's device): a step reads them there without a copy."""
         values = values.detach()
         if self.rows is None:
             self.rows = values.new_zeros((len(self),) + tuple(values.shape[1:]))
-        self.rows[slots.to(self.rows.device)] = values.to(self.rows.dtype)
+        device = self.rows.device
+        self.rows[slots.to(device)] = values.to(device, self.rows.dtype)
         if aux is not None:
             if self.aux is None:
-                self.aux = aux.new_zeros((len(self),) + tuple(aux.shape[1:]))
-            self.aux[slots.to(self.aux.device)] = aux.detach().to(self.aux.dtype)
+                self.aux = aux.new_zeros((len(self),) + tuple(aux.shape[1:]), device=device)
+            self.aux[slots.to(device)] = aux.detach().to(device, self.aux.dtype)
         self.version[slots] = version
 
     def read(self, slots: Tensor) -> Tensor:

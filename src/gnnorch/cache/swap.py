@@ -11,7 +11,8 @@ refreshed with the current weights where it is over it (`debug=True`: `Staleness
 * otherwise the layer runs on every row and the hot ones are overwritten.
 
 Stored rows carry no gradient, except with `gradient="linear"` where `CachedLinearRows` gives
-the weights their exact gradient.
+the weights their exact gradient. After the layer, the rows the batch computed for hot vertices
+at shallower hops are written back (`writeback`, where it applies).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from .config import CacheConfig
 from .hotset import HotSet
 from .refresh import BatchDegrees, CachedLinearRows, InterleaveRows, linear_parts
 from .stats import CacheStats
+from .writeback import BatchWriteBack, write_back_reason
 
 if TYPE_CHECKING:
     from .loader import BatchInfo, LayerCallView
@@ -48,6 +50,10 @@ class BottomSwap:
         self.background = background
         self.stats = stats
         self.last_degrees = degrees   # GCN: the latest batch's degrees (for refreshes)
+        reason = write_back_reason(config, served, hot.trainer_refresher.hood.full)
+        self.write_back = (BatchWriteBack(hot.trainer_refresher.linear, stats)
+                           if reason is None else None)
+        stats.info["write_back"] = "on" if reason is None else f"off: {reason}"
 
     def bottom(self, call: LayerCallView, info: BatchInfo, step: int) -> Tensor:
         """The bottom layer's call (`HookedCall`) on a training batch (`info`: its `BatchInfo`)
@@ -67,15 +73,19 @@ class BottomSwap:
                 agg = store.read(slots).to(device=out.device, dtype=out.dtype)
                 out = out.index_add(0, rows.to(out.device), call.layer.lin(agg))
             return out
+        out = None
         if rows.numel() and call.mode is Mode.TRIM and isinstance(call.layer,
                                                                   pair_recomputable()):
             bounds = call.batch.layout.bounds(0, call.state.layers)
             if bounds is not None:
-                return self._cold_call(call, rows, slots, bounds, info.pruned)
-        out = call.run()
-        if rows.numel():
-            values = self._hot_values(call, rows, slots, out.dtype, out.device)
-            out = out.index_put((rows.to(out.device),), values)
+                out = self._cold_call(call, rows, slots, bounds, info.pruned)
+        if out is None:
+            out = call.run()
+            if rows.numel():
+                values = self._hot_values(call, rows, slots, out.dtype, out.device)
+                out = out.index_put((rows.to(out.device),), values)
+        if self.write_back is not None:
+            self.write_back.write(call, info, store, out, step)
         return out
 
     def _hot_values(self, call: LayerCallView, rows: Tensor, slots: Tensor, dtype: torch.dtype,

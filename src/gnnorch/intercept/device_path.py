@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -220,6 +220,26 @@ class DevicePath:
             sampler.use_structure(colptr, row, perm, keep_host=keep_host)
         else:
             move()
+
+    def feature_source(self, loader: NeighborLoader) -> Callable[[], torch.Tensor] | None:
+        """Where `loader`'s batches gather ``x`` when that is a device-resident copy
+        (features on the GPU): a function returning the copy of ``data.x`` as it is when
+        called (`ResidentTensors.on_device`: made again after ``data.x`` was replaced or
+        written in place). None when the path does not serve the loader or its features stay
+        on the host. The cache's refreshes read it, so they gather on the device too."""
+        served = self._served.get(loader)
+        device = self.device
+        if served is None or device is None or served.plan.features != GPU:
+            return None
+        data, resident = loader.data, self.resident
+
+        def current() -> torch.Tensor:
+            x = data.x
+            if isinstance(x, torch.Tensor) and not x.requires_grad:
+                return resident.on_device(x, device)
+            return x
+
+        return current
 
     # -- a device found late -------------------------------------------------------------
     def model_found_on(self, device: torch.device) -> None:

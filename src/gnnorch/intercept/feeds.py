@@ -21,11 +21,12 @@ in forked workers.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from .shard import ShardSampler
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from torch_geometric.loader import NeighborLoader
 
     from ..cache.loader import LoaderCache
@@ -107,6 +108,10 @@ class DevicePathHook(Protocol):
         ``state.samples_on_device`` decides the loader's workers): may decide again for a
         loader it stepped aside from (a device found after the loader was built), and makes a
         served loader's batches follow what the user changed in ``loader.data`` since."""
+
+    def feature_source(self, loader: NeighborLoader) -> Callable[[], Tensor] | None:
+        """Where `loader`'s batches gather ``x`` when that is a device-resident copy (a
+        function returning the current copy), else None: the cache's refreshes read it."""
 
     def feed(self, iterator: Iterator[Any], loader: NeighborLoader, state: LoaderState,
              training: bool) -> Iterator[Any]:

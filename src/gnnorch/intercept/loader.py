@@ -270,7 +270,10 @@ class NeighborLoaderInterceptor:
             set_sharded(loader, state, training)
         if (training and state.cache is None and self.cache is not None
                 and state.kind == "node"):  # first epoch (link batches are not cached)
-            state.cache = self.cache.attach(loader, state, aside=cache_aside(state))
+            features = (self.device_path.feature_source(loader)
+                        if self.device_path is not None else None)
+            state.cache = self.cache.attach(loader, state, aside=cache_aside(state),
+                                            features=features)
         if self.device_path is not None and state.device is not None:
             self.device_path.epoch_start(loader, state)
         plan_workers = (state.user_num_workers is None and not loader.persistent_workers
