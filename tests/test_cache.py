@@ -207,6 +207,26 @@ def test_staleness_bound_never_exceeded_over_many_steps(overlap):
         assert stats["refreshes"] > 10
 
 
+def test_background_refreshes_only_rows_in_use_and_keeps_the_bound():
+    """overlap="thread" without debug: a job recomputes the due rows that a forward used since
+    they were written; a row the background skipped and a forward needs again is refreshed on
+    demand. Fewer rows than the complete schedule (debug=True), the bound kept either way
+    (checked against the test's own step count)."""
+    data = cora()
+    bound, rows = 2, {}
+    for debug in (False, True):
+        (steps, seen), stats = run(_steps_train, data, 6, kw=dict(check=_independent_age),
+                                   cache=CacheConfig(staleness=bound, hot_ratio=0.3,
+                                                     refresh="sample", overlap="thread",
+                                                     debug=debug))
+        assert stats["status"] == "active" and stats["overlap"] == "thread"
+        assert seen <= bound and stats["max_staleness_seen"] <= bound
+        rows[debug] = (stats["background_rows"], stats["refreshes"])
+    (used, on_demand), (complete, on_demand_debug) = rows[False], rows[True]
+    assert on_demand_debug == 1                 # the fill: the schedule kept every row fresh
+    assert 0 < used < complete and on_demand > 1
+
+
 def test_debug_mode_fails_instead_of_refreshing_on_demand():
     data = cora()
     with pytest.raises(StalenessError, match="bound 1"):

@@ -2,12 +2,16 @@
 recomputed in a worker thread with a snapshot of the new weights while the trainer samples and
 computes the next step; the next forward installs them.
 
-One job at a time: it owns the background refresher's weight snapshot. A job is every row that
-would be over the bound S at the next forward. A new store's rows all carry the version of the
-fill, so for its first S+1 steps a job is at least the oldest 1/(S+1) of the store: that
-spreads the versions, and later jobs stay even without refreshing rows before they are due
-(rows that batches write back, `writeback`, are then not refreshed at all). On CUDA the job
-runs on a side stream and its install waits on the job's event.
+One job at a time: it owns the background refresher's weight snapshot. A job is the rows that
+would be over the bound S at the next forward and that a forward used since they were last
+written: a row nobody read since is not recomputed again (most of the hot set at any time; a
+forward that needs it later refreshes it on demand, in the trainer thread), and a row that
+batches write back (`writeback`) does not fall due. A new store's rows all carry the version
+of the fill, so for its first S+1 steps a job is every due row and at least the oldest
+1/(S+1) of the store: that spreads the versions, and later jobs stay even. With
+``debug=True`` a job is every due row, read or not (the complete schedule: a forward that
+finds a row over the bound then shows a fault of the schedule, not a row it skipped). On CUDA
+the job runs on a side stream and its install waits on the job's event.
 """
 from __future__ import annotations
 
@@ -69,6 +73,7 @@ class BackgroundRefresh:
         device = self.refresher.device
         self.stream = torch.cuda.Stream(device=device) if device.type == "cuda" else None
         self.bound = config.staleness
+        self.debug = config.debug
         self.hot = hot
         self.stats = stats
         self.pool = pool
@@ -89,14 +94,17 @@ class BackgroundRefresh:
         bound = self.bound
         store = self.hot.store
         assert store is not None
-        expiring = int((store.version < step + 1 - bound).sum())
-        count = expiring
         if self._spreading is None or self._spreading[0] is not store:
             self._spreading = (store, step + bound)   # a new store: spread its versions
+        due = store.version < step + 1 - bound
         if step <= self._spreading[1]:
-            count = max(count, math.ceil(len(store) / (bound + 1)))
-        slots = store.oldest(count)
-        slots = slots[store.version[slots] < step]
+            count = max(int(due.sum()), math.ceil(len(store) / (bound + 1)))
+            slots = store.oldest(count)
+            slots = slots[store.version[slots] < step]
+        else:
+            if not self.debug:
+                due &= ~store.unread()
+            slots = due.nonzero().view(-1)
         if slots.numel() == 0:
             return
         self.refresher.snapshot()

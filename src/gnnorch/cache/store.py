@@ -27,6 +27,8 @@ class EmbeddingStore:
         self.slot = torch.full((num_nodes,), -1, dtype=torch.long)
         self.slot[self.hot_ids] = torch.arange(self.hot_ids.numel())
         self.version = torch.full((self.hot_ids.numel(),), -1, dtype=torch.long)
+        # the optimizer step of the last forward that used each row (-1: never)
+        self.read_at = torch.full((self.hot_ids.numel(),), -1, dtype=torch.long)
         self.rows: Tensor | None = None
         self.aux: Tensor | None = None   # gradient="linear": the raw aggregate of each row
 
@@ -67,6 +69,15 @@ class EmbeddingStore:
         if self.aux is None:
             raise RuntimeError("the embedding store holds no aggregates")
         return self.aux[slots.to(self.aux.device)]
+
+    def mark_read(self, slots: Tensor, step: int) -> None:
+        """A forward at optimizer step `step` used the rows of `slots`."""
+        self.read_at[slots] = step
+
+    def unread(self) -> Tensor:
+        """bool per slot: the row has not been used since it was written (a row written and
+        used at the same step counts as used)."""
+        return self.read_at < self.version
 
     def staleness(self, slots: Tensor, step: int) -> Tensor:
         """step - version of each slot (a never-computed row counts as infinitely stale)."""

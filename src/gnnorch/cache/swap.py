@@ -167,6 +167,7 @@ class BottomSwap:
                     f"a forward at optimizer step {step} would use {stale.numel()} cached "
                     f"row(s) up to {age} steps old (bound {bound})")
             self.hot.refresh_now(stale, step, degrees)
+        store.mark_read(slots, step)
         age = int(store.staleness(slots, step).max())
         self.stats.saw_age(age)
         if age > bound:  # cannot happen: refreshed above
