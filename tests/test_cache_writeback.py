@@ -15,36 +15,7 @@ from gnnorch.cache.writeback import dropout_inside
 from gnnorch.intercept.session import active
 
 from helpers import cora
-from test_cache import make, run
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def _train(data, epochs, fanout=(5, 5), kind="sage", check=None, seed=0):
-    """Cora training with a per-batch `check(batch, model, steps)` between the backward and the
-    optimizer step; returns (steps, the largest value check returned)."""
-    torch.manual_seed(seed)
-    model = make(kind, data.num_features, len(fanout))
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
-                            batch_size=8, shuffle=True)
-    steps = seen = 0
-    for _ in range(epochs):
-        for batch in loader:
-            optimizer.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            if check is not None:
-                seen = max(seen, check(batch, model, steps))
-            optimizer.step()
-            steps += 1
-    return steps, seen
+from test_cache import _independent_age, _steps_train, one_thread, run  # noqa: F401
 
 
 def _shallow_hot(batch, store):
@@ -56,7 +27,7 @@ def _shallow_hot(batch, store):
     return rows, slots[rows]
 
 
-def _rows_match_the_batch(batch, model, steps):
+def _rows_match_the_batch(batch, steps):
     """Every hot vertex at a shallow hop of this batch: its stored row is SAGEConv's row on the
     batch's in-edges with the weights of this step (computed here, independently), its version
     this step, its stored aggregate the mean of its in-neighbours' raw features. Returns the
@@ -70,7 +41,7 @@ def _rows_match_the_batch(batch, model, steps):
     rows, slots = _shallow_hot(batch, store)
     if rows.numel() == 0:
         return 0
-    conv = model.convs[0]
+    conv = lc.served.layer            # the model's own bottom layer, with this step's weights
     src, dst = batch.edge_index
     agg = torch.zeros(rows.numel(), batch.x.size(1))
     count = torch.zeros(rows.numel())
@@ -91,24 +62,11 @@ def _rows_match_the_batch(batch, model, steps):
 def test_written_back_rows_are_the_batch_rows_at_the_step():
     data = cora()
     config = CacheConfig(staleness=2, hot_ratio=0.3, refresh="sample", overlap="off")
-    (steps, checked), stats = run(_train, data, 2, kw=dict(check=_rows_match_the_batch),
+    (steps, checked), stats = run(_steps_train, data, 2, kw=dict(check=_rows_match_the_batch),
                                   cache=config)
     assert stats["status"] == "active" and stats["write_back"] == "on"
     assert stats["gradient"] == "linear"
     assert checked > 0 and stats["written_back_rows"] > 0
-
-
-def _age(batch, model, steps):
-    """Age of the rows at hop L-1 that this forward used, from the test's own step count."""
-    lc = active().cache.loaders[0]
-    if lc.status is not CacheStatus.ACTIVE:
-        return 0
-    hops = len(batch.num_sampled_nodes) - 1
-    lo = sum(batch.num_sampled_nodes[:hops - 1])
-    hi = sum(batch.num_sampled_nodes[:hops])
-    slots = lc.store.slots_of(batch.n_id[lo:hi])
-    slots = slots[slots >= 0]
-    return int((steps - lc.store.version[slots]).max()) if slots.numel() else 0
 
 
 @pytest.mark.parametrize("overlap", ["off", "thread"])
@@ -119,7 +77,7 @@ def test_write_back_keeps_the_bound_and_refreshes_fewer_rows(overlap):
     for write_back in (True, False):
         config = CacheConfig(staleness=bound, hot_ratio=0.3, refresh="sample", overlap=overlap,
                              write_back=write_back, debug=overlap == "thread")
-        (steps, seen), stats = run(_train, data, 4, kw=dict(check=_age), cache=config)
+        (steps, seen), stats = run(_steps_train, data, 4, kw=dict(check=_independent_age), cache=config)
         assert stats["status"] == "active"
         assert seen <= bound and stats["max_staleness_seen"] <= bound
         counts[write_back] = (stats["written_back_rows"],
@@ -138,7 +96,7 @@ def test_write_back_keeps_the_bound_and_refreshes_fewer_rows(overlap):
 ])
 def test_write_back_says_why_it_is_off(config, kind, why):
     data = cora()
-    _, stats = run(_train, data, 1, kw=dict(kind=kind), cache=config)
+    _, stats = run(_steps_train, data, 1, kw=dict(kind=kind), cache=config)
     assert stats["status"] == "active"
     assert stats["write_back"].startswith("off") and why in stats["write_back"]
     assert stats["written_back_rows"] == 0
