@@ -353,24 +353,30 @@ def test_loader_with_a_batch_transform_is_refused_and_exact():
 
 
 def _assert_same(got, ref):
-    """Equal to the bit: tensors, and dicts / lists / tuples of them."""
+    """Equal up to float rounding (relative and absolute 1e-5): tensors, and dicts / lists /
+    tuples of them. See `_refused_and_exact` for the rounding."""
     if isinstance(ref, dict):
         assert got.keys() == ref.keys()
         for key, value in ref.items():
-            assert torch.equal(got[key], value), key
+            torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-5, msg=key)
     elif isinstance(ref, (list, tuple)):
         assert len(got) == len(ref)
         for mine, theirs in zip(got, ref):
             _assert_same(mine, theirs)
     else:
-        assert torch.equal(got, ref)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
 
 
 def _refused_and_exact(train, *args, match, **options):
     """`train(*args)` with `cache=True` warns `match`, turns the cache off and returns what
-    the run without the cache returns, to the bit; the cache's stats. Rewrites off on both
-    sides (their timing-based choices would change float rounding), gnnorch's sampler on both
-    (a cache's loader keeps it; "auto" may keep pyg-lib)."""
+    the run without the cache returns; the cache's stats. Rewrites off on both sides (their
+    timing-based choices would change float rounding), gnnorch's sampler on both (a cache's
+    loader keeps it; "auto" may keep pyg-lib). Equal up to rounding, not to the bit: while
+    the cache's admission is pending, a trusted PyG BasicGNN's first forward runs untrimmed
+    (the layer seam speculates only without outer hooks), where the run without the cache
+    runs it trimmed; a matrix product over fewer rows may round differently (on this AMD
+    machine: weights 1.5e-8 apart after one Cora epoch, learnt features 9.3e-7; on the
+    machine of the earlier CI runs, to the bit)."""
     options = {"seed": 5, "rewrite": False, "sampler": "gnnorch", **options}
     with pytest.warns(CacheWarning, match=match):
         got, stats = run(train, *args, cache=True, **options)
