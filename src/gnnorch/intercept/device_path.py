@@ -8,8 +8,8 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
 (`intercept.loader`) at two points:
 
 * `adopt` (a NeighborLoader was built): decide whether the path serves it and how
-  (`gnnorch.device.placement.plan_data_placement`: budget from the device's free memory, or
-  ``budget_bytes``), record the decision in ``state.device`` (`gnnorch.device.state.
+  (`intercept.device_decisions`: `why_not_served`, and `data_placement` with a budget from the
+  device's free memory, or ``budget_bytes``), record the decision in ``state.device`` (`gnnorch.device.state.
   LoaderDevice`) and in ``stats["device"]``. A served loader builds its batches with a
   `gnnorch.device.gather.GatherPlan` (its ``filter_fn``; what serving changes on the loader
   and how `close` gives it back: `gnnorch.intercept.served_loader`); when its structure
@@ -62,22 +62,19 @@ session's end) restores what serving changed on it.
 """
 from __future__ import annotations
 
-import os
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from ..compat.pyg import pyg_index_select
-from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
-from ..device.gather import (GatherPlan, ResidentTensors, device_attributes,
-                             learnt_attributes, untensored_attributes)
-from ..device.placement import GPU, DataPlacement, plan_data_placement
+from ..device.gather import GatherPlan, ResidentTensors
+from ..device.placement import GPU
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
+from .device_decisions import data_placement, resolve_device, unservable_now, why_not_served
 from .device_feed import own_generators, pipelined
 from .model_watch import FirstModelWatch
 from .served_loader import LoaderUndo, ServedLoader, loader_sampler
@@ -96,7 +93,7 @@ class DevicePath:
     def __init__(self, ctx: RankContext, config: DataPathConfig,
                  device: torch.device | None) -> None:
         self.ctx, self.config = ctx, config
-        self.device, self.reason = _resolve(config, device)
+        self.device, self.reason = resolve_device(config, device)
         self.resident = ResidentTensors()
         self.loaders: list[LoaderDevice] = []
         self._served: weakref.WeakKeyDictionary[NeighborLoader, ServedLoader] = \
@@ -118,38 +115,12 @@ class DevicePath:
                               device=str(self.device) if self.device is not None else "none")
         self.loaders.append(record)
         state.device = record
-        aside = self._aside(loader, state)
+        aside = why_not_served(loader, state, self.device, self.reason)
         if aside is not None:
             record.reason = aside
         else:
             self._serve(loader, state, record)
         self._publish()
-
-    def _aside(self, loader: NeighborLoader, state: "LoaderState") -> str | None:
-        """Why the path does not serve `loader`, or None."""
-        from torch_geometric.data import Data
-        from torch_geometric.loader.link_loader import LinkLoader
-        from torch_geometric.loader.node_loader import NodeLoader
-
-        if self.device is None:
-            return self.reason
-        if not isinstance(getattr(loader, "data", None), Data):
-            return f"{type(loader.data).__name__} input: batches are built as PyG builds them"
-        if not isinstance(getattr(loader.data, "edge_index", None), torch.Tensor):
-            return "the data has no edge_index tensor (e.g. adj_t): built as PyG builds them"
-        if getattr(state, "partition", None) is not None:
-            return "its features are partitioned over ranks (partition_features)"
-        pyg_filter = LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
-        if type(loader).filter_fn is not pyg_filter:
-            return f"{type(loader).__name__} overrides filter_fn"
-        if learnt := learnt_attributes(loader.data):
-            return _learnt(learnt)
-        untensored = untensored_attributes(loader.data)
-        if untensored and pyg_index_select() is None:
-            return (f"its data holds attributes that are not tensors ({', '.join(untensored)})"
-                    f" and PyG's index_select, which gathers them, is unavailable "
-                    f"(gnnorch.compat.unavailable() says why)")
-        return None
 
     def _serve(self, loader: NeighborLoader, state: "LoaderState",
                record: LoaderDevice) -> None:
@@ -166,7 +137,7 @@ class DevicePath:
             f"its sampler ({type(sampler).__name__}"
             f"{', ' + sampler.fallback_reason if isinstance(sampler, FastNeighborSampler) else ''}"
             f") has no device path")
-        placement = _placement(self.device, cfg, data, sampler.row.numel(), self.resident,
+        placement = data_placement(self.device, cfg, data, sampler.row.numel(), self.resident,
                                why_host)
         on_device = placement.structure == GPU
         generator, note = None, ""
@@ -267,7 +238,7 @@ class DevicePath:
                 or record.served or record.device != "none"):
             return
         record.device = str(self.device)
-        aside = self._aside(loader, state)
+        aside = why_not_served(loader, state, self.device, self.reason)
         if aside is not None:
             record.reason = aside
         else:
@@ -287,7 +258,7 @@ class DevicePath:
         data = loader.data
         if served.plan.current(data):
             return
-        why = _unservable(data, served)
+        why = unservable_now(data, served.plan.data)
         if why is not None:
             served.restore(loader)
             del self._served[loader]
@@ -358,61 +329,6 @@ class DevicePath:
         self.ctx.stats["device"] = self.stats()
 
 
-def _learnt(keys: list[str]) -> str:
-    return (f"its data holds tensors that require grad ({', '.join(keys)}): PyG's gather gives "
-            f"them gradients, a device copy would not")
-
-
-def _unservable(data: Any, served: ServedLoader) -> str | None:
-    """Why a served loader's data, changed by the user since, cannot be served any more."""
-    if (not isinstance(data, type(served.plan.data))
-            or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
-        return f"its data was replaced by a {type(data).__name__} without an edge_index tensor"
-    return _learnt(learnt) if (learnt := learnt_attributes(data)) else None
-
-
 def _epochs_before(state: "LoaderState") -> int:
     """Epochs the loader ran before this one (training and evaluation)."""
     return int(getattr(state, "epochs", 0) or 0) + int(getattr(state, "eval_epochs", 0) or 0)
-
-
-def _resolve(config: DataPathConfig,
-             device: torch.device | None) -> tuple[torch.device | None, str]:
-    """(the device the path serves, why) or (None, why not)."""
-    if config.mode == "host":
-        return None, "data_path mode 'host': batches are built on the host as PyG builds them"
-    if config.mode == "device":
-        target = device if device is not None else torch.device("cpu")
-        return target, f"data_path mode 'device': served on {target}"
-    if device is not None and device.type == "cuda":
-        return device, f"the run trains on {device}"
-    return None, ("the run trains on the CPU (mode 'auto' serves CUDA runs; mode 'device' runs "
-                  "the same path with the CPU as the device)")
-
-
-def _placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edges: int,
-               resident: ResidentTensors, host_sampling: str | None) -> DataPlacement:
-    """Where one loader's structure and tensor attributes live (`plan_data_placement`): the
-    budget from the device's free memory or ``budget_bytes``, bytes already resident there
-    free of charge; features on the host where asked, or where torch has no in-place version
-    counters to keep device copies current (`DevicePath._replan`): failing closed."""
-    free, budget = _budget(device, cfg)
-    host_why: bool | str = cfg.features == "host"
-    if not host_why and tensor_version(data.edge_index) is None:
-        host_why = "torch has no in-place version counters to keep device copies current"
-    tensors = device_attributes(data)
-    on_device = sum(t.numel() * t.element_size() for t in tensors.values()
-                    if resident.has_on_device(t, device))
-    return plan_data_placement(
-        int(data.num_nodes), int(num_edges), tensors, free_bytes=free, budget_bytes=budget,
-        budget_fraction=cfg.budget_fraction, pin=cfg.pin and device.type == "cuda",
-        features_host=host_why, host_sampling=host_sampling, resident_bytes=on_device)
-
-
-def _budget(device: torch.device, config: DataPathConfig) -> tuple[int | None, int | None]:
-    """(free bytes of the device, the configured budget) for `plan_data_placement`."""
-    if config.budget_bytes is not None:
-        return None, config.budget_bytes
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0]), None
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), None
