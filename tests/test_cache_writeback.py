@@ -77,7 +77,8 @@ def test_write_back_keeps_the_bound_and_refreshes_fewer_rows(overlap):
     for write_back in (True, False):
         config = CacheConfig(staleness=bound, hot_ratio=0.3, refresh="sample", overlap=overlap,
                              write_back=write_back, debug=overlap == "thread")
-        (steps, seen), stats = run(_steps_train, data, 4, kw=dict(check=_independent_age), cache=config)
+        (steps, seen), stats = run(_steps_train, data, 4, kw=dict(check=_independent_age),
+                                   cache=config)
         assert stats["status"] == "active"
         assert seen <= bound and stats["max_staleness_seen"] <= bound
         counts[write_back] = (stats["written_back_rows"],

@@ -9,14 +9,14 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
 
 * `adopt` (a NeighborLoader was built): decide whether the path serves it and how
   (`intercept.device_decisions`: `why_not_served`, and `data_placement` with a budget from the
-  device's free memory, or ``budget_bytes``), record the decision in ``state.device`` (`gnnorch.device.state.
-  LoaderDevice`) and in ``stats["device"]``. A served loader builds its batches with a
-  `gnnorch.device.gather.GatherPlan` (its ``filter_fn``; what serving changes on the loader
-  and how `close` gives it back: `gnnorch.intercept.served_loader`); when its structure
-  fits, gnnorch's sampler keeps its CSC on the device and samples there with a generator of
-  its own (`gnnorch.device.seeds`), and the loader runs without worker processes. The
-  user's `data` is never modified: device and pinned copies are the path's (shared by
-  loaders over the same tensors).
+  device's free memory, or ``budget_bytes``), record the decision in ``state.device``
+  (`gnnorch.device.state.LoaderDevice`) and in ``stats["device"]``. A served loader builds
+  its batches with a `gnnorch.device.gather.GatherPlan` (its ``filter_fn``; what serving
+  changes on the loader and how `close` gives it back: `gnnorch.intercept.served_loader`);
+  when its structure fits, gnnorch's sampler keeps its CSC on the device and samples there
+  with a generator of its own (`gnnorch.device.seeds`), and the loader runs without worker
+  processes. The user's `data` is never modified: device and pinned copies are the path's
+  (shared by loaders over the same tensors).
 * `epoch_start` (before an epoch's iterator is made): PyG's ``filter_fn`` reads
   ``loader.data`` at each batch, so a served loader whose data the user changed since
   (``del loader.data.x`` as PyG's reddit example does, an attribute added or replaced, a
@@ -138,7 +138,7 @@ class DevicePath:
             f"{', ' + sampler.fallback_reason if isinstance(sampler, FastNeighborSampler) else ''}"
             f") has no device path")
         placement = data_placement(self.device, cfg, data, sampler.row.numel(), self.resident,
-                               why_host)
+                                   why_host)
         on_device = placement.structure == GPU
         generator, note = None, ""
         if on_device:
