@@ -292,3 +292,21 @@ def test_cuda_refresh_rows_from_host_features_and_the_store_on_the_device():
                 3 * torch.ones(1, 8, device=cuda))
     assert store.rows.device.type == "cuda" and store.aux.device.type == "cuda"
     assert float(store.read_aux(torch.tensor([1]))[0, 0]) == 3.0
+
+
+def test_lookahead_jobs_take_the_rows_the_next_two_batches_would_find_over_the_bound():
+    """After step t, batch j (j = 1: the next forward) reads its rows at staleness
+    t + j - version: a job takes the rows over the bound there, for j <= min(bound, 2) (a row
+    recomputed now is over the bound at any later j; later batches wait for later jobs)."""
+    from gnnorch.cache.background import lookahead_slots
+
+    version = torch.tensor([0, 3, 1, 5, 2, 4])
+    upcoming = [torch.tensor([3, 1, 0]), torch.tensor([4, 2, 3, 5]), torch.tensor([5, 0])]
+    # bound 2 at t = 5: j = 1 needs version >= 4 (slots 0, 1), j = 2 >= 5 (slots 2, 4, 5)
+    assert lookahead_slots(version, 5, 2, upcoming).tolist() == [0, 1, 2, 4, 5]
+    # bound 1: only the next batch (version >= 5: slots 0, 1; slot 3 is current)
+    assert lookahead_slots(version, 5, 1, upcoming).tolist() == [0, 1]
+    # bound 4: j = 1 needs >= 2 (slot 0), j = 2 >= 3 (slots 2, 4); j = 3 is a later job's
+    assert lookahead_slots(version, 5, 4, upcoming).tolist() == [0, 2, 4]
+    assert lookahead_slots(version, 5, 2, []).tolist() == []
+    assert lookahead_slots(version, 5, 2, [torch.tensor([], dtype=torch.long)]).tolist() == []

@@ -82,6 +82,23 @@ def test_producer_stays_at_most_depth_ahead():
     pre.close()
 
 
+def test_drawn_ahead_lists_the_batches_waiting_for_the_consumer_in_order():
+    """`drawn_ahead()` is what the consumer's next `next()` calls will return first (the
+    transferred items, before `ready`), without taking them; nothing once the source ended."""
+    pre = Prefetcher(range(6), transfer=lambda b: ("moved", b), depth=3,
+                     ready=lambda item: item[1])
+    deadline = time.monotonic() + 10
+    while len(pre.drawn_ahead()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pre.drawn_ahead() == [("moved", 0), ("moved", 1), ("moved", 2)]
+    assert next(pre) == 0
+    while pre.drawn_ahead()[-1:] != [("moved", 3)] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pre.drawn_ahead() == [("moved", 1), ("moved", 2), ("moved", 3)]
+    assert list(pre) == [1, 2, 3, 4, 5]
+    assert pre.drawn_ahead() == []   # neither the end marker nor a failure is a batch
+
+
 def test_break_stops_the_producer_and_joins_it():
     drawn = []
 

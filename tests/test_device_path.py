@@ -657,6 +657,73 @@ def test_cache_loaders_prefetch_with_the_same_losses():
     assert runs[0] == runs[2]
 
 
+def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
+    """With batches drawn ahead, each background job is given, next first, the store slots of
+    the hot rows those batches read at hop L-1: checked against the batches the trainer then
+    gets (after step t, entry j is the batch of the forward taken when t + j - 1 steps are
+    done). Without a pipeline (prefetch 0) it is given none and falls back to the rows read
+    since written; the bound holds either way."""
+    from gnnorch.cache import CacheConfig, CacheStatus
+    from gnnorch.cache.background import BackgroundRefresh
+    from gnnorch.intercept.session import active
+
+    shown: list[tuple[int, list[torch.Tensor] | None]] = []
+    after_step = BackgroundRefresh.after_step
+
+    def spy(self, step, degrees, upcoming=None):
+        shown.append((step, None if upcoming is None else [u.clone() for u in upcoming]))
+        return after_step(self, step, degrees, upcoming)
+
+    monkeypatch.setattr(BackgroundRefresh, "after_step", spy)
+
+    def train(data, used):
+        loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
+                                batch_size=16, shuffle=True)
+        torch.manual_seed(0)
+        model = GraphSAGE(16, 32, 2, 4)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        steps = 0
+        for _ in range(3):
+            for batch in loader:
+                cache = active().cache.loaders[0]
+                if cache.status is CacheStatus.ACTIVE:
+                    counts = batch.num_sampled_nodes
+                    slots = cache.store.slots_of(batch.n_id[counts[0]:sum(counts[:2])])
+                    used[steps] = slots[slots >= 0].sort().values
+                opt.zero_grad()
+                out = model(batch.x, batch.edge_index)[:batch.batch_size]
+                F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+                opt.step()
+                steps += 1
+        return steps
+
+    config = CacheConfig(staleness=2, hot_ratio=0.3, overlap="thread")
+    for depth in (2, 0):
+        shown.clear()
+        used: dict[int, torch.Tensor] = {}
+        runtime = gnnorch.Runtime(train, processes=1, seed=SEED, cache=config,
+                                  data_path={"mode": "device", "prefetch": depth})
+        steps = runtime(DATA, used)
+        stats = runtime.last_run.stats[0]["cache"]
+        assert stats["status"] == "active" and stats["max_staleness_seen"] <= 2
+        if depth == 0:
+            assert all(upcoming is None for _, upcoming in shown)
+            assert stats["background_lookahead_jobs"] == 0
+            continue
+        # the first step's job comes before the pipeline starts (admission had the first
+        # batch drawn on demand); every later one is shown the batches drawn ahead
+        assert [upcoming is None for _, upcoming in shown[1:]] == [False] * (len(shown) - 1)
+        compared = 0
+        for step, upcoming in shown[1:]:
+            assert len(upcoming) <= depth
+            for j, slots in enumerate(upcoming, start=1):
+                if step + j - 1 < steps:
+                    assert torch.equal(slots.sort().values, used[step + j - 1])
+                    compared += int(slots.numel() > 0)
+        assert compared > steps // 2
+        assert stats["background_lookahead_jobs"] > steps // 2
+
+
 def _train_and_keep(data):
     train = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
                            batch_size=32, shuffle=True, num_workers=0)

@@ -2,14 +2,25 @@
 recomputed in a worker thread with a snapshot of the new weights while the trainer samples and
 computes the next step; the next forward installs them.
 
-One job at a time: it owns the background refresher's weight snapshot. A job is the rows that
-would be over the bound S at the next forward and that a forward used since they were last
-written: a row nobody read since is not recomputed again (most of the hot set at any time; a
-forward that needs it later refreshes it on demand, in the trainer thread), and a row that
-batches write back (`writeback`) does not fall due. A new store's rows all carry the version
-of the fill, so for its first S+1 steps a job is every due row and at least the oldest
-1/(S+1) of the store: that spreads the versions, and later jobs stay even. With
-``debug=True`` a job is every due row, read or not (the complete schedule: a forward that
+One job at a time: it owns the background refresher's weight snapshot. Which rows a job
+recomputes (after optimizer step t, with the weights of version t):
+
+* **batches drawn ahead** (the device path's pipeline shows them: `lookahead_slots`): the rows
+  that batch j (j = 1 is the next forward) will read and would find over the bound S there
+  (version < t + j - S), for j <= min(S, 2). A row recomputed now is within the bound at every
+  j <= S; j = 2 is the batch after the next forward, so the job runs while that forward
+  trains, and the next forward's rows were the previous job's j = 2. These are the rows an
+  on-demand refresh would recompute, recomputed one step earlier and off the trainer's path;
+  a row no batch drawn ahead reads is not recomputed.
+* **otherwise** (no batch is drawn ahead of the trainer): the rows that would be over the bound
+  at the next forward and that a forward used since they were last written. A row nobody read
+  since is not recomputed again (most of the hot set at any time; a forward that needs it
+  later refreshes it on demand, in the trainer thread).
+
+A row that batches write back (`writeback`) does not fall due either way. A new store's rows
+all carry the version of the fill, so for its first S+1 steps a job is every due row and at
+least the oldest 1/(S+1) of the store: that spreads the versions, and later jobs stay even.
+With ``debug=True`` a job is every due row, read or not (the complete schedule: a forward that
 finds a row over the bound then shows a fault of the schedule, not a row it skipped). On CUDA
 the job runs on a side stream and its install waits on the job's event.
 """
@@ -44,6 +55,24 @@ def choose_overlap(config: CacheConfig, trainer_cores: int, info: dict[str, Any]
         info["overlap_reason"] = "staleness 0: every row is refreshed right before use"
     info["overlap"] = overlap
     return overlap
+
+
+#: how many batches drawn ahead a job looks at (the module docstring: j = 1 and j = 2)
+LOOKAHEAD = 2
+
+
+def lookahead_slots(version: Tensor, step: int, bound: int, upcoming: list[Tensor]) -> Tensor:
+    """Store slots (sorted, distinct) to recompute after optimizer step `step` so that the
+    batches drawn ahead read rows within the bound: ``upcoming[j - 1]`` holds the slots batch j
+    will read (j = 1: the next forward), which reads them at staleness ``step + j - version``;
+    a slot there with ``version < step + j - bound`` is taken, for ``j <= min(bound, LOOKAHEAD)``
+    (a row recomputed now, version ``step``, is over the bound at any later j). `version`: the
+    store's per-slot versions."""
+    picked = [slots[version[slots] < step + j - bound]
+              for j, slots in enumerate(upcoming[:min(bound, LOOKAHEAD)], start=1)]
+    if not picked:
+        return torch.empty(0, dtype=torch.long)
+    return torch.unique(torch.cat(picked))
 
 
 class _Job:
@@ -85,9 +114,12 @@ class BackgroundRefresh:
         """Whether a job is in flight."""
         return self._job is not None
 
-    def after_step(self, step: int, degrees: BatchDegrees | None) -> None:
+    def after_step(self, step: int, degrees: BatchDegrees | None,
+                   upcoming: list[Tensor] | None = None) -> None:
         """Optimizer step done (weights now at version `step`): launch the job of the rows that
-        expire next (GCN: normalised with the latest batch's `degrees`)."""
+        expire next (GCN: normalised with the latest batch's `degrees`). `upcoming`: the store
+        slots each batch drawn ahead will read, next first (None: none is drawn ahead; the
+        module docstring says which rows a job takes either way)."""
         # one job at a time (it owns the background snapshot): the previous one must be in
         # before the next snapshot, or the schedule would skip a step and rows would expire
         self.install(wait=True)
@@ -101,6 +133,9 @@ class BackgroundRefresh:
             count = max(int(due.sum()), math.ceil(len(store) / (bound + 1)))
             slots = store.oldest(count)
             slots = slots[store.version[slots] < step]
+        elif upcoming is not None and not self.debug:
+            slots = lookahead_slots(store.version, step, bound, upcoming)
+            self.stats.counters["lookahead_jobs"] += 1
         else:
             if not self.debug:
                 due &= ~store.unread()

@@ -146,6 +146,8 @@ class LoaderCache:
         self.workers = 0                  # the current epoch's loader workers
         self.epoch_pruned = False         # the pruning mask the workers copied at its start
         self.ahead = False                # this epoch's batches are drawn ahead of the trainer
+        # the batches drawn ahead and not yet handed to the trainer, next first (`watch_ahead`)
+        self.drawn_ahead: Callable[[], list[Any]] | None = None
         # made at activation
         self.served: ServedModel | None = None
         self.hot: HotSet | None = None
@@ -261,6 +263,35 @@ class LoaderCache:
         self.ahead = True
         return True
 
+    def watch_ahead(self, drawn: Callable[[], list[Any]] | None) -> None:
+        """The pipeline that draws this loader's batches ahead of the trainer shows them
+        (`drawn()`: batches not yet handed over, next first), or stopped (None): the
+        background refresher recomputes the rows they will read (`background`)."""
+        self.drawn_ahead = drawn
+
+    def upcoming(self) -> list[Tensor] | None:
+        """The store slots of the hot rows each batch drawn ahead will read at hop L-1, next
+        first (an empty tensor for a batch that will read none: not pruned with the live hot
+        set); None when no batch is drawn ahead."""
+        drawn, hot = self.drawn_ahead, self.hot
+        if drawn is None or hot is None or hot.store is None:
+            return None
+        out = []
+        for batch in drawn():
+            counts = getattr(batch, "num_sampled_nodes", None)
+            n_id = getattr(batch, "n_id", None)
+            version = sampled_exclusion(batch)
+            if (version != hot.mask_version or version not in hot.pruning_versions
+                    or not isinstance(counts, list)
+                    or len(counts) < 2 or not isinstance(n_id, Tensor)):
+                out.append(torch.empty(0, dtype=torch.long))
+                continue
+            hops = len(counts) - 1
+            lo, hi = sum(counts[:hops - 1]), sum(counts[:hops])
+            slots = hot.store.slots_of(n_id[lo:hi].cpu())
+            out.append(slots[slots >= 0])
+        return out
+
     def pruned_now(self) -> bool:
         """Whether the batch just drawn was sampled with the hot set excluded: in-process
         sampling sees the sampler's current exclusion; workers got a copy at the epoch start."""
@@ -352,7 +383,7 @@ class LoaderCache:
         """Optimizer step `step` done: launch the background refresh of the rows due next."""
         if self.status is CacheStatus.ACTIVE and self.background is not None:
             assert self.swap is not None
-            self.background.after_step(step, self.swap.last_degrees)
+            self.background.after_step(step, self.swap.last_degrees, self.upcoming())
 
     def on_batch_end(self, timer: StepTimes) -> None:
         """After a training step of this loader: feed the hot-ratio search."""

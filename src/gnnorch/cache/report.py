@@ -52,6 +52,7 @@ def loader_report(lc: LoaderCache) -> dict:
         "refresh_seconds": stats.seconds["refresh"],
         "background_refreshes": c["background_refreshes"],
         "background_rows": c["background_rows"],
+        "background_lookahead_jobs": c["lookahead_jobs"],
         "written_back_rows": c["written_back_rows"],
         "background_seconds": stats.seconds["background"],
         "background_wait_seconds": stats.seconds["wait"],

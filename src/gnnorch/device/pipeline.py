@@ -17,7 +17,9 @@ Invariants:
   (e.g. the training device and a side CUDA stream: the thread's own current stream, so the
   source's kernels and copies never queue behind the trainer's);
 * `wait_s` is the time the consumer spent blocked waiting for a batch (the part of the
-  producer's work that did not overlap the consumer's), `produced` the batches produced.
+  producer's work that did not overlap the consumer's), `produced` the batches produced;
+* `drawn_ahead()` lists, from any thread, the batches produced and not yet taken, in the order
+  the consumer will take them (a cache refreshes the rows they will read before they arrive).
 
 What overlaps: everything the source does in `__next__` (sampling in the trainer process,
 feature gathering, collation) and `transfer`, with the consumer's work between two `next`
@@ -92,6 +94,14 @@ class Prefetcher:
             self.produced += 1
             if not self._put(batch):
                 return
+
+    def drawn_ahead(self) -> list[Any]:
+        """The batches (after `transfer`, before `ready`) waiting for the consumer, next
+        first: a snapshot taken under the queue's lock; the end marker and failures are not
+        batches."""
+        with self._queue.mutex:
+            items = list(self._queue.queue)
+        return [item for item in items if item is not _DONE and not isinstance(item, _Failure)]
 
     def __iter__(self) -> Iterator[Any]:
         return self

@@ -83,6 +83,11 @@ class DeviceTransfer:
             event.record(self.stream)
         return out, event
 
+    def batch_of(self, item: Any) -> Any:
+        """The batch inside a `transfer` result that is not `ready` yet: its host fields
+        (``n_id``) can be read at once, its device tensors only after `ready`."""
+        return item[0] if self.cuda else item
+
     def ready(self, item: Any) -> Any:
         if not self.cuda:
             return item

@@ -3,9 +3,10 @@ sampled, gathered and copied to the device by a `gnnorch.device.pipeline.Prefetc
 trainer works on the previous one.
 
 The first batch is drawn in the trainer's thread (the loader's shuffling draws its permutation
-seed from torch's global RNG there, as in a plain run), and so is every batch while `ahead()`
-says no (a cache whose admission is pending: batches are drawn on demand until it has set its
-pruning mask). Every draw, in either thread, runs on the transfer's side stream
+seed from torch's global RNG there, as in a plain run), and so is every batch while the
+loader's `DrawAhead` says no (a cache whose admission is pending: batches are drawn on demand
+until it has set its pruning mask); once batches are drawn ahead, it is shown them (a cache
+recomputes the rows they will read before they arrive). Every draw, in either thread, runs on the transfer's side stream
 (`DeviceTransfer.producing`), so the sampler's scratch buffers stay on one stream. When the
 epoch ends, or the user breaks out of it, the prefetcher is closed and the side stream drained
 before its buffers can be reused.
@@ -13,7 +14,7 @@ before its buffers can be reused.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import torch
 
@@ -34,19 +35,30 @@ __all__ = ["pipelined", "own_generator", "own_generators"]
 _END = object()
 
 
+class DrawAhead(Protocol):
+    """What decides whether a loader's batches may be drawn ahead of the trainer, and watches
+    them once they are (`cache.loader.LoaderCache`)."""
+
+    def may_draw_ahead(self) -> bool: ...
+
+    def watch_ahead(self, drawn: Callable[[], list[Any]] | None) -> None: ...
+
+
 def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record: LoaderDevice,
-              ahead: Callable[[], bool] | None, publish: Callable[[], None]) -> Iterator[Any]:
+              ahead: DrawAhead | None, publish: Callable[[], None]) -> Iterator[Any]:
     """The epoch's batches (module docstring), with a `Prefetcher` of depth `depth` (0: none)
-    once `ahead()` allows it (None: at once); counts batches and waits in `record` and calls
-    `publish` when the epoch ends."""
+    once `ahead` allows it (None: at once), shown to `ahead` while it runs; counts batches and
+    waits in `record` and calls `publish` when the epoch ends."""
     pre: Prefetcher | None = None
     try:
         batch = _draw(iterator, move)   # trainer thread: the shuffle's global-RNG draw
         while batch is not _END:
-            if depth > 0 and (ahead is None or ahead()):   # batch k+1 while batch k trains
+            if depth > 0 and (ahead is None or ahead.may_draw_ahead()):   # k+1 while k trains
                 pre = Prefetcher(iterator, transfer=move.transfer, depth=depth,
                                  ready=move.ready, name="gnnorch-device-path",
                                  produce_in=move.producing)
+                if ahead is not None:
+                    ahead.watch_ahead(_batches_of(pre, move))
             record.batches += 1
             yield move.ready(batch)
             if pre is not None:
@@ -57,11 +69,19 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
             yield batch
     finally:
         if pre is not None:
+            if ahead is not None:
+                ahead.watch_ahead(None)
             pre.close()
             record.wait_s += pre.wait_s
         if move.stream is not None:   # work of dropped batches done before reuse
             move.stream.synchronize()
         publish()
+
+
+def _batches_of(pre: Prefetcher, move: DeviceTransfer) -> Callable[[], list[Any]]:
+    """The batches `pre` drew ahead, next first, as the trainer will see them (host fields
+    readable at once; device fields maybe still being copied)."""
+    return lambda: [move.batch_of(item) for item in pre.drawn_ahead()]
 
 
 def own_generators(iterator: Iterator[Any], loader: NeighborLoader | LinkNeighborLoader,

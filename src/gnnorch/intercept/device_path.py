@@ -48,7 +48,8 @@ kept for them), and its rows live where the model computes them. They prefetch t
 carries the pruning mask it was sampled with (`gnnorch.device.gather.sampled_exclusion`), and
 the pipeline draws ahead only once the cache allows it
 (`cache.loader.LoaderCache.may_draw_ahead`: not while admission is pending), so a fixed seed
-gives the same batches whatever the depth.
+gives the same batches whatever the depth; the cache is then shown the batches drawn ahead
+(`watch_ahead`), whose rows its background refresher recomputes before they arrive.
 A loader whose structure stays on the host (it does not fit the budget, its sampler has no
 device path, or the cache) keeps the user's ``num_workers``: workers sample, the pipeline's
 thread gathers. Where features stay on the host of a CUDA run with rewrites on, ``x`` is left
@@ -311,11 +312,11 @@ class DevicePath:
         elif in_process and depth > 0:
             depth, record.prefetch_reason = 0, ("PyG's sampler draws from torch's global RNG: "
                                                 "sampled in the trainer thread")
+        # a training loader's cache decides when batches are drawn ahead, and watches them
         cache = state.cache if served.cached and training else None
-        ahead = cache.may_draw_ahead if cache is not None else None
         record.prefetch = depth
         record.epochs += 1
-        return pipelined(batches, served.move, depth, record, ahead, self._publish)
+        return pipelined(batches, served.move, depth, record, cache, self._publish)
 
     # -- report ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
