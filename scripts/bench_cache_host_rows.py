@@ -104,7 +104,9 @@ def measure_here(config: str, graph: Path, epochs: int, hidden: int) -> dict:
             return row
         keys = ("refresh_gathered_vertices", "background_rows", "refresh_rows", "hit_rate",
                 "hot_vertices", "max_staleness_seen", "refreshes", "pruned_vertices",
-                "written_back_rows", "write_back", "overlap", "refresh_neighbourhood")
+                "written_back_rows", "write_back", "overlap", "refresh_neighbourhood",
+                "background_refreshes", "background_lookahead_jobs", "refresh_seconds",
+                "background_seconds", "background_wait_seconds")
         row.update({k: train_cache.get(k) for k in keys})
         # every refresher's raw rows, on demand and in the background (`cache.report`)
         row["refresh_rows_gathered"] = train_cache.get("refresh_gathered_vertices") or 0

@@ -18,7 +18,9 @@ The cache of a run, one class per job:
 * `manager`: `CacheManager`, the rank's cache as the rest of gnnorch sees it (loaders, the
   layer seam's hook, optimizer steps, the report).
 * `loader`: `LoaderCache`, one training loader's lifecycle (`status`: `CacheStatus`), and
-  `BatchInfo`, the cache's view of a batch, and the loader's report.
+  the loader's report.
+* `batches`: what the cache reads of a batch: `BatchInfo` (its hot rows), the mask that
+  pruned it, the hot rows of the batches drawn ahead of the trainer.
 * `admission`: the one-off inspection of the first forward (admit, or off with a reason).
 * `hotset`: hotness, the hot set, its store, the sampler's pruning mask, the ratio search.
 * `swap`: the bottom layer's call on each training batch (stored rows in, stale rows

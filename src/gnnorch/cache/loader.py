@@ -23,7 +23,6 @@ pending (its activation sets the first mask at the first forward).
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 import concurrent.futures
@@ -32,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import torch
 from torch import Tensor
 
-from ..device.gather import sampled_exclusion
 from ..errors import CacheSharingError
 from ..trim.batch import BatchGraph
 from ..trim.state import Mode, ModelState
 from .admission import Admission, LoaderSpec, ServedModel
 from .background import BackgroundRefresh, choose_overlap
+from .batches import BatchInfo, hot_rows_ahead, pruned_with
 from .config import CacheConfig
 from .hotset import HotSet, StepTimes
 from .refresh import BatchDegrees, FeatureSource, LayerCall
@@ -85,47 +84,6 @@ class CacheRank(Protocol):
     def trainer_cores(self) -> int: ...
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor: ...
-
-
-@dataclasses.dataclass
-class BatchInfo:
-    """The cache's view of one training batch (`BatchGraph.cache`)."""
-
-    loader: "LoaderCache"
-    x: Any                 # the batch's raw features (batch.x)
-    pruned: bool           # sampled with the hot set excluded at hop L-1
-    _hot: tuple[Any, Tensor, Tensor, int] | None = None
-    _shallow: tuple[Any, Tensor, Tensor] | None = None
-    _degrees: BatchDegrees | None = None
-
-    def degrees(self, graph: BatchGraph) -> BatchDegrees:
-        """The batch's in-degrees (GCN bottom layers: for refreshes made in this batch)."""
-        if self._degrees is None:
-            self._degrees = BatchDegrees.of_batch(graph.n_id, graph.edge_index,
-                                                  graph.num_nodes, graph.extra_degree)
-        return self._degrees
-
-    def hot(self, graph: BatchGraph, store: EmbeddingStore) -> tuple[Tensor, Tensor, int]:
-        """(batch rows of `store`'s hot vertices at hop L-1, their store slots, number of hop
-        L-1 rows)."""
-        if self._hot is None or self._hot[0] is not store:
-            layout = graph.layout
-            hops = layout.num_hops
-            lo, hi = layout.rows_within(hops - 2), layout.rows_within(hops - 1)
-            slots = store.slots_of(graph.n_id[lo:hi].cpu())
-            hit = slots >= 0
-            self._hot = (store, hit.nonzero().view(-1) + lo, slots[hit], hi - lo)
-        return self._hot[1], self._hot[2], self._hot[3]
-
-    def shallow_hot(self, graph: BatchGraph, store: EmbeddingStore) -> tuple[Tensor, Tensor]:
-        """(batch rows of `store`'s hot vertices at hops 0..L-2, sorted; their store slots):
-        the hot vertices whose bottom-layer rows the batch computes from its own in-edges."""
-        if self._shallow is None or self._shallow[0] is not store:
-            lo = graph.layout.rows_within(graph.layout.num_hops - 2)
-            slots = store.slots_of(graph.n_id[:lo].cpu())
-            hit = slots >= 0
-            self._shallow = (store, hit.nonzero().view(-1), slots[hit])
-        return self._shallow[1], self._shallow[2]
 
 
 class LoaderCache:
@@ -266,31 +224,8 @@ class LoaderCache:
     def watch_ahead(self, drawn: Callable[[], list[Any]] | None) -> None:
         """The pipeline that draws this loader's batches ahead of the trainer shows them
         (`drawn()`: batches not yet handed over, next first), or stopped (None): the
-        background refresher recomputes the rows they will read (`background`)."""
+        background refresher recomputes the rows they will read (`batches.hot_rows_ahead`)."""
         self.drawn_ahead = drawn
-
-    def upcoming(self) -> list[Tensor] | None:
-        """The store slots of the hot rows each batch drawn ahead will read at hop L-1, next
-        first (an empty tensor for a batch that will read none: not pruned with the live hot
-        set); None when no batch is drawn ahead."""
-        drawn, hot = self.drawn_ahead, self.hot
-        if drawn is None or hot is None or hot.store is None:
-            return None
-        out = []
-        for batch in drawn():
-            counts = getattr(batch, "num_sampled_nodes", None)
-            n_id = getattr(batch, "n_id", None)
-            version = sampled_exclusion(batch)
-            if (version != hot.mask_version or version not in hot.pruning_versions
-                    or not isinstance(counts, list)
-                    or len(counts) < 2 or not isinstance(n_id, Tensor)):
-                out.append(torch.empty(0, dtype=torch.long))
-                continue
-            hops = len(counts) - 1
-            lo, hi = sum(counts[:hops - 1]), sum(counts[:hops])
-            slots = hot.store.slots_of(n_id[lo:hi].cpu())
-            out.append(slots[slots >= 0])
-        return out
 
     def pruned_now(self) -> bool:
         """Whether the batch just drawn was sampled with the hot set excluded: in-process
@@ -301,18 +236,9 @@ class LoaderCache:
 
     def pruned(self, batch: Any) -> bool:
         """Whether `batch` was sampled with the live hot set excluded (the module docstring):
-        by the mask version it carries, else by `pruned_now`."""
-        version = sampled_exclusion(batch)
-        if version is None:
-            return self.pruned_now()
-        hot = self.hot
-        if hot is None or version not in hot.pruning_versions:
-            return False
-        if version != hot.mask_version:
-            raise RuntimeError(
-                f"gnnorch cache: a batch pruned with an earlier hot set (mask version "
-                f"{version}, live {hot.mask_version}) reached the cache")
-        return True
+        by the mask version it carries (`batches.pruned_with`), else by `pruned_now`."""
+        labelled = pruned_with(batch, self.hot)
+        return self.pruned_now() if labelled is None else labelled
 
     def annotate(self, graph: BatchGraph, batch: Any) -> None:
         """A batch was drawn (`graph`: its `BatchGraph`): put a `BatchInfo` on it, count it
@@ -383,7 +309,9 @@ class LoaderCache:
         """Optimizer step `step` done: launch the background refresh of the rows due next."""
         if self.status is CacheStatus.ACTIVE and self.background is not None:
             assert self.swap is not None
-            self.background.after_step(step, self.swap.last_degrees, self.upcoming())
+            drawn = self.drawn_ahead
+            upcoming = hot_rows_ahead(drawn(), self.hot) if drawn is not None else None
+            self.background.after_step(step, self.swap.last_degrees, upcoming)
 
     def on_batch_end(self, timer: StepTimes) -> None:
         """After a training step of this loader: feed the hot-ratio search."""

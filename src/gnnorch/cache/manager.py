@@ -38,7 +38,8 @@ from ..trim.batch import BatchGraph
 from ..trim.state import ModelState
 from .config import CacheConfig
 from .hotset import StepTimes
-from .loader import BatchInfo, LayerCallView, LoaderCache
+from .batches import BatchInfo
+from .loader import LayerCallView, LoaderCache
 from .refresh import FeatureSource, LayerCall
 from .status import CacheStatus, CacheWarning
 

@@ -34,7 +34,8 @@ from .stats import CacheStats
 from .writeback import BatchWriteBack, write_back_reason
 
 if TYPE_CHECKING:
-    from .loader import BatchInfo, LayerCallView
+    from .batches import BatchInfo
+    from .loader import LayerCallView
 
 
 class BottomSwap:

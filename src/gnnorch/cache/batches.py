@@ -1,0 +1,106 @@
+"""What the cache reads of a training batch: its `BatchInfo` (the hot rows it holds at hop L-1
+and at shallower hops, its degrees), which pruning mask it was sampled with (`pruned_with`), and
+the hot rows the batches drawn ahead of the trainer will read (`hot_rows_ahead`).
+
+The hot rows of a batch at hop L-1 are the rows the cache serves from its store: with hop
+counts n_0 (seeds), ..., n_L, hop L-1 occupies the rows [c_{L-2}, c_{L-1}) with
+c_h = n_0 + ... + n_h (`gnnorch.trim.hops`), and a row there is hot when its global id
+(``n_id``) has a slot in the store.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from ..device.gather import sampled_exclusion
+from ..trim.batch import BatchGraph
+from .hotset import HotSet
+from .refresh import BatchDegrees
+from .store import EmbeddingStore
+
+if TYPE_CHECKING:
+    from .loader import LoaderCache
+
+__all__ = ["BatchInfo", "hot_rows_ahead", "pruned_with"]
+
+
+@dataclasses.dataclass
+class BatchInfo:
+    """The cache's view of one training batch (`BatchGraph.cache`)."""
+
+    loader: "LoaderCache"
+    x: Any                 # the batch's raw features (batch.x)
+    pruned: bool           # sampled with the hot set excluded at hop L-1
+    _hot: tuple[Any, Tensor, Tensor, int] | None = None
+    _shallow: tuple[Any, Tensor, Tensor] | None = None
+    _degrees: BatchDegrees | None = None
+
+    def degrees(self, graph: BatchGraph) -> BatchDegrees:
+        """The batch's in-degrees (GCN bottom layers: for refreshes made in this batch)."""
+        if self._degrees is None:
+            self._degrees = BatchDegrees.of_batch(graph.n_id, graph.edge_index,
+                                                  graph.num_nodes, graph.extra_degree)
+        return self._degrees
+
+    def hot(self, graph: BatchGraph, store: EmbeddingStore) -> tuple[Tensor, Tensor, int]:
+        """(batch rows of `store`'s hot vertices at hop L-1, their store slots, number of hop
+        L-1 rows)."""
+        if self._hot is None or self._hot[0] is not store:
+            layout = graph.layout
+            hops = layout.num_hops
+            lo, hi = layout.rows_within(hops - 2), layout.rows_within(hops - 1)
+            slots = store.slots_of(graph.n_id[lo:hi].cpu())
+            hit = slots >= 0
+            self._hot = (store, hit.nonzero().view(-1) + lo, slots[hit], hi - lo)
+        return self._hot[1], self._hot[2], self._hot[3]
+
+    def shallow_hot(self, graph: BatchGraph, store: EmbeddingStore) -> tuple[Tensor, Tensor]:
+        """(batch rows of `store`'s hot vertices at hops 0..L-2, sorted; their store slots):
+        the hot vertices whose bottom-layer rows the batch computes from its own in-edges."""
+        if self._shallow is None or self._shallow[0] is not store:
+            lo = graph.layout.rows_within(graph.layout.num_hops - 2)
+            slots = store.slots_of(graph.n_id[:lo].cpu())
+            hit = slots >= 0
+            self._shallow = (store, hit.nonzero().view(-1), slots[hit])
+        return self._shallow[1], self._shallow[2]
+
+
+def pruned_with(batch: Any, hot: HotSet | None) -> bool | None:
+    """Whether `batch` was sampled with `hot`'s live mask excluded, by the mask version it
+    carries (`gnnorch.device.gather.sampled_exclusion`); None when it carries none. A batch
+    pruned with an earlier hot set cannot be served: an error, never a silent mislabel."""
+    version = sampled_exclusion(batch)
+    if version is None:
+        return None
+    if hot is None or version not in hot.pruning_versions:
+        return False
+    if version != hot.mask_version:
+        raise RuntimeError(
+            f"gnnorch cache: a batch pruned with an earlier hot set (mask version "
+            f"{version}, live {hot.mask_version}) reached the cache")
+    return True
+
+
+def hot_rows_ahead(batches: list[Any], hot: HotSet) -> list[Tensor]:
+    """The store slots of the hot rows each of `batches` (drawn ahead of the trainer, next
+    first) will read at hop L-1, as `BatchInfo.hot` will find them there. A batch that will
+    read none gets an empty tensor: one not labelled as pruned with the live mask (an earlier
+    mask's batch raises when it arrives, in `pruned_with`), or without hop counts."""
+    out = []
+    for batch in batches:
+        counts = getattr(batch, "num_sampled_nodes", None)
+        n_id = getattr(batch, "n_id", None)
+        version = sampled_exclusion(batch)
+        if (hot.store is None or version is None or version != hot.mask_version
+                or version not in hot.pruning_versions or not isinstance(counts, list)
+                or len(counts) < 3 or not isinstance(n_id, Tensor)):
+            out.append(torch.empty(0, dtype=torch.long))
+            continue
+        hops = len(counts) - 1
+        lo, hi = sum(counts[:hops - 1]), sum(counts[:hops])
+        slots = hot.store.slots_of(n_id[lo:hi].cpu())
+        out.append(slots[slots >= 0])
+    return out
