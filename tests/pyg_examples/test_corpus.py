@@ -195,10 +195,12 @@ def _mean(results: list[dict], key: str) -> float:
 #: ``p2`` modes are ``slow`` (``-m ''`` runs them): their multi-process paths are the same
 #: script's other model (pna, gat, hgt) or have tests of their own (``processes=2`` in
 #: test_link_loader, test_fidelity's compiled model, test_fork_guard's rank workers,
-#: test_equivalence, test_gradsync).
+#: test_equivalence, test_gradsync). The cases that need pyg-lib keep ``p2`` too: they are
+#: skipped without it (CI), and where it is installed nothing else runs their paths with ranks.
 P2_IN_DEFAULT_SUITE = frozenset({
     "distributed_sampling", "multi_gpu_training_sage", "ogbn_train_sage",
-    "to_hetero_mag_neighbor", "reddit", "bipartite_sage_unsup"})
+    "to_hetero_mag_neighbor", "reddit", "bipartite_sage_unsup",
+    "papers100m_gcn", "papers100m_gat", "hierarchical_sage", "temporal_link_pred"})
 
 
 def _params():
