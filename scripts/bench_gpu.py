@@ -21,7 +21,11 @@ the loop, test accuracy with a NeighborLoader at the end) runs in every row:
 * ``gnnorch-features-host``: features forced to pinned host memory
   (``data_path={"features": "host"}``): ``x`` waits in pinned rows for DAHA's host transform
   (`gnnorch.rewrite.host`); ``-norewrite`` without rewrites (every attribute copied on the
-  pipeline's side stream); ``gnnorch-cache-features-host`` with the cache.
+  pipeline's side stream); ``gnnorch-cache-features-host`` with the cache;
+  ``gnnorch-cache-r0.3-features-host`` with the cache at hot ratio 0.3 (not acceptance 2's
+  ``cache=True``: the row that says whether pruning more pays where the host gathers the
+  features; `bench_cache_host_rows.py` counts its rows: the batches gather 1.87x fewer than
+  the exact path, the refreshes more than at 0.1).
 
 Each row runs in a fresh interpreter (`baselines.run_fresh`, which also samples the PSS of its
 process tree); the child times its own epochs with the GPU synchronised at each epoch's end,
@@ -81,7 +85,8 @@ DEVICE_ENV = "GNNORCH_BENCH_DEVICE"   # the parent's --device, for its fresh chi
 HIDDEN_ENV = "GNNORCH_BENCH_HIDDEN"   # the parent's --hidden
 MODELS = ("sage", "gcn", "gat")
 GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
-                "gnnorch-cache-features-host", "gnnorch-features-host-norewrite")
+                "gnnorch-cache-features-host", "gnnorch-features-host-norewrite",
+                "gnnorch-cache-r0.3-features-host")
 BASELINES = ("vanilla", "expert")
 
 
@@ -238,7 +243,9 @@ def gnnorch_options(config: str, device: str) -> dict:
     if "features-host" in config:
         path["features"] = "host"
     options = {"device": device, "processes": 1, "data_path": path or None}
-    if "-cache" in config:
+    if "-cache-r" in config:   # a hot ratio of its own: -cache-r<ratio>-...
+        options["cache"] = {"hot_ratio": float(config.split("-cache-r")[1].split("-")[0])}
+    elif "-cache" in config:
         options["cache"] = True
     if config.endswith("-norewrite"):
         options["rewrite"] = False

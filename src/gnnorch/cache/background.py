@@ -11,7 +11,9 @@ recomputes (after optimizer step t, with the weights of version t):
   j <= S; j = 2 is the batch after the next forward, so the job runs while that forward
   trains, and the next forward's rows were the previous job's j = 2. These are the rows an
   on-demand refresh would recompute, recomputed one step earlier and off the trainer's path;
-  a row no batch drawn ahead reads is not recomputed.
+  a row no batch drawn ahead reads is not recomputed. When the pipeline's producer falls
+  behind (nothing drawn ahead at that step), the job is empty and the next forward refreshes
+  on demand: the fewest rows, in time the trainer would spend waiting for its batch anyway.
 * **otherwise** (no batch is drawn ahead of the trainer): the rows that would be over the bound
   at the next forward and that a forward used since they were last written. A row nobody read
   since is not recomputed again (most of the hot set at any time; a forward that needs it

@@ -6,8 +6,10 @@ The first batch is drawn in the trainer's thread (the loader's shuffling draws i
 seed from torch's global RNG there, as in a plain run), and so is every batch while the
 loader's `DrawAhead` says no (a cache whose admission is pending: batches are drawn on demand
 until it has set its pruning mask); once batches are drawn ahead, it is shown them (a cache
-recomputes the rows they will read before they arrive). Every draw, in either thread, runs on the transfer's side stream
-(`DeviceTransfer.producing`), so the sampler's scratch buffers stay on one stream. When the
+recomputes the rows they will read before they arrive; what it is shown only guides that
+work: every forward still checks its rows against the bound). Every draw, in either thread,
+runs on the transfer's side stream (`DeviceTransfer.producing`), so the sampler's scratch
+buffers stay on one stream. When the
 epoch ends, or the user breaks out of it, the prefetcher is closed and the side stream drained
 before its buffers can be reused.
 """
