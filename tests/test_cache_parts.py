@@ -302,11 +302,56 @@ def test_lookahead_jobs_take_the_rows_the_next_two_batches_would_find_over_the_b
 
     version = torch.tensor([0, 3, 1, 5, 2, 4])
     upcoming = [torch.tensor([3, 1, 0]), torch.tensor([4, 2, 3, 5]), torch.tensor([5, 0])]
+    def taken(bound, ahead):
+        return sorted(lookahead_slots(version, 5, bound, ahead).tolist())
+
     # bound 2 at t = 5: j = 1 needs version >= 4 (slots 0, 1), j = 2 >= 5 (slots 2, 4, 5)
-    assert lookahead_slots(version, 5, 2, upcoming).tolist() == [0, 1, 2, 4, 5]
+    assert taken(2, upcoming) == [0, 1, 2, 4, 5]
     # bound 1: only the next batch (version >= 5: slots 0, 1; slot 3 is current)
-    assert lookahead_slots(version, 5, 1, upcoming).tolist() == [0, 1]
+    assert taken(1, upcoming) == [0, 1]
     # bound 4: j = 1 needs >= 2 (slot 0), j = 2 >= 3 (slots 2, 4); j = 3 is a later job's
-    assert lookahead_slots(version, 5, 4, upcoming).tolist() == [0, 2, 4]
-    assert lookahead_slots(version, 5, 2, []).tolist() == []
-    assert lookahead_slots(version, 5, 2, [torch.tensor([], dtype=torch.long)]).tolist() == []
+    assert taken(4, upcoming) == [0, 2, 4]
+    # a slot both batches read is taken once
+    assert taken(2, [torch.tensor([0, 2]), torch.tensor([2, 0])]) == [0, 2]
+    assert taken(2, []) == []
+    assert taken(2, [torch.tensor([], dtype=torch.long)]) == []
+
+
+def test_a_batch_drawn_ahead_is_looked_up_once_and_only_for_its_own_ids():
+    """`hot_rows_ahead` looks a batch's hop L-1 rows up in the store once and keeps the lookup
+    on the batch; its `BatchInfo` reuses it for the same ``n_id`` and store, and looks up
+    again for anything else (another ``n_id`` tensor, another store)."""
+    from torch_geometric.data import Data
+
+    from gnnorch.cache import EmbeddingStore
+    from gnnorch.cache.batches import BatchInfo, drawn_ahead_slots, hot_rows_ahead
+    from gnnorch.trim.hops import HopLayout
+
+    store = EmbeddingStore(10, torch.tensor([2, 5, 7]))
+    n_id = torch.tensor([0, 1, 5, 9, 2, 3, 7, 8, 4])        # hops: 2 seeds, 3, 4 nodes
+    batch = Data(n_id=n_id, num_sampled_nodes=[2, 3, 4])
+    batch._exclusion_version = 4
+    hot = types.SimpleNamespace(store=store, mask_version=4, pruning_versions={3, 4})
+    (slots,) = hot_rows_ahead([batch], hot)
+    assert slots.tolist() == [1, 0]                          # 5 and 2, at hop 1 (rows 2..4)
+    kept = drawn_ahead_slots(batch)
+    assert (kept.lo, kept.hi) == (2, 5) and kept.slots.tolist() == [1, -1, 0]
+    looked_up = []
+    slots_of = store.slots_of
+    store.slots_of = lambda ids: looked_up.append(ids) or slots_of(ids)
+    assert hot_rows_ahead([batch], hot)[0].tolist() == [1, 0] and not looked_up
+    layout = HopLayout.from_counts([2, 3, 4], [4, 6])
+
+    def rows(graph_ids, in_store):
+        graph = types.SimpleNamespace(layout=layout, n_id=graph_ids)
+        info = BatchInfo(None, None, True, drawn_ahead_slots(batch))
+        found, found_slots, width = info.hot(graph, in_store)
+        return found.tolist(), found_slots.tolist(), width
+
+    assert rows(n_id, store) == ([2, 4], [1, 0], 3) and not looked_up
+    assert rows(n_id.clone(), store) == ([2, 4], [1, 0], 3) and len(looked_up) == 1
+    other = EmbeddingStore(10, torch.tensor([9]))
+    assert rows(n_id, other) == ([3], [0], 3)
+    # a batch labelled with another mask, or no hot set's store: nothing to read ahead
+    batch._exclusion_version = 3
+    assert hot_rows_ahead([batch], hot)[0].numel() == 0

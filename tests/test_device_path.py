@@ -665,6 +665,7 @@ def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
     since written; the bound holds either way."""
     from gnnorch.cache import CacheConfig, CacheStatus
     from gnnorch.cache.background import BackgroundRefresh
+    from gnnorch.cache.batches import drawn_ahead_slots
     from gnnorch.intercept.session import active
 
     shown: list[tuple[int, list[torch.Tensor] | None]] = []
@@ -682,7 +683,7 @@ def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
         torch.manual_seed(0)
         model = GraphSAGE(16, 32, 2, 4)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        steps = 0
+        steps = looked_up_ahead = 0
         for _ in range(3):
             for batch in loader:
                 cache = active().cache.loaders[0]
@@ -690,12 +691,13 @@ def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
                     counts = batch.num_sampled_nodes
                     slots = cache.store.slots_of(batch.n_id[counts[0]:sum(counts[:2])])
                     used[steps] = slots[slots >= 0].sort().values
+                    looked_up_ahead += drawn_ahead_slots(batch) is not None
                 opt.zero_grad()
                 out = model(batch.x, batch.edge_index)[:batch.batch_size]
                 F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
                 opt.step()
                 steps += 1
-        return steps
+        return steps, looked_up_ahead
 
     config = CacheConfig(staleness=2, hot_ratio=0.3, overlap="thread")
     for depth in (2, 0):
@@ -703,13 +705,15 @@ def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
         used: dict[int, torch.Tensor] = {}
         runtime = gnnorch.Runtime(train, processes=1, seed=SEED, cache=config,
                                   data_path={"mode": "device", "prefetch": depth})
-        steps = runtime(DATA, used)
+        steps, looked_up_ahead = runtime(DATA, used)
         stats = runtime.last_run.stats[0]["cache"]
         assert stats["status"] == "active" and stats["max_staleness_seen"] <= 2
         if depth == 0:
             assert all(upcoming is None for _, upcoming in shown)
-            assert stats["background_lookahead_jobs"] == 0
+            assert stats["background_lookahead_jobs"] == looked_up_ahead == 0
             continue
+        # a batch looked up while drawn ahead keeps the lookup (its BatchInfo reuses it)
+        assert looked_up_ahead > steps // 2
         # the first step's job comes before the pipeline starts (admission had the first
         # batch drawn on demand); every later one is shown the batches drawn ahead
         assert [upcoming is None for _, upcoming in shown[1:]] == [False] * (len(shown) - 1)

@@ -64,17 +64,19 @@ LOOKAHEAD = 2
 
 
 def lookahead_slots(version: Tensor, step: int, bound: int, upcoming: list[Tensor]) -> Tensor:
-    """Store slots (sorted, distinct) to recompute after optimizer step `step` so that the
-    batches drawn ahead read rows within the bound: ``upcoming[j - 1]`` holds the slots batch j
-    will read (j = 1: the next forward), which reads them at staleness ``step + j - version``;
-    a slot there with ``version < step + j - bound`` is taken, for ``j <= min(bound, LOOKAHEAD)``
-    (a row recomputed now, version ``step``, is over the bound at any later j). `version`: the
-    store's per-slot versions."""
+    """Store slots (distinct) to recompute after optimizer step `step` so that the batches
+    drawn ahead read rows within the bound: ``upcoming[j - 1]`` holds the distinct slots batch
+    j will read (j = 1: the next forward), which reads them at staleness
+    ``step + j - version``; a slot there with ``version < step + j - bound`` is taken, for
+    ``j <= min(bound, LOOKAHEAD)`` (a row recomputed now, version ``step``, is over the bound
+    at any later j). `version`: the store's per-slot versions. Usually only j = 2 has any (the
+    previous job took batch j = 1's as its j = 2), so the union is rarely needed."""
     picked = [slots[version[slots] < step + j - bound]
               for j, slots in enumerate(upcoming[:min(bound, LOOKAHEAD)], start=1)]
+    picked = [slots for slots in picked if slots.numel()]
     if not picked:
         return torch.empty(0, dtype=torch.long)
-    return torch.unique(torch.cat(picked))
+    return picked[0] if len(picked) == 1 else torch.unique(torch.cat(picked))
 
 
 class _Job:

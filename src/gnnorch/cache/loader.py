@@ -36,7 +36,7 @@ from ..trim.batch import BatchGraph
 from ..trim.state import Mode, ModelState
 from .admission import Admission, LoaderSpec, ServedModel
 from .background import BackgroundRefresh, choose_overlap
-from .batches import BatchInfo, hot_rows_ahead, pruned_with
+from .batches import BatchInfo, drawn_ahead_slots, hot_rows_ahead, pruned_with
 from .config import CacheConfig
 from .hotset import HotSet, StepTimes
 from .refresh import BatchDegrees, FeatureSource, LayerCall
@@ -243,7 +243,8 @@ class LoaderCache:
     def annotate(self, graph: BatchGraph, batch: Any) -> None:
         """A batch was drawn (`graph`: its `BatchGraph`): put a `BatchInfo` on it, count it
         and, on a pruned batch, give GCN layers the pruned vertices' degrees."""
-        info = BatchInfo(self, getattr(batch, "x", None), self.pruned(batch))
+        info = BatchInfo(self, getattr(batch, "x", None), self.pruned(batch),
+                         drawn_ahead_slots(batch))
         graph.cache = info
         layout = graph.layout
         if layout is None:
