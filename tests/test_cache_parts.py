@@ -319,12 +319,15 @@ def test_lookahead_jobs_take_the_rows_the_next_two_batches_would_find_over_the_b
 
 def test_a_batch_drawn_ahead_is_looked_up_once_and_only_for_its_own_ids():
     """`hot_rows_ahead` looks a batch's hop L-1 rows up in the store once and keeps the lookup
-    on the batch; its `BatchInfo` reuses it for the same ``n_id`` and store, and looks up
-    again for anything else (another ``n_id`` tensor, another store)."""
+    (`AheadLookups`, not on the batch); the batch's `BatchInfo` reuses it for the same
+    ``n_id`` and store, and looks up again for anything else (another ``n_id`` tensor, another
+    store). A batch collected before it arrives leaves nothing behind."""
+    import gc
+
     from torch_geometric.data import Data
 
     from gnnorch.cache import EmbeddingStore
-    from gnnorch.cache.batches import BatchInfo, drawn_ahead_slots, hot_rows_ahead
+    from gnnorch.cache.batches import AheadLookups, BatchInfo, hot_rows_ahead
     from gnnorch.trim.hops import HopLayout
 
     store = EmbeddingStore(10, torch.tensor([2, 5, 7]))
@@ -332,26 +335,36 @@ def test_a_batch_drawn_ahead_is_looked_up_once_and_only_for_its_own_ids():
     batch = Data(n_id=n_id, num_sampled_nodes=[2, 3, 4])
     batch._exclusion_version = 4
     hot = types.SimpleNamespace(store=store, mask_version=4, pruning_versions={3, 4})
-    (slots,) = hot_rows_ahead([batch], hot)
+    kept = AheadLookups(limit=2)
+    (slots,) = hot_rows_ahead([batch], hot, kept)
     assert slots.tolist() == [1, 0]                          # 5 and 2, at hop 1 (rows 2..4)
-    kept = drawn_ahead_slots(batch)
-    assert (kept.lo, kept.hi) == (2, 5) and kept.slots.tolist() == [1, -1, 0]
+    lookup = kept.get(batch)
+    assert (lookup.lo, lookup.hi) == (2, 5) and lookup.slots.tolist() == [1, -1, 0]
+    assert "_gnnorch" not in repr(batch.to_dict())
     looked_up = []
     slots_of = store.slots_of
     store.slots_of = lambda ids: looked_up.append(ids) or slots_of(ids)
-    assert hot_rows_ahead([batch], hot)[0].tolist() == [1, 0] and not looked_up
+    assert hot_rows_ahead([batch], hot, kept)[0].tolist() == [1, 0] and not looked_up
     layout = HopLayout.from_counts([2, 3, 4], [4, 6])
 
     def rows(graph_ids, in_store):
         graph = types.SimpleNamespace(layout=layout, n_id=graph_ids)
-        info = BatchInfo(None, None, True, drawn_ahead_slots(batch))
-        found, found_slots, width = info.hot(graph, in_store)
+        found, found_slots, width = BatchInfo(None, None, True, lookup).hot(graph, in_store)
         return found.tolist(), found_slots.tolist(), width
 
     assert rows(n_id, store) == ([2, 4], [1, 0], 3) and not looked_up
     assert rows(n_id.clone(), store) == ([2, 4], [1, 0], 3) and len(looked_up) == 1
     other = EmbeddingStore(10, torch.tensor([9]))
     assert rows(n_id, other) == ([3], [0], 3)
-    # a batch labelled with another mask, or no hot set's store: nothing to read ahead
+    assert kept.take(batch) is lookup and kept.get(batch) is None   # arrived: forgotten
+    # batches dropped before they arrive are forgotten once the limit is reached
+    for _ in range(3):
+        dropped = Data(n_id=n_id.clone(), num_sampled_nodes=[2, 3, 4])
+        dropped._exclusion_version = 4
+        hot_rows_ahead([dropped], hot, kept)
+        del dropped
+        gc.collect()
+    assert len(kept._kept) <= 2
+    # a batch labelled with another mask: nothing to read ahead
     batch._exclusion_version = 3
-    assert hot_rows_ahead([batch], hot)[0].numel() == 0
+    assert hot_rows_ahead([batch], hot, kept)[0].numel() == 0

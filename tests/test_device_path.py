@@ -661,11 +661,12 @@ def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
     """With batches drawn ahead, each background job is given, next first, the store slots of
     the hot rows those batches read at hop L-1: checked against the batches the trainer then
     gets (after step t, entry j is the batch of the forward taken when t + j - 1 steps are
-    done). Without a pipeline (prefetch 0) it is given none and falls back to the rows read
-    since written; the bound holds either way."""
+    done), and those batches arrive with their lookup kept for their forward. Without a
+    pipeline (prefetch 0) it is given none and falls back to the rows read since written; the
+    bound holds either way."""
     from gnnorch.cache import CacheConfig, CacheStatus
     from gnnorch.cache.background import BackgroundRefresh
-    from gnnorch.cache.batches import drawn_ahead_slots
+    from gnnorch.cache.batches import AheadLookups
     from gnnorch.intercept.session import active
 
     shown: list[tuple[int, list[torch.Tensor] | None]] = []
@@ -676,6 +677,15 @@ def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
         return after_step(self, step, degrees, upcoming)
 
     monkeypatch.setattr(BackgroundRefresh, "after_step", spy)
+    arrived_looked_up = []   # per batch reaching the cache: whether its lookup was kept
+    take = AheadLookups.take
+
+    def taken(self, batch):
+        lookup = take(self, batch)
+        arrived_looked_up.append(lookup is not None)
+        return lookup
+
+    monkeypatch.setattr(AheadLookups, "take", taken)
 
     def train(data, used):
         loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
@@ -683,7 +693,7 @@ def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
         torch.manual_seed(0)
         model = GraphSAGE(16, 32, 2, 4)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        steps = looked_up_ahead = 0
+        steps = 0
         for _ in range(3):
             for batch in loader:
                 cache = active().cache.loaders[0]
@@ -691,28 +701,29 @@ def test_the_background_refresher_is_shown_the_batches_drawn_ahead(monkeypatch):
                     counts = batch.num_sampled_nodes
                     slots = cache.store.slots_of(batch.n_id[counts[0]:sum(counts[:2])])
                     used[steps] = slots[slots >= 0].sort().values
-                    looked_up_ahead += drawn_ahead_slots(batch) is not None
                 opt.zero_grad()
                 out = model(batch.x, batch.edge_index)[:batch.batch_size]
                 F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
                 opt.step()
                 steps += 1
-        return steps, looked_up_ahead
+        return steps
 
     config = CacheConfig(staleness=2, hot_ratio=0.3, overlap="thread")
     for depth in (2, 0):
         shown.clear()
+        arrived_looked_up.clear()
         used: dict[int, torch.Tensor] = {}
         runtime = gnnorch.Runtime(train, processes=1, seed=SEED, cache=config,
                                   data_path={"mode": "device", "prefetch": depth})
-        steps, looked_up_ahead = runtime(DATA, used)
+        steps = runtime(DATA, used)
+        looked_up_ahead = sum(arrived_looked_up)
         stats = runtime.last_run.stats[0]["cache"]
         assert stats["status"] == "active" and stats["max_staleness_seen"] <= 2
         if depth == 0:
             assert all(upcoming is None for _, upcoming in shown)
             assert stats["background_lookahead_jobs"] == looked_up_ahead == 0
             continue
-        # a batch looked up while drawn ahead keeps the lookup (its BatchInfo reuses it)
+        # a batch looked up while drawn ahead arrives with its lookup kept (BatchInfo takes it)
         assert looked_up_ahead > steps // 2
         # the first step's job comes before the pipeline starts (admission had the first
         # batch drawn on demand); every later one is shown the batches drawn ahead

@@ -7,13 +7,15 @@ counts n_0 (seeds), ..., n_L, hop L-1 occupies the rows [c_{L-2}, c_{L-1}) with
 c_h = n_0 + ... + n_h (`gnnorch.trim.hops`), and a row there is hot when its global id
 (``n_id``) has a slot in the store. Looking the slots up is one gather of a [num_nodes] table
 per batch (about 1.4 ms for a products batch's 90K hop L-1 rows on this machine's cores), so it
-is done once per batch: a batch drawn ahead keeps its lookup (`HopSlots`, on the batch), and
-its `BatchInfo` reuses it when the batch arrives, if the batch still holds the same ``n_id``
-(or its device copy) and the store is the same.
+is done once per batch: the lookup of a batch drawn ahead (`HopSlots`) is kept by the loader's
+cache (`AheadLookups`, nothing is set on the batch), and the batch's `BatchInfo` reuses it when
+the batch arrives, if the batch still holds the same ``n_id`` (or its device copy) and the
+store is the same.
 """
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,10 +31,7 @@ from .store import EmbeddingStore
 if TYPE_CHECKING:
     from .loader import LoaderCache
 
-__all__ = ["BatchInfo", "HopSlots", "drawn_ahead_slots", "hot_rows_ahead", "pruned_with"]
-
-#: where a batch drawn ahead keeps its `HopSlots` (a private attribute of the batch object)
-_HOP_SLOTS = "_gnnorch_hop_slots"
+__all__ = ["AheadLookups", "BatchInfo", "HopSlots", "hot_rows_ahead", "pruned_with"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +52,33 @@ class HopSlots:
         if same_ids and store is self.store and (lo, hi) == (self.lo, self.hi):
             return self.slots
         return None
+
+
+class AheadLookups:
+    """The `HopSlots` of batches drawn ahead, kept until each batch arrives (`take`): keyed by
+    the batch object's identity and holding it weakly, so a batch dropped before it arrives
+    (the user left the epoch) leaves nothing behind once at most `limit` are kept."""
+
+    def __init__(self, limit: int = 16) -> None:
+        self.limit = limit
+        self._kept: dict[int, tuple[weakref.ref, HopSlots]] = {}
+
+    def get(self, batch: Any) -> HopSlots | None:
+        entry = self._kept.get(id(batch))
+        return entry[1] if entry is not None and entry[0]() is batch else None
+
+    def put(self, batch: Any, lookup: HopSlots) -> None:
+        if len(self._kept) >= self.limit:
+            self._kept = {key: e for key, e in self._kept.items() if e[0]() is not None}
+        try:
+            self._kept[id(batch)] = (weakref.ref(batch), lookup)
+        except TypeError:   # a batch type without weak references: looked up again on arrival
+            pass
+
+    def take(self, batch: Any) -> HopSlots | None:
+        """The lookup kept for `batch` (arriving now), forgotten here."""
+        entry = self._kept.pop(id(batch), None)
+        return entry[1] if entry is not None and entry[0]() is batch else None
 
 
 @dataclasses.dataclass
@@ -116,11 +142,12 @@ def pruned_with(batch: Any, hot: HotSet | None) -> bool | None:
     return True
 
 
-def hot_rows_ahead(batches: list[Any], hot: HotSet) -> list[Tensor]:
+def hot_rows_ahead(batches: list[Any], hot: HotSet, kept: AheadLookups) -> list[Tensor]:
     """The store slots of the hot rows each of `batches` (drawn ahead of the trainer, next
-    first) will read at hop L-1, as `BatchInfo.hot` will find them there. A batch that will
-    read none gets an empty tensor: one not labelled as pruned with the live mask (an earlier
-    mask's batch raises when it arrives, in `pruned_with`), or without hop counts."""
+    first) will read at hop L-1, as `BatchInfo.hot` will find them there; each batch's lookup
+    is made once and kept in `kept`. A batch that will read none gets an empty tensor: one not
+    labelled as pruned with the live mask (an earlier mask's batch raises when it arrives, in
+    `pruned_with`), or without hop counts."""
     out = []
     store = hot.store
     for batch in batches:
@@ -134,16 +161,10 @@ def hot_rows_ahead(batches: list[Any], hot: HotSet) -> list[Tensor]:
             continue
         hops = len(counts) - 1
         lo, hi = sum(counts[:hops - 1]), sum(counts[:hops])
-        kept = getattr(batch, _HOP_SLOTS, None)
-        slots = kept.of(n_id, store, lo, hi) if isinstance(kept, HopSlots) else None
+        lookup = kept.get(batch)
+        slots = lookup.of(n_id, store, lo, hi) if lookup is not None else None
         if slots is None:
             slots = store.slots_of(n_id[lo:hi].cpu())
-            setattr(batch, _HOP_SLOTS, HopSlots(store, n_id, lo, hi, slots))
+            kept.put(batch, HopSlots(store, n_id, lo, hi, slots))
         out.append(slots[slots >= 0])
     return out
-
-
-def drawn_ahead_slots(batch: Any) -> HopSlots | None:
-    """The hop L-1 lookup `batch` got while it was drawn ahead (`hot_rows_ahead`), or None."""
-    kept = getattr(batch, _HOP_SLOTS, None)
-    return kept if isinstance(kept, HopSlots) else None

@@ -36,7 +36,7 @@ from ..trim.batch import BatchGraph
 from ..trim.state import Mode, ModelState
 from .admission import Admission, LoaderSpec, ServedModel
 from .background import BackgroundRefresh, choose_overlap
-from .batches import BatchInfo, drawn_ahead_slots, hot_rows_ahead, pruned_with
+from .batches import AheadLookups, BatchInfo, hot_rows_ahead, pruned_with
 from .config import CacheConfig
 from .hotset import HotSet, StepTimes
 from .refresh import BatchDegrees, FeatureSource, LayerCall
@@ -106,6 +106,7 @@ class LoaderCache:
         self.ahead = False                # this epoch's batches are drawn ahead of the trainer
         # the batches drawn ahead and not yet handed to the trainer, next first (`watch_ahead`)
         self.drawn_ahead: Callable[[], list[Any]] | None = None
+        self.looked_up = AheadLookups()   # their hop L-1 lookups, until they arrive
         # made at activation
         self.served: ServedModel | None = None
         self.hot: HotSet | None = None
@@ -244,7 +245,7 @@ class LoaderCache:
         """A batch was drawn (`graph`: its `BatchGraph`): put a `BatchInfo` on it, count it
         and, on a pruned batch, give GCN layers the pruned vertices' degrees."""
         info = BatchInfo(self, getattr(batch, "x", None), self.pruned(batch),
-                         drawn_ahead_slots(batch))
+                         self.looked_up.take(batch))
         graph.cache = info
         layout = graph.layout
         if layout is None:
@@ -311,7 +312,8 @@ class LoaderCache:
         if self.status is CacheStatus.ACTIVE and self.background is not None:
             assert self.swap is not None
             drawn = self.drawn_ahead
-            upcoming = hot_rows_ahead(drawn(), self.hot) if drawn is not None else None
+            upcoming = (hot_rows_ahead(drawn(), self.hot, self.looked_up)
+                        if drawn is not None else None)
             self.background.after_step(step, self.swap.last_degrees, upcoming)
 
     def on_batch_end(self, timer: StepTimes) -> None:
