@@ -97,8 +97,10 @@ class Prefetcher:
 
     def drawn_ahead(self) -> list[Any]:
         """The batches (after `transfer`, before `ready`) waiting for the consumer, next
-        first: a snapshot taken under the queue's lock; the end marker and failures are not
-        batches."""
+        first: a snapshot taken under the queue's own lock (``queue.Queue.mutex``, the lock
+        its ``put`` and ``get`` hold: a copy kept beside the queue could miss a batch the
+        consumer takes between the producer's ``put`` and the copy's update); the end marker
+        and failures are not batches."""
         with self._queue.mutex:
             items = list(self._queue.queue)
         return [item for item in items if item is not _DONE and not isinstance(item, _Failure)]
