@@ -295,24 +295,29 @@ def test_cuda_refresh_rows_from_host_features_and_the_store_on_the_device():
 
 
 def test_lookahead_jobs_take_the_rows_the_next_two_batches_would_find_over_the_bound():
-    """After step t, batch j (j = 1: the next forward) reads its rows at staleness
-    t + j - version: a job takes the rows over the bound there, for j <= min(bound, 2) (a row
-    recomputed now is over the bound at any later j; later batches wait for later jobs)."""
+    """After step t, batch j (j = 1: the next forward, with t steps done) reads its rows at
+    staleness t + j - 1 - version: a job takes the rows over the bound there, for
+    j <= min(bound + 1, 2) (a row recomputed now is over the bound at any later j; later
+    batches wait for later jobs). A row exactly at the bound there is not taken."""
     from gnnorch.cache.background import lookahead_slots
 
     version = torch.tensor([0, 3, 1, 5, 2, 4])
     upcoming = [torch.tensor([3, 1, 0]), torch.tensor([4, 2, 3, 5]), torch.tensor([5, 0])]
+
     def taken(bound, ahead):
         return sorted(lookahead_slots(version, 5, bound, ahead).tolist())
 
-    # bound 2 at t = 5: j = 1 needs version >= 4 (slots 0, 1), j = 2 >= 5 (slots 2, 4, 5)
-    assert taken(2, upcoming) == [0, 1, 2, 4, 5]
-    # bound 1: only the next batch (version >= 5: slots 0, 1; slot 3 is current)
-    assert taken(1, upcoming) == [0, 1]
-    # bound 4: j = 1 needs >= 2 (slot 0), j = 2 >= 3 (slots 2, 4); j = 3 is a later job's
-    assert taken(4, upcoming) == [0, 2, 4]
+    # bound 2 at t = 5: batch 1 (5 steps done) needs version >= 3 (slot 0; slot 1 is at the
+    # bound), batch 2 (6 steps) >= 4 (slots 2, 4)
+    assert taken(2, upcoming) == [0, 2, 4]
+    # bound 1: batch 1 needs >= 4 (slots 0, 1), batch 2 >= 5 (slots 2, 4, 5)
+    assert taken(1, upcoming) == [0, 1, 2, 4, 5]
+    # bound 0 (no overlap in practice): batch 1 needs >= 5 (slots 0, 1); batch 2 is too late
+    assert taken(0, upcoming) == [0, 1]
+    # bound 4: batch 1 needs >= 1 (slot 0), batch 2 >= 2 (slot 2); batch 3 is a later job's
+    assert taken(4, upcoming) == [0, 2]
     # a slot both batches read is taken once
-    assert taken(2, [torch.tensor([0, 2]), torch.tensor([2, 0])]) == [0, 2]
+    assert taken(1, [torch.tensor([0, 2]), torch.tensor([2, 0])]) == [0, 2]
     assert taken(2, []) == []
     assert taken(2, [torch.tensor([], dtype=torch.long)]) == []
 

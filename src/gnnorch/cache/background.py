@@ -6,12 +6,13 @@ One job at a time: it owns the background refresher's weight snapshot. Which row
 recomputes (after optimizer step t, with the weights of version t):
 
 * **batches drawn ahead** (the device path's pipeline shows them: `lookahead_slots`): the rows
-  that batch j (j = 1 is the next forward) will read and would find over the bound S there
-  (version < t + j - S), for j <= min(S, 2). A row recomputed now is within the bound at every
-  j <= S; j = 2 is the batch after the next forward, so the job runs while that forward
-  trains, and the next forward's rows were the previous job's j = 2. These are the rows an
-  on-demand refresh would recompute, recomputed one step earlier and off the trainer's path;
-  a row no batch drawn ahead reads is not recomputed. When the pipeline's producer falls
+  that batch j will read and would find over the bound S there, for j <= 2. Batch 1 is the
+  next forward, taken with t steps done, so batch j reads a row of version v at staleness
+  t + j - 1 - v: over the bound when v < t + j - 1 - S. A row recomputed now (version t) is
+  within the bound for every j <= S + 1. The job runs while batch 1 trains and serves batch
+  2; batch 1's rows were the previous job's batch 2. These are the rows an on-demand refresh
+  would recompute, recomputed one step earlier and off the trainer's path; a row no batch
+  drawn ahead reads is not recomputed. When the pipeline's producer falls
   behind (nothing drawn ahead at that step), the job is empty and the next forward refreshes
   on demand: the fewest rows, in time the trainer would spend waiting for its batch anyway.
 * **otherwise** (no batch is drawn ahead of the trainer): the rows that would be over the bound
@@ -66,13 +67,14 @@ LOOKAHEAD = 2
 def lookahead_slots(version: Tensor, step: int, bound: int, upcoming: list[Tensor]) -> Tensor:
     """Store slots (distinct) to recompute after optimizer step `step` so that the batches
     drawn ahead read rows within the bound: ``upcoming[j - 1]`` holds the distinct slots batch
-    j will read (j = 1: the next forward), which reads them at staleness
-    ``step + j - version``; a slot there with ``version < step + j - bound`` is taken, for
-    ``j <= min(bound, LOOKAHEAD)`` (a row recomputed now, version ``step``, is over the bound
-    at any later j). `version`: the store's per-slot versions. Usually only j = 2 has any (the
-    previous job took batch j = 1's as its j = 2), so the union is rarely needed."""
-    picked = [slots[version[slots] < step + j - bound]
-              for j, slots in enumerate(upcoming[:min(bound, LOOKAHEAD)], start=1)]
+    j will read (j = 1: the next forward, taken with `step` steps done), which reads them at
+    staleness ``step + j - 1 - version``; a slot there with
+    ``version < step + j - 1 - bound`` is taken, for ``j <= min(bound + 1, LOOKAHEAD)`` (a
+    row recomputed now, version ``step``, is over the bound at any later j). `version`: the
+    store's per-slot versions. Usually only j = 2 has any (the previous job took batch 1's as
+    its batch 2), so the union is rarely needed."""
+    picked = [slots[version[slots] < step + j - 1 - bound]
+              for j, slots in enumerate(upcoming[:min(bound + 1, LOOKAHEAD)], start=1)]
     picked = [slots for slots in picked if slots.numel()]
     if not picked:
         return torch.empty(0, dtype=torch.long)
