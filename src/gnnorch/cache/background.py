@@ -16,7 +16,8 @@ recomputes (after optimizer step t, with the weights of version t):
   behind (nothing drawn ahead at that step), the job is empty and the next forward refreshes
   on demand: the fewest rows, in time the trainer would spend waiting for its batch anyway.
 * **otherwise** (no batch is drawn ahead of the trainer): the rows that would be over the bound
-  at the next forward and that a forward used since they were last written. A row nobody read
+  at the forward after the next one (v < t + 1 - S; the job runs while the next one trains)
+  and that a forward used since they were last written. A row nobody read
   since is not recomputed again (most of the hot set at any time; a forward that needs it
   later refreshes it on demand, in the trainer thread).
 
