@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one_seed(job: tuple[str, str, int, dict, bool]) -> dict:
-    dataset, model, seed, cache, pair = job
+def one_seed(job: tuple[str, str, int, dict, bool, dict | None]) -> dict:
+    dataset, model, seed, cache, pair, data_path = job
     sys.path.insert(0, str(ROOT / "tests"))
     import torch
 
@@ -35,15 +35,20 @@ def one_seed(job: tuple[str, str, int, dict, bool]) -> dict:
     from gnnorch.datasets import load_citeseer, load_cora
 
     data = load_cora() if dataset == "cora" else load_citeseer()
-    exact, _ = run(_accuracy_train, data, model, 60, seed, seed=seed)
-    cached, stats = run(_accuracy_train, data, model, 60, seed, seed=seed, cache=cache or True)
+    path = {"data_path": data_path} if data_path else {}
+    exact, _ = run(_accuracy_train, data, model, 60, seed, seed=seed, **path)
+    cached, stats = run(_accuracy_train, data, model, 60, seed, seed=seed, cache=cache or True,
+                        **path)
     row = {"seed": seed, "exact": exact, "cached": cached, "hit_rate": stats["hit_rate"],
            "write_back": stats.get("write_back"),
            "written_back_rows": stats.get("written_back_rows"),
-           "refresh_rows": stats.get("refresh_rows")}
+           "refresh_rows": stats.get("refresh_rows"),
+           "background_rows": stats.get("background_rows"),
+           "background_lookahead_jobs": stats.get("background_lookahead_jobs"),
+           "max_staleness_seen": stats.get("max_staleness_seen")}
     if pair:
         off, stats_off = run(_accuracy_train, data, model, 60, seed, seed=seed,
-                             cache={**cache, "write_back": False})
+                             cache={**cache, "write_back": False}, **path)
         row.update({"cached_no_write_back": off,
                     "refresh_rows_no_write_back": stats_off.get("refresh_rows")})
     return row
@@ -64,10 +69,14 @@ def main() -> None:
                     help="the cache's fields as JSON (default: cache=True)")
     ap.add_argument("--write-back-pair", action="store_true",
                     help="also train each seed with the same cache and write_back=False")
+    ap.add_argument("--data-path", type=json.loads, default=None,
+                    help="Runtime(data_path=...) of both runs, as JSON (e.g. "
+                         "'{\"mode\": \"device\"}': the GPU data path with the CPU as the "
+                         "device, whose batches drawn ahead steer the background refresher)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rows = []
-    jobs = [(args.dataset, args.model, s, args.cache, args.write_back_pair)
+    jobs = [(args.dataset, args.model, s, args.cache, args.write_back_pair, args.data_path)
             for s in range(args.seeds)]
     with ProcessPoolExecutor(args.jobs) as pool:
         for row in pool.map(one_seed, jobs):
@@ -85,7 +94,8 @@ def main() -> None:
     out = args.out or ROOT / f"bench-results/cache_seeds_{args.dataset}_{args.model}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     drop, sem = _mean_sem([100 * (r["exact"] - r["cached"]) for r in rows])
-    result = {"dataset": args.dataset, "model": args.model, "cache": args.cache, "rows": rows,
+    result = {"dataset": args.dataset, "model": args.model, "cache": args.cache,
+              "data_path": args.data_path, "rows": rows,
               "mean_drop_pt": drop, "sem_pt": sem}
     if args.write_back_pair:
         gain, gsem = _mean_sem([100 * (r["cached"] - r["cached_no_write_back"]) for r in rows])
