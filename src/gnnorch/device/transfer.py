@@ -11,10 +11,13 @@ producer thread runs in (`producing`):
   ``.apply`` or a tensor), except the fields named in ``host_fields``, to ``device`` on the side
   stream, from pinned memory (tensors not pinned yet are pinned first, so the copy is
   asynchronous and never a pageable copy), and records an event after *all* the work queued on
-  the side stream so far;
+  the side stream so far; a host field named in ``twin_fields`` (a batch PyG built: its id
+  fields) stays on the host as well, carrying a device copy made there (`device.twin`), so
+  host-side indexing with it still works and ``batch.to(device)`` copies nothing;
 * `ready` (consumer thread) makes its current stream wait for that event, and marks every
-  device tensor (and every host id field's device twin, `device.twin`) as used on that stream (``record_stream``) so the caching allocator does not
-  hand the memory to another tensor while the consumer's kernels may still read it.
+  device tensor (and every host id field's device twin, `device.twin`) as used on that stream
+  (``record_stream``) so the caching allocator does not hand the memory to another tensor
+  while the consumer's kernels may still read it.
 
 On a CPU device all three are the identity (``.to`` a CPU device is a no-op).
 """
@@ -25,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .twin import device_twin
+from .twin import device_twin, twinned
 
 __all__ = ["DeviceTransfer"]
 
@@ -46,17 +49,33 @@ def _each_tensor(value: Any, fn: Callable[[torch.Tensor], torch.Tensor],
     return value
 
 
+def _twin_fields(batch: Any, names: tuple[str, ...], device: torch.device, pin: bool) -> None:
+    """Each host tensor field of `batch`'s stores named in `names` replaced, in place, by
+    itself carrying its copy on `device` (`device.twin.twinned`; copied from pinned memory
+    on the current stream). Batches without PyG stores are left as they are."""
+    for store in getattr(batch, "stores", ()):
+        for name in names:
+            host = store.get(name) if hasattr(store, "get") else None
+            if (not isinstance(host, torch.Tensor) or host.device.type != "cpu"
+                    or device_twin(host) is not None):
+                continue
+            source = host.pin_memory() if pin and not host.is_pinned() else host
+            store[name] = twinned(source, source.to(device, non_blocking=pin))
+
+
 class DeviceTransfer:
     """`producing` / `transfer` / `ready` for a Prefetcher towards `device` (see the module
     docstring). ``host_fields``: names of batch fields that stay where they are (e.g. the id
-    fields ``n_id`` / ``e_id`` / ``input_id``, kept on the host)."""
+    fields ``n_id`` / ``e_id`` / ``input_id``, kept on the host); ``twin_fields``: those of
+    them given a device twin here (fields a gather plan has not twinned already)."""
 
     def __init__(self, device: torch.device | str, pin: bool = True,
-                 host_fields: tuple[str, ...] = ()) -> None:
+                 host_fields: tuple[str, ...] = (), twin_fields: tuple[str, ...] = ()) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.pin = pin and self.cuda
         self.host_fields = tuple(host_fields)
+        self.twin_fields = tuple(twin_fields)
         # a high priority: the side stream's small sampling kernels (and the syncs the
         # producer waits on) are scheduled ahead of the trainer's queued work
         self.stream = torch.cuda.Stream(self.device, priority=-1) if self.cuda else None
@@ -79,6 +98,8 @@ class DeviceTransfer:
                                  else t.pin_memory(), skip)
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             out = _each_tensor(batch, lambda t: t.to(self.device, non_blocking=True), skip)
+            if self.twin_fields:
+                _twin_fields(out, self.twin_fields, self.device, self.pin)
             event = torch.cuda.Event()
             event.record(self.stream)
         return out, event

@@ -235,7 +235,8 @@ def _partition(info: RunInfo, stats: dict) -> str | None:
 
 def _data_path(info: RunInfo, stats: dict) -> str | None:
     """The device data path (``stats["device"]``, `gnnorch.device`): where each served loader
-    samples and keeps its features, or why none is served."""
+    samples and keeps its features, which loaders left to PyG are copied ahead, or why none is
+    served."""
     section = stats.get("device")
     mode = getattr(getattr(info.options, "data_path", None), "mode", None)
     host_by_default = mode == "host" or (mode in (None, "auto") and info.device != "cuda")
@@ -252,5 +253,8 @@ def _data_path(info: RunInfo, stats: dict) -> str | None:
 
     entries = [f"{loader.get('role', 'loader')} sampled on {place(loader.get('structure', '?'))}"
                f", features on {place(loader.get('features', '?'))}" for loader in served]
+    entries += [f"{loader.get('role', 'loader')} built by PyG, copied ahead"
+                for loader in _dicts(section.get("loaders"))
+                if not loader.get("served") and loader.get("copied_ahead")]
     return f"data path: {where or 'device'}" + (f": {_folded(entries)}" if entries else
                                                  ", no loader served")

@@ -76,7 +76,7 @@ from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
 from .device_decisions import data_placement, resolve_device, unservable_now, why_not_served
-from .device_feed import own_generators, pipelined
+from .device_feed import OpenEpochs, PyGBatchesAhead, own_generators, pipelined
 from .model_watch import FirstModelWatch
 from .served_loader import LoaderUndo, ServedLoader, loader_sampler
 
@@ -99,6 +99,8 @@ class DevicePath:
         self.loaders: list[LoaderDevice] = []
         self._served: weakref.WeakKeyDictionary[NeighborLoader, ServedLoader] = \
             weakref.WeakKeyDictionary()
+        self._open = OpenEpochs()
+        self._pyg_ahead = PyGBatchesAhead(config, self._open)   # left to PyG, copied ahead
         self._late = False   # the device was found at the model's first forward
         self._watch = (FirstModelWatch(self.model_found_on)
                        if config.mode == "auto" and self.device is None
@@ -229,7 +231,9 @@ class DevicePath:
         """Before an epoch's iterator is made: a served loader whose data the user changed
         since its plan was made gets a plan over the data as it is now (`_replan`); a loader
         adopted before the device was found (`model_found_on`) is decided again and served
-        from this epoch on."""
+        from this epoch on. A previous epoch left open is closed first where the loader's
+        workers persist (`device_feed.OpenEpochs`)."""
+        self._open.close_previous(loader)
         record = state.device
         served = self._served.get(loader)
         if served is not None and isinstance(record, LoaderDevice) and record.served:
@@ -293,11 +297,16 @@ class DevicePath:
     # -- feed -----------------------------------------------------------------------------
     def feed(self, iterator: Iterator[Any], loader: NeighborLoader, state: "LoaderState",
              training: bool) -> Iterator[Any]:
-        """One epoch's batches of `loader` through the pipeline (unchanged when not served)."""
+        """One epoch's batches of `loader` through the pipeline: a served loader's, or a loader
+        left to PyG whose batches may be drawn ahead (`device_feed.PyGBatchesAhead`); else
+        unchanged."""
         served = self._served.get(loader)
         record = getattr(state, "device", None)
-        if served is None or not isinstance(record, LoaderDevice) or not record.served:
+        if not isinstance(record, LoaderDevice):
             return iterator
+        if served is None or not record.served:
+            return self._pyg_ahead.epoch(iterator, loader, state, record, self.device,
+                                         self._publish)
         depth = self.config.prefetch
         in_process = int(getattr(loader, "num_workers", 0) or 0) == 0
         record.prefetch_reason = ""
@@ -316,7 +325,8 @@ class DevicePath:
         cache = state.cache if served.cached and training else None
         record.prefetch = depth
         record.epochs += 1
-        return pipelined(batches, served.move, depth, record, cache, self._publish)
+        return self._open.opened(loader, pipelined(batches, served.move, depth, record, cache,
+                                                   self._publish))
 
     # -- report ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

@@ -1,0 +1,258 @@
+"""Loaders the device data path leaves to PyG (HeteroData, ...) with their batches drawn ahead in
+the pipeline's thread and copied to the device there (issue 21), tested with the CPU as the
+device: the same batches and losses as the run without the path, worker errors in place, a
+kept iterator of a persistent-worker loader closed before the next epoch resets its workers,
+and the decisions that keep a loader in the trainer's thread where drawing elsewhere could
+change what a fixed seed gives. CUDA checks are marked `gpu`."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Sampler
+from torch_geometric.data import HeteroData
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import HeteroConv, SAGEConv
+
+import gnnorch
+from gnnorch.device.gather import ID_FIELDS
+from gnnorch.device.transfer import _twin_fields
+from gnnorch.device.twin import device_twin
+from gnnorch.intercept.device_decisions import why_not_copied_ahead
+
+SEED = 5
+FANOUT = [4, 3]
+
+
+def _hetero(num_papers=300, num_authors=200, seed=0) -> HeteroData:
+    gen = torch.Generator().manual_seed(seed)
+    data = HeteroData()
+    data["paper"].x = torch.randn(num_papers, 8, generator=gen)
+    data["paper"].y = torch.randint(0, 3, (num_papers,), generator=gen)
+    data["paper"].train_mask = torch.rand(num_papers, generator=gen) < 0.5
+    data["author"].x = torch.randn(num_authors, 8, generator=gen)
+    cites = torch.randint(0, num_papers, (2, 1500), generator=gen)
+    writes = torch.stack([torch.randint(0, num_authors, (900,), generator=gen),
+                          torch.randint(0, num_papers, (900,), generator=gen)])
+    data["paper", "cites", "paper"].edge_index = cites
+    data["author", "writes", "paper"].edge_index = writes
+    data["paper", "rev_writes", "author"].edge_index = writes.flip(0)
+    return data
+
+
+DATA = _hetero()
+
+
+class _HeteroSAGE(torch.nn.Module):
+    def __init__(self, hidden=16, classes=3):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(
+            HeteroConv({et: SAGEConv((-1, -1), hidden) for et in DATA.edge_types})
+            for _ in range(2))
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x_dict, edge_index_dict):
+        for conv in self.convs:
+            x_dict = {k: v.relu() for k, v in conv(x_dict, edge_index_dict).items()}
+        return self.head(x_dict["paper"])
+
+
+def _loader(data, **kwargs):
+    kwargs.setdefault("num_workers", 2)
+    return NeighborLoader(data, num_neighbors=FANOUT, input_nodes=("paper",
+                          data["paper"].train_mask), batch_size=32, shuffle=True, **kwargs)
+
+
+def _fit(loader, epochs, device="cpu", take=None, keep=None):
+    """A plain PyG loop: losses and the seed ids of every batch; `take` batches per epoch
+    (the loop left with ``break``), the iterator kept in `keep` when given."""
+    torch.manual_seed(0)
+    model = _HeteroSAGE().to(device)
+    with torch.no_grad():   # lazy layers: one forward over the first batch
+        first = next(iter(loader)).to(device)
+        model(first.x_dict, first.edge_index_dict)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses, seeds, ids_on_host = [], [], True
+    for _ in range(epochs):
+        iterator = iter(loader)
+        if keep is not None:
+            keep.append(iterator)
+        for step, batch in enumerate(iterator):
+            if take is not None and step == take:
+                break
+            ids_on_host &= batch["paper"].n_id.device.type == "cpu"
+            seeds.append(batch["paper"].n_id[:batch["paper"].batch_size].tolist())
+            batch = batch.to(device)
+            opt.zero_grad()
+            size = batch["paper"].batch_size
+            out = model(batch.x_dict, batch.edge_index_dict)[:size]
+            loss = F.cross_entropy(out, batch["paper"].y[:size])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses, seeds, ids_on_host
+
+
+def _train(data, epochs=2, take=None, keep_iterators=False, **loader_kwargs):
+    kept = [] if keep_iterators else None
+    return _fit(_loader(data, **loader_kwargs), epochs, take=take, keep=kept)
+
+
+def _run(data_path, fn=_train, **kwargs):
+    runtime = gnnorch.Runtime(fn, processes=1, seed=SEED, data_path=data_path)
+    out = runtime(DATA, **kwargs)
+    return out, runtime.last_run.stats[0].get("device")
+
+
+# --------------------------------------------------------------------------- the runtime
+def test_pyg_batches_copied_ahead_give_the_same_losses():
+    (losses, seeds, on_host), _ = _run("host")
+    (ahead_losses, ahead_seeds, ahead_on_host), stats = _run("device")
+    assert seeds == ahead_seeds and losses == ahead_losses and ahead_on_host and on_host
+    record = stats["loaders"][0]
+    assert not record["served"] and "HeteroData" in record["reason"]
+    assert record["copied_ahead"] and record["prefetch"] == 2 and record["prefetch_reason"] == ""
+    epochs = 2 + 1   # the lazy layers' first forward iterated the loader once more
+    assert record["epochs"] == epochs and record["batches"] == len(seeds) + 1
+
+
+def test_prefetch_zero_leaves_pyg_batches_in_the_trainers_thread():
+    (losses, _, _), _ = _run("host")
+    (same, _, _), stats = _run({"mode": "device", "prefetch": 0})
+    assert same == losses
+    record = stats["loaders"][0]
+    assert not record["copied_ahead"] and record["prefetch_reason"] == "data_path prefetch is 0"
+
+
+def test_in_process_sampling_stays_in_the_trainers_thread():
+    (losses, _, _), _ = _run("host", num_workers=0)
+    (same, _, _), stats = _run("device", num_workers=0)
+    assert same == losses
+    record = stats["loaders"][0]
+    assert not record["copied_ahead"] and "num_workers=0" in record["prefetch_reason"]
+
+
+def test_persistent_workers_left_open_are_closed_before_the_next_epoch():
+    """Each epoch is left after 3 batches with its iterator kept alive; the loader's workers
+    persist, so the next epoch resets the same worker iterator: the old pipeline's thread is
+    stopped first, and every epoch still gives the batches of the run without the path."""
+    kwargs = dict(epochs=3, take=3, keep_iterators=True, persistent_workers=True)
+    (losses, seeds, _), _ = _run("host", **kwargs)
+    (same, same_seeds, _), stats = _run("device", **kwargs)
+    assert same_seeds == seeds and same == losses and len(seeds) == 9
+    assert stats["loaders"][0]["copied_ahead"]
+
+
+def _failing_transform(batch):
+    if int(batch["paper"].n_id[0]) % 3 == 0:   # a seed id decides: the same batch each run
+        raise ValueError("bad batch from the user's transform")
+    return batch
+
+
+def _train_until_error(data):
+    torch.manual_seed(0)
+    loader = _loader(data, transform=_failing_transform)
+    losses = []
+    try:
+        for _ in range(3):
+            for batch in loader:
+                losses.append(int(batch["paper"].n_id[0]))
+    except ValueError as exc:
+        return losses, str(exc)
+    return losses, None
+
+
+def test_a_worker_error_arrives_at_its_place():
+    (before, error), _ = _run("host", fn=_train_until_error)
+    (ahead, ahead_error), stats = _run("device", fn=_train_until_error)
+    assert error is not None and "bad batch" in error and len(before) >= 1
+    assert ahead == before and ahead_error is not None and "bad batch" in ahead_error
+    assert stats["loaders"][0]["copied_ahead"]
+
+
+# --------------------------------------------------------------------------- decisions
+def _state(kind="node", partition=None):
+    return types.SimpleNamespace(kind=kind, partition=partition)
+
+
+class _LazySampler(Sampler):
+    """Draws each index from torch's global RNG as it goes."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        for _ in range(self.n):
+            yield int(torch.randint(self.n, ()))
+
+    def __len__(self):
+        return self.n
+
+
+def test_decisions_keep_loaders_whose_draws_could_change_in_the_trainers_thread():
+    assert why_not_copied_ahead(_loader(DATA), _state(), 2) is None
+    assert "prefetch is 0" in why_not_copied_ahead(_loader(DATA), _state(), 0)
+    assert "num_workers=0" in why_not_copied_ahead(_loader(DATA, num_workers=0), _state(), 2)
+    assert "partition" in why_not_copied_ahead(_loader(DATA), _state(partition=object()), 2)
+    # index samplers that draw at their first item (taken when the iterator is made) are fine
+    from torch_geometric.loader import ImbalancedSampler
+    imbalanced = ImbalancedSampler(DATA["paper"].y[DATA["paper"].train_mask])
+    loader = NeighborLoader(DATA, num_neighbors=FANOUT, batch_size=32, num_workers=2,
+                            input_nodes=("paper", DATA["paper"].train_mask), sampler=imbalanced)
+    assert why_not_copied_ahead(loader, _state(), 2) is None
+    lazy = NeighborLoader(DATA, num_neighbors=FANOUT, batch_size=32, num_workers=2,
+                          input_nodes=("paper", DATA["paper"].train_mask),
+                          sampler=_LazySampler(int(DATA["paper"].train_mask.sum())))
+    assert "sampler (_LazySampler)" in why_not_copied_ahead(lazy, _state(), 2)
+    # user code that finishes batches in this process
+    main = _loader(DATA, filter_per_worker=False, transform=lambda b: b)
+    assert "transform" in why_not_copied_ahead(main, _state(), 2)
+    assert why_not_copied_ahead(_loader(DATA, filter_per_worker=False), _state(), 2) is None
+    assert why_not_copied_ahead(_loader(DATA, transform=lambda b: b), _state(), 2) is None
+
+
+def test_id_fields_keep_their_host_values_and_carry_a_device_twin():
+    """`DeviceTransfer`'s twinning of a PyG batch's ids, with the "meta" device standing in for
+    a GPU (a CUDA transfer is the only caller; `gpu` tests run it there)."""
+    batch = next(iter(_loader(DATA, num_workers=0)))
+    before = {node_type: batch[node_type].n_id.clone() for node_type in batch.node_types}
+    _twin_fields(batch, ID_FIELDS, torch.device("meta"), pin=False)
+    for node_type, ids in before.items():
+        got = batch[node_type].n_id
+        assert got.device.type == "cpu" and torch.equal(got, ids)
+        twin = device_twin(got)
+        assert twin is not None and twin.device.type == "meta" and twin.shape == ids.shape
+        assert got.to("meta") is twin
+    assert isinstance(batch["paper"].x, torch.Tensor) and device_twin(batch["paper"].x) is None
+
+
+# --------------------------------------------------------------------------- CUDA
+def _train_on_cuda(data, epochs=2):
+    return _fit(_loader(data), epochs, device="cuda")
+
+
+@pytest.mark.gpu
+def test_cuda_pyg_batches_copied_ahead_train_alike():
+    (losses, seeds, _), _ = _run("host", fn=_train_on_cuda)
+    (same, same_seeds, on_host), stats = _run("auto", fn=_train_on_cuda)
+    assert same_seeds == seeds and on_host
+    assert torch.allclose(torch.tensor(same), torch.tensor(losses), rtol=1e-4, atol=1e-5)
+    assert stats["loaders"][0]["copied_ahead"]
+
+
+def _batch_places(data):
+    loader = _loader(data)
+    for batch in loader:
+        ids = batch["paper"].n_id
+        cites = batch["paper", "cites", "paper"].edge_index
+        return (ids.device.type, device_twin(ids) is not None, batch["paper"].x.device.type,
+                cites.device.type, batch.to("cuda")["paper"].n_id is device_twin(ids))
+    return None
+
+
+@pytest.mark.gpu
+def test_cuda_pyg_batches_arrive_on_the_device_with_host_ids():
+    places, stats = _run("auto", fn=_batch_places)
+    assert places == ("cpu", True, "cuda", "cuda", True), places
