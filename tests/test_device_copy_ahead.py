@@ -1,9 +1,9 @@
-"""Loaders the device data path leaves to PyG (HeteroData, ...) with their batches drawn ahead in
-the pipeline's thread and copied to the device there (issue 21), tested with the CPU as the
-device: the same batches and losses as the run without the path, worker errors in place, a
-kept iterator of a persistent-worker loader closed before the next epoch resets its workers,
-and the decisions that keep a loader in the trainer's thread where drawing elsewhere could
-change what a fixed seed gives. CUDA checks are marked `gpu`."""
+"""Loaders the device data path leaves to PyG (HeteroData, ...): their batches copied to the
+device by the path, drawn ahead in the pipeline's thread where that changes nothing a fixed seed
+gives (issue 21). Tested with the CPU as the device: the same batches and losses as the run
+without the path, worker errors in place, and the decisions that keep draws in the trainer's
+thread (persistent workers, in-process sampling, lazy index samplers, user code in the trainer's
+process), served loaders included. CUDA checks are marked `gpu`."""
 from __future__ import annotations
 
 import types
@@ -20,7 +20,7 @@ import gnnorch
 from gnnorch.device.gather import ID_FIELDS
 from gnnorch.device.transfer import _twin_fields
 from gnnorch.device.twin import device_twin
-from gnnorch.intercept.device_decisions import why_not_copied_ahead
+from gnnorch.intercept.device_decisions import why_not_drawn_ahead
 
 SEED = 5
 FANOUT = [4, 3]
@@ -61,8 +61,9 @@ class _HeteroSAGE(torch.nn.Module):
 
 def _loader(data, **kwargs):
     kwargs.setdefault("num_workers", 2)
+    kwargs.setdefault("batch_size", 32)
     return NeighborLoader(data, num_neighbors=FANOUT, input_nodes=("paper",
-                          data["paper"].train_mask), batch_size=32, shuffle=True, **kwargs)
+                          data["paper"].train_mask), shuffle=True, **kwargs)
 
 
 def _fit(loader, epochs, device="cpu", take=None, keep=None):
@@ -113,7 +114,7 @@ def test_pyg_batches_copied_ahead_give_the_same_losses():
     assert seeds == ahead_seeds and losses == ahead_losses and ahead_on_host and on_host
     record = stats["loaders"][0]
     assert not record["served"] and "HeteroData" in record["reason"]
-    assert record["copied_ahead"] and record["prefetch"] == 2 and record["prefetch_reason"] == ""
+    assert record["copied"] and record["prefetch"] == 2 and record["prefetch_reason"] == ""
     epochs = 2 + 1   # the lazy layers' first forward iterated the loader once more
     assert record["epochs"] == epochs and record["batches"] == len(seeds) + 1
 
@@ -123,7 +124,8 @@ def test_prefetch_zero_leaves_pyg_batches_in_the_trainers_thread():
     (same, _, _), stats = _run({"mode": "device", "prefetch": 0})
     assert same == losses
     record = stats["loaders"][0]
-    assert not record["copied_ahead"] and record["prefetch_reason"] == "data_path prefetch is 0"
+    assert record["copied"] and record["prefetch"] == 0
+    assert record["prefetch_reason"] == "data_path prefetch is 0"
 
 
 def test_in_process_sampling_stays_in_the_trainers_thread():
@@ -131,18 +133,24 @@ def test_in_process_sampling_stays_in_the_trainers_thread():
     (same, _, _), stats = _run("device", num_workers=0)
     assert same == losses
     record = stats["loaders"][0]
-    assert not record["copied_ahead"] and "num_workers=0" in record["prefetch_reason"]
+    assert record["copied"] and record["prefetch"] == 0
+    assert "num_workers=0" in record["prefetch_reason"]
 
 
-def test_persistent_workers_left_open_are_closed_before_the_next_epoch():
-    """Each epoch is left after 3 batches with its iterator kept alive; the loader's workers
-    persist, so the next epoch resets the same worker iterator: the old pipeline's thread is
-    stopped first, and every epoch still gives the batches of the run without the path."""
-    kwargs = dict(epochs=3, take=3, keep_iterators=True, persistent_workers=True)
+def test_persistent_workers_are_not_drawn_ahead():
+    """Persistent workers keep their random state from epoch to epoch, and the lazy layers'
+    first forward leaves an epoch after one batch: batches drawn ahead there would still be
+    sampled by the workers and change every later epoch. Small batches, so that an epoch has
+    many more batches than the workers are given ahead of the loop; each epoch also left
+    early with its iterator kept."""
+    kwargs = dict(epochs=3, take=6, keep_iterators=True, persistent_workers=True,
+                  batch_size=8)
     (losses, seeds, _), _ = _run("host", **kwargs)
     (same, same_seeds, _), stats = _run("device", **kwargs)
-    assert same_seeds == seeds and same == losses and len(seeds) == 9
-    assert stats["loaders"][0]["copied_ahead"]
+    assert same_seeds == seeds and same == losses and len(seeds) == 18
+    record = stats["loaders"][0]
+    assert record["copied"] and record["prefetch"] == 0
+    assert "persistent_workers=True" in record["prefetch_reason"]
 
 
 def _failing_transform(batch):
@@ -169,7 +177,7 @@ def test_a_worker_error_arrives_at_its_place():
     (ahead, ahead_error), stats = _run("device", fn=_train_until_error)
     assert error is not None and "bad batch" in error and len(before) >= 1
     assert ahead == before and ahead_error is not None and "bad batch" in ahead_error
-    assert stats["loaders"][0]["copied_ahead"]
+    assert stats["loaders"][0]["copied"] and stats["loaders"][0]["prefetch"] == 2
 
 
 # --------------------------------------------------------------------------- decisions
@@ -191,26 +199,34 @@ class _LazySampler(Sampler):
         return self.n
 
 
-def test_decisions_keep_loaders_whose_draws_could_change_in_the_trainers_thread():
-    assert why_not_copied_ahead(_loader(DATA), _state(), 2) is None
-    assert "prefetch is 0" in why_not_copied_ahead(_loader(DATA), _state(), 0)
-    assert "num_workers=0" in why_not_copied_ahead(_loader(DATA, num_workers=0), _state(), 2)
-    assert "partition" in why_not_copied_ahead(_loader(DATA), _state(partition=object()), 2)
+def test_decisions_keep_draws_that_could_change_in_the_trainers_thread():
+    def why(loader, served=False, **state):
+        return why_not_drawn_ahead(loader, _state(**state), 2, served)
+
+    assert why(_loader(DATA)) is None
+    assert "prefetch is 0" in why_not_drawn_ahead(_loader(DATA), _state(), 0, False)
+    assert "num_workers=0" in why(_loader(DATA, num_workers=0))
+    assert why(_loader(DATA, num_workers=0), served=True) is None   # its own generator
+    assert "persistent_workers" in why(_loader(DATA, persistent_workers=True))
+    assert "persistent_workers" in why(_loader(DATA, persistent_workers=True), served=True)
+    assert "partition" in why(_loader(DATA), partition=object())
     # index samplers that draw at their first item (taken when the iterator is made) are fine
     from torch_geometric.loader import ImbalancedSampler
     imbalanced = ImbalancedSampler(DATA["paper"].y[DATA["paper"].train_mask])
     loader = NeighborLoader(DATA, num_neighbors=FANOUT, batch_size=32, num_workers=2,
                             input_nodes=("paper", DATA["paper"].train_mask), sampler=imbalanced)
-    assert why_not_copied_ahead(loader, _state(), 2) is None
+    assert why(loader) is None
     lazy = NeighborLoader(DATA, num_neighbors=FANOUT, batch_size=32, num_workers=2,
                           input_nodes=("paper", DATA["paper"].train_mask),
                           sampler=_LazySampler(int(DATA["paper"].train_mask.sum())))
-    assert "sampler (_LazySampler)" in why_not_copied_ahead(lazy, _state(), 2)
-    # user code that finishes batches in this process
-    main = _loader(DATA, filter_per_worker=False, transform=lambda b: b)
-    assert "transform" in why_not_copied_ahead(main, _state(), 2)
-    assert why_not_copied_ahead(_loader(DATA, filter_per_worker=False), _state(), 2) is None
-    assert why_not_copied_ahead(_loader(DATA, transform=lambda b: b), _state(), 2) is None
+    assert "sampler (_LazySampler)" in why(lazy)
+    assert "sampler (_LazySampler)" in why(lazy, served=True)
+    # user code that finishes batches in this process: PyG's with filter_per_worker=False,
+    # a served loader's always (its batches are built in the drawing thread)
+    assert "transform" in why(_loader(DATA, filter_per_worker=False, transform=lambda b: b))
+    assert why(_loader(DATA, filter_per_worker=False)) is None
+    assert why(_loader(DATA, transform=lambda b: b)) is None   # run in the workers
+    assert "transform" in why(_loader(DATA, transform=lambda b: b), served=True)
 
 
 def test_id_fields_keep_their_host_values_and_carry_a_device_twin():
@@ -239,7 +255,7 @@ def test_cuda_pyg_batches_copied_ahead_train_alike():
     (same, same_seeds, on_host), stats = _run("auto", fn=_train_on_cuda)
     assert same_seeds == seeds and on_host
     assert torch.allclose(torch.tensor(same), torch.tensor(losses), rtol=1e-4, atol=1e-5)
-    assert stats["loaders"][0]["copied_ahead"]
+    assert stats["loaders"][0]["copied"] and stats["loaders"][0]["prefetch"] == 2
 
 
 def _batch_places(data):
@@ -256,3 +272,44 @@ def _batch_places(data):
 def test_cuda_pyg_batches_arrive_on_the_device_with_host_ids():
     places, stats = _run("auto", fn=_batch_places)
     assert places == ("cpu", True, "cuda", "cuda", True), places
+
+
+# --------------------------------------------------------------------------- served loaders
+def _served_with_persistent_workers(data, epochs=2):
+    """A homogeneous loader the path serves with its graph kept on the host (so its workers
+    sample), workers persisting, one batch taken before training (an early exit)."""
+    from torch_geometric.nn import GraphSAGE
+
+    torch.manual_seed(0)
+    loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes=data.train_mask,
+                            batch_size=8, shuffle=True, num_workers=2, persistent_workers=True)
+    first = next(iter(loader))
+    model = GraphSAGE(data.num_features, 16, 2, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = [int(first.n_id[0])]
+    for _ in range(epochs):
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses
+
+
+def test_a_served_loader_with_persistent_workers_repeats_at_any_depth():
+    from gnnorch.datasets.synthetic import power_law_graph
+
+    data = power_law_graph(num_nodes=1500, avg_degree=6.0, num_features=8, num_classes=4,
+                           seed=1)
+    runs, records = {}, {}
+    for depth in (0, 2):
+        runtime = gnnorch.Runtime(_served_with_persistent_workers, processes=1, seed=SEED,
+                                  data_path={"mode": "device", "prefetch": depth,
+                                             "budget_bytes": 1})
+        runs[depth] = runtime(data)
+        records[depth] = runtime.last_run.stats[0]["device"]["loaders"][0]
+    assert runs[0] == runs[2] and len(runs[0]) > 20
+    assert records[2]["served"] and not records[2]["samples_on_device"]
+    assert records[2]["prefetch"] == 0 and "persistent" in records[2]["prefetch_reason"]

@@ -5,9 +5,9 @@ tells the seam to run the loader without worker processes (its sampling runs on 
 the pipeline's producer thread); `to_dict` is the loader's entry in the run's
 ``stats[rank]["device"]``. Invariant: a loader is ``served`` exactly when `reason` says why the
 path serves it; otherwise `reason` says why it stepped aside and the loader runs as PyG runs it
-(the user's workers kept), its batches, where the run has a device, drawn ahead in the
-pipeline's thread and copied there (``copied_ahead``) or, where that could change what a fixed
-seed gives, left in the trainer's thread (``prefetch_reason`` says why).
+(the user's workers kept); where the run has a device, PyG's batches are then copied there by
+the path (``copied``), drawn ahead where that changes nothing a fixed seed gives
+(``prefetch_reason`` says why not).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class LoaderDevice:
     num_workers: str | None = None  # what became of the user's num_workers
     prefetch: int = 0               # batches prepared ahead of the trainer (latest epoch)
     prefetch_reason: str = ""       # why the latest epoch prepared none ahead, if so
-    copied_ahead: bool = False      # not served: PyG's batches drawn ahead and copied over
+    copied: bool = False            # not served: PyG's batches copied to the device by the path
     epochs: int = 0
     batches: int = 0
     wait_s: float = 0.0             # consumer blocked waiting for a batch, all epochs

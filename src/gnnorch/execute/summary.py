@@ -235,7 +235,7 @@ def _partition(info: RunInfo, stats: dict) -> str | None:
 
 def _data_path(info: RunInfo, stats: dict) -> str | None:
     """The device data path (``stats["device"]``, `gnnorch.device`): where each served loader
-    samples and keeps its features, which loaders left to PyG are copied ahead, or why none is
+    samples and keeps its features, which loaders left to PyG have their batches copied, or why none is
     served."""
     section = stats.get("device")
     mode = getattr(getattr(info.options, "data_path", None), "mode", None)
@@ -253,8 +253,9 @@ def _data_path(info: RunInfo, stats: dict) -> str | None:
 
     entries = [f"{loader.get('role', 'loader')} sampled on {place(loader.get('structure', '?'))}"
                f", features on {place(loader.get('features', '?'))}" for loader in served]
-    entries += [f"{loader.get('role', 'loader')} built by PyG, copied ahead"
+    entries += [f"{loader.get('role', 'loader')} built by PyG, copied"
+                f"{' ahead' if loader.get('prefetch') else ''}"
                 for loader in _dicts(section.get("loaders"))
-                if not loader.get("served") and loader.get("copied_ahead")]
+                if not loader.get("served") and loader.get("copied")]
     return f"data path: {where or 'device'}" + (f": {_folded(entries)}" if entries else
                                                  ", no loader served")

@@ -6,10 +6,9 @@ the path's decisions, each a function of the loader, its data, the run's device 
 * `why_not_served`: why a loader is left to PyG (HeteroData, no ``edge_index`` tensor,
   partitioned features, an overridden ``filter_fn``, learnt features, numpy attributes where
   PyG's ``index_select`` is missing), or None.
-* `why_not_copied_ahead`: why a loader left to PyG is not drawn ahead in the pipeline's thread
-  and copied to the device there (the loader's batches, unchanged, ready on the device when the
-  trainer asks), or None: only where drawing in another thread cannot change what a fixed seed
-  gives.
+* `why_not_drawn_ahead`: why a loader's batches (served, or PyG's copied to the device) are
+  not drawn ahead of the trainer in the pipeline's thread, or None: only where drawing in
+  another thread cannot change what a fixed seed gives.
 * `unservable_now`: why a served loader whose data the user changed is given back.
 * `data_placement`: where its structure and tensor attributes live, under the device's
   memory budget (`gnnorch.device.placement.plan_data_placement`), failing closed where torch
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from .feeds import LoaderState
 
 __all__ = ["data_placement", "learnt_reason", "resolve_device", "unservable_now",
-           "why_not_copied_ahead", "why_not_served"]
+           "why_not_drawn_ahead", "why_not_served"]
 
 
 def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.device | None,
@@ -67,19 +66,34 @@ def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.d
     return None
 
 
-def why_not_copied_ahead(loader: NeighborLoader, state: "LoaderState",
-                         depth: int) -> str | None:
-    """Why the batches of `loader`, a loader the path leaves to PyG, are not drawn ahead in the
-    pipeline's thread (``depth`` > 0) and copied to the device there, or None.
+def why_not_drawn_ahead(loader: NeighborLoader, state: "LoaderState", depth: int,
+                        served: bool) -> str | None:
+    """Why the batches of `loader` are not drawn ahead of the trainer in the pipeline's thread
+    (``depth`` > 0), or None. `served`: the path builds its batches (else PyG does, and the
+    path only copies them to the device).
 
     Invariant: drawing ahead changes nothing a fixed seed gives. A draw in the pipeline's
-    thread (``next`` on PyG's iterator) may run only code that draws nothing from torch's
-    global RNG: worker processes sample (seeded from one draw made when the epoch's iterator
-    is made, in the trainer's thread); the DataLoader's index sampler is one that makes its
-    random draw at its first item, which the DataLoader takes when the epoch's iterator is
-    made (torch's Random / Sequential / WeightedRandom / SubsetRandom samplers, PyG's
-    ImbalancedSampler, gnnorch's shard sampler), never one that may draw as it goes; and no
-    user code finishes the batches in this process."""
+    thread (``next`` on PyG's iterator) runs only code whose random draws do not depend on
+    when or how often it runs:
+
+    * worker processes that start with each epoch sample from a state seeded by one draw made
+      when the epoch's iterator is made, in the trainer's thread; persistent workers keep their
+      random state from epoch to epoch, and a batch drawn ahead that the loop never takes (it
+      leaves an epoch early, e.g. ``next(iter(loader))`` to initialise lazy layers) is still
+      sampled by a worker, so every later epoch would differ: not drawn ahead;
+    * in this process a served loader samples from a generator of the epoch's
+      (`device_feed.own_generators`, which says when it cannot); PyG's sampler draws from
+      torch's global RNG: not drawn ahead;
+    * the DataLoader's index sampler makes its random draw at its first item, which the
+      DataLoader takes when the epoch's iterator is made (torch's Random / Sequential /
+      WeightedRandom / SubsetRandom samplers, PyG's ImbalancedSampler, gnnorch's shard
+      sampler); one that may draw as it goes is not drawn ahead;
+    * code of the user's that finishes batches in this process (a ``transform``, a
+      ``transform_sampler_output``, an overridden ``filter_fn``; a served loader's run in the
+      drawing thread, PyG's with ``filter_per_worker=False``) may draw from torch's global
+      RNG: not drawn ahead;
+    * features fetched from other ranks at each batch (partition_features): those collectives
+      stay in the trainer's thread."""
     from torch_geometric.loader.link_loader import LinkLoader
     from torch_geometric.loader.node_loader import NodeLoader
 
@@ -88,30 +102,36 @@ def why_not_copied_ahead(loader: NeighborLoader, state: "LoaderState",
     if getattr(state, "partition", None) is not None:
         return ("its features are fetched from the other ranks at each batch "
                 "(partition_features): those collectives stay in the trainer's thread")
-    if int(getattr(loader, "num_workers", 0) or 0) == 0:
+    workers = int(getattr(loader, "num_workers", 0) or 0)
+    if workers == 0 and not served:
         return ("PyG samples it in the trainer's process (num_workers=0), drawing from torch's "
                 "global RNG: drawing ahead in another thread would change what a fixed seed "
                 "gives")
+    if workers > 0 and getattr(loader, "persistent_workers", False):
+        return ("its workers persist (persistent_workers=True): a batch drawn ahead that the "
+                "loop does not take would still be sampled by a worker whose random state "
+                "carries over to later epochs, so they would change")
     index_sampler = _lazy_index_sampler(loader)
     if index_sampler is not None:
         return (f"its {index_sampler} may draw from torch's global RNG as batches are drawn: "
                 f"drawing ahead in another thread would change what a fixed seed gives")
-    if not getattr(loader, "filter_per_worker", True):
+    if served or not getattr(loader, "filter_per_worker", True):
         pyg_filter = LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
         user_code = [name for name in ("transform", "transform_sampler_output")
                      if getattr(loader, name, None) is not None]
-        if type(loader).filter_fn is not pyg_filter or "filter_fn" in vars(loader):
+        if not served and (type(loader).filter_fn is not pyg_filter
+                           or "filter_fn" in vars(loader)):
             user_code.append("filter_fn")
         if user_code:
             return (f"its batches are finished in the trainer's process by code of its own "
-                    f"({', '.join(user_code)}; filter_per_worker=False), which may draw from "
-                    f"torch's global RNG: left in the trainer's thread")
+                    f"({', '.join(user_code)}), which may draw from torch's global RNG: "
+                    f"drawn in the trainer's thread")
     return None
 
 
 def _lazy_index_sampler(loader: Any) -> str | None:
     """`loader`'s ``sampler=`` / ``batch_sampler=`` when it is not one known to make its
-    random draws when its iterator is made (`why_not_copied_ahead`), else None."""
+    random draw at its first item (`why_not_drawn_ahead`), else None."""
     from torch.utils.data import (BatchSampler, RandomSampler, SequentialSampler,
                                   SubsetRandomSampler, WeightedRandomSampler)
 

@@ -1,8 +1,7 @@
 """One epoch of a loader the GPU data path serves (`intercept.device_path`): its batches drawn,
 sampled, gathered and copied to the device by a `gnnorch.device.pipeline.Prefetcher` while the
-trainer works on the previous one. A loader the path leaves to PyG whose batches may be drawn
-ahead (`device_decisions.why_not_copied_ahead`) goes through the same `pipelined` epoch: PyG
-builds its batches, the transfer copies them.
+trainer works on the previous one. A loader the path leaves to PyG goes through the same `pipelined` epoch
+(`PyGBatchesCopied`): PyG builds its batches, the transfer copies them.
 
 The first batch is drawn in the trainer's thread (the loader's shuffling draws its permutation
 seed from torch's global RNG there, as in a plain run), and so is every batch while the
@@ -29,7 +28,7 @@ from ..device.pipeline import Prefetcher
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
-from .device_decisions import why_not_copied_ahead
+from .device_decisions import why_not_drawn_ahead
 from .served_loader import loader_sampler
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 
     from .feeds import LoaderState
 
-__all__ = ["OpenEpochs", "PyGBatchesAhead", "pipelined", "own_generator", "own_generators"]
+__all__ = ["PyGBatchesCopied", "pipelined", "own_generator", "own_generators"]
 
 _END = object()
 
@@ -89,71 +88,35 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
         publish()
 
 
-class OpenEpochs:
-    """Each loader's latest epoch through the pipeline, so that a new epoch of a loader with
-    persistent workers first closes the previous one if the user left it open (an iterator kept
-    after ``break``): PyTorch resets the one worker iterator such a loader keeps when the new
-    epoch's iterator is made, and the old pipeline's thread must not be drawing from it then.
-    (Without persistent workers each epoch has a worker iterator of its own.)"""
+class PyGBatchesCopied:
+    """Loaders the path leaves to PyG (HeteroData, ``adj_t``, ...) on a run with a device: PyG
+    builds their batches as it always does, and the path copies them to the device on a side
+    stream of the loader's, from pinned memory (never the user's pageable ``batch.to``), their
+    id fields kept on the host with device twins, as a served loader's; drawn ahead in the
+    pipeline's thread where that changes nothing a fixed seed gives
+    (`device_decisions.why_not_drawn_ahead`), else in the trainer's thread when it asks."""
 
-    def __init__(self) -> None:
-        self._latest: weakref.WeakKeyDictionary[Any, weakref.ref[Generator[Any, None, None]]] \
-            = weakref.WeakKeyDictionary()
-
-    def opened(self, loader: NeighborLoader | LinkNeighborLoader,
-               epoch: Generator[Any, None, None]) -> Generator[Any, None, None]:
-        """`epoch`, remembered as `loader`'s latest."""
-        self._latest[loader] = weakref.ref(epoch)
-        return epoch
-
-    def close_previous(self, loader: NeighborLoader | LinkNeighborLoader) -> None:
-        """Before `loader`'s next epoch is made: its latest epoch closed (its prefetcher
-        stopped and joined) where the loader's workers persist."""
-        ref = self._latest.pop(loader, None)
-        epoch = ref() if ref is not None else None
-        if epoch is None or not getattr(loader, "persistent_workers", False):
-            return
-        try:
-            epoch.close()
-        except ValueError:   # running in another thread right now: it ends on its own
-            pass
-
-
-class PyGBatchesAhead:
-    """Loaders the path leaves to PyG (HeteroData, ``adj_t``, ...) whose batches are drawn
-    ahead: where the run has a device and drawing in the pipeline's thread changes nothing a
-    fixed seed gives (`device_decisions.why_not_copied_ahead`), PyG's own batches are drawn
-    there and copied to the device on a side stream of the loader's (from pinned memory), their
-    id fields kept on the host with device twins, as a served loader's. Epochs are
-    remembered in `open_epochs`."""
-
-    def __init__(self, config: DataPathConfig, open_epochs: OpenEpochs) -> None:
-        self.config, self.open_epochs = config, open_epochs
+    def __init__(self, config: DataPathConfig) -> None:
+        self.config = config
         self._moves: weakref.WeakKeyDictionary[Any, DeviceTransfer] = \
             weakref.WeakKeyDictionary()
 
     def epoch(self, iterator: Iterator[Any], loader: NeighborLoader | LinkNeighborLoader,
               state: LoaderState, record: LoaderDevice, device: torch.device | None,
               publish: Callable[[], None]) -> Iterator[Any]:
-        """One epoch of `loader` towards `device`: a `pipelined` epoch, or `iterator` itself
-        when the batches stay in the trainer's thread (`record` says why) or the run has no
-        device (None)."""
+        """One epoch of `loader` towards `device` (a `pipelined` epoch); `iterator` itself
+        when the run has no device (None)."""
         if device is None:
             return iterator
-        why = why_not_copied_ahead(loader, state, self.config.prefetch)
-        record.copied_ahead, record.prefetch_reason = why is None, why or ""
+        why = why_not_drawn_ahead(loader, state, self.config.prefetch, served=False)
+        record.copied, record.prefetch_reason = True, why or ""
         record.prefetch = 0 if why is not None else self.config.prefetch
-        if why is not None:
-            publish()
-            return iterator
         move = self._moves.get(loader)
         if move is None:
             move = self._moves[loader] = DeviceTransfer(
                 device, pin=self.config.pin, host_fields=ID_FIELDS, twin_fields=ID_FIELDS)
         record.epochs += 1
-        return self.open_epochs.opened(loader, pipelined(iter(iterator), move,
-                                                         self.config.prefetch, record, None,
-                                                         publish))
+        return pipelined(iter(iterator), move, record.prefetch, record, None, publish)
 
 
 def _batches_of(pre: Prefetcher, move: DeviceTransfer) -> Callable[[], list[Any]]:

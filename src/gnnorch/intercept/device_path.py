@@ -75,8 +75,9 @@ from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
-from .device_decisions import data_placement, resolve_device, unservable_now, why_not_served
-from .device_feed import OpenEpochs, PyGBatchesAhead, own_generators, pipelined
+from .device_decisions import (data_placement, resolve_device, unservable_now,
+                               why_not_drawn_ahead, why_not_served)
+from .device_feed import PyGBatchesCopied, own_generators, pipelined
 from .model_watch import FirstModelWatch
 from .served_loader import LoaderUndo, ServedLoader, loader_sampler
 
@@ -99,8 +100,7 @@ class DevicePath:
         self.loaders: list[LoaderDevice] = []
         self._served: weakref.WeakKeyDictionary[NeighborLoader, ServedLoader] = \
             weakref.WeakKeyDictionary()
-        self._open = OpenEpochs()
-        self._pyg_ahead = PyGBatchesAhead(config, self._open)   # left to PyG, copied ahead
+        self._pyg_batches = PyGBatchesCopied(config)   # loaders left to PyG, copied over
         self._late = False   # the device was found at the model's first forward
         self._watch = (FirstModelWatch(self.model_found_on)
                        if config.mode == "auto" and self.device is None
@@ -231,9 +231,7 @@ class DevicePath:
         """Before an epoch's iterator is made: a served loader whose data the user changed
         since its plan was made gets a plan over the data as it is now (`_replan`); a loader
         adopted before the device was found (`model_found_on`) is decided again and served
-        from this epoch on. A previous epoch left open is closed first where the loader's
-        workers persist (`device_feed.OpenEpochs`)."""
-        self._open.close_previous(loader)
+        from this epoch on."""
         record = state.device
         served = self._served.get(loader)
         if served is not None and isinstance(record, LoaderDevice) and record.served:
@@ -297,16 +295,15 @@ class DevicePath:
     # -- feed -----------------------------------------------------------------------------
     def feed(self, iterator: Iterator[Any], loader: NeighborLoader, state: "LoaderState",
              training: bool) -> Iterator[Any]:
-        """One epoch's batches of `loader` through the pipeline: a served loader's, or a loader
-        left to PyG whose batches may be drawn ahead (`device_feed.PyGBatchesAhead`); else
-        unchanged."""
+        """One epoch's batches of `loader` through the pipeline: a served loader's, or PyG's
+        batches copied to the device (`device_feed.PyGBatchesCopied`)."""
         served = self._served.get(loader)
         record = getattr(state, "device", None)
         if not isinstance(record, LoaderDevice):
             return iterator
         if served is None or not record.served:
-            return self._pyg_ahead.epoch(iterator, loader, state, record, self.device,
-                                         self._publish)
+            return self._pyg_batches.epoch(iterator, loader, state, record, self.device,
+                                           self._publish)
         depth = self.config.prefetch
         in_process = int(getattr(loader, "num_workers", 0) or 0) == 0
         record.prefetch_reason = ""
@@ -321,12 +318,13 @@ class DevicePath:
         elif in_process and depth > 0:
             depth, record.prefetch_reason = 0, ("PyG's sampler draws from torch's global RNG: "
                                                 "sampled in the trainer thread")
+        if depth > 0 and (why := why_not_drawn_ahead(loader, state, depth, served=True)):
+            depth, record.prefetch_reason = 0, why
         # a training loader's cache decides when batches are drawn ahead, and watches them
         cache = state.cache if served.cached and training else None
         record.prefetch = depth
         record.epochs += 1
-        return self._open.opened(loader, pipelined(batches, served.move, depth, record, cache,
-                                                   self._publish))
+        return pipelined(batches, served.move, depth, record, cache, self._publish)
 
     # -- report ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
