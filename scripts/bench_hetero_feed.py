@@ -7,24 +7,27 @@ Workload: an ogbn-mag-like heterogeneous graph (papers, authors, institutions, f
 ``T.ToUndirected``), 128 random features on every node type, paper labels from a planted linear
 signal; PyG's ``to_hetero`` of a 2-layer ``SAGEConv((-1, -1))`` model (hidden 128, as PyG's
 ``examples/hetero/to_hetero_mag.py``), a hetero NeighborLoader over the training papers
-(fanout [10, 10] per edge type, batch 1024, ``num_workers`` workers, persistent), Adam; the
-loop calls ``batch.to(device)`` and ``float(loss)`` every batch, as PyG's examples do.
+(fanout [10, 10] per edge type, batch 1024, ``num_workers`` workers, persistent as in PyG's
+example, or not with ``--persistent 0``), Adam; the loop calls ``batch.to(device)`` and
+``float(loss)`` every batch, as PyG's examples do.
 
 Rows, each in a fresh process:
 
 * ``vanilla``: the function called as it is;
 * ``gnnorch-host``: ``Runtime(train, data_path="host")`` (PyG's batches in the trainer's
   thread, the user's ``batch.to(device)`` copying them: pageable);
-* ``gnnorch``: ``Runtime(train)`` (on CUDA the path leaves HeteroData to PyG and draws its
-  batches ahead in the pipeline's thread, copying them from pinned memory on a side stream;
-  with ``--device cpu`` it runs ``data_path="device"``, the CPU standing in for the device,
-  which measures what the thread costs, not what the copies save).
+* ``gnnorch``: ``Runtime(train)`` (on CUDA the path leaves HeteroData to PyG and copies its
+  batches from pinned memory on a side stream: drawn ahead in the pipeline's thread without
+  persistent workers, in the trainer's thread with them, where drawing ahead could change
+  what a fixed seed gives; with ``--device cpu`` it runs ``data_path="device"``, the CPU
+  standing in for the device, which measures what the thread costs, not what copies save).
 
 Per row: every epoch's seconds (steady: the fastest after the first), the trainer thread's
 seconds in ``next`` (waiting for a batch) and in ``batch.to(device)`` per steady epoch, the last
 epoch's mean loss, peak GPU memory, and the path's record of the loader.
 
     python3 scripts/bench_hetero_feed.py --device cuda --out hetero_feed.json     # lent GPU
+    python3 scripts/bench_hetero_feed.py --device cuda --persistent 0 --out ...   # drawn ahead
     .venv/bin/python scripts/bench_hetero_feed.py --device cpu --papers 20000 --epochs 2 \\
         --workers 2                                                               # here: checks it
 """
@@ -82,8 +85,9 @@ def mag_like(papers: int, seed: int = 0):
     return T.ToUndirected()(data)
 
 
-def train(data, device: str, epochs: int, workers: int, batch_size: int = 1024,
-          hidden: int = 128, fanout: tuple[int, ...] = (10, 10)) -> dict:
+def train(data, device: str, epochs: int, workers: int, persistent: bool = True,
+          batch_size: int = 1024, hidden: int = 128,
+          fanout: tuple[int, ...] = (10, 10)) -> dict:
     """The user's function (module docstring): per-epoch seconds and trainer-thread times."""
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.nn import Linear, SAGEConv, to_hetero
@@ -103,7 +107,7 @@ def train(data, device: str, epochs: int, workers: int, batch_size: int = 1024,
     torch.manual_seed(0)
     loader = NeighborLoader(data, num_neighbors=list(fanout), batch_size=batch_size,
                             input_nodes=("paper", data["paper"].train_mask), shuffle=True,
-                            num_workers=workers, persistent_workers=workers > 0)
+                            num_workers=workers, persistent_workers=persistent and workers > 0)
     model = to_hetero(GNN(hidden, int(data["paper"].y.max()) + 1), data.metadata(),
                       aggr="sum").to(device)
     with torch.no_grad():   # lazy layers: one forward over one batch
@@ -146,7 +150,8 @@ def train(data, device: str, epochs: int, workers: int, batch_size: int = 1024,
 
 def measure(row: str, args: argparse.Namespace) -> dict:
     data = mag_like(args.papers)
-    call = dict(device=args.device, epochs=args.epochs, workers=args.workers)
+    call = dict(device=args.device, epochs=args.epochs, workers=args.workers,
+                persistent=bool(args.persistent))
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     record = None
@@ -161,7 +166,7 @@ def measure(row: str, args: argparse.Namespace) -> dict:
         out = runtime(data, **call)
         device_stats = runtime.last_run.stats[0].get("device") or {}
         loaders = device_stats.get("loaders") or []
-        record = {k: loaders[0].get(k) for k in ("served", "reason", "copied_ahead", "prefetch",
+        record = {k: loaders[0].get(k) for k in ("served", "reason", "copied", "prefetch",
                                                  "prefetch_reason", "batches", "wait_s")
                   } if loaders else None
     steady = min(range(1, len(out["epoch_s"])), key=lambda e: out["epoch_s"][e], default=0)
@@ -179,6 +184,7 @@ def main() -> None:
     parser.add_argument("--papers", type=int, default=736_389)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--persistent", type=int, choices=(0, 1), default=1)
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--measure", choices=ROWS, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
@@ -193,11 +199,12 @@ def main() -> None:
     for row in rows:
         cmd = [sys.executable, __file__, "--measure", row, "--device", args.device,
                "--papers", str(args.papers), "--epochs", str(args.epochs),
-               "--workers", str(args.workers)]
+               "--workers", str(args.workers), "--persistent", str(args.persistent)]
         result = baselines.fresh_json_row(cmd, row)
         results.append(result)
-        print(f"{row:13s} steady {result['steady_epoch_s']:.2f} s  next {result['steady_next_s']:.2f} s"
-              f"  to {result['steady_to_s']:.2f} s  loss {result['last_loss']:.4f}", flush=True)
+        print(f"{row:13s} steady {result['steady_epoch_s']:.2f} s  "
+              f"next {result['steady_next_s']:.2f} s  to {result['steady_to_s']:.2f} s  "
+              f"loss {result['last_loss']:.4f}", flush=True)
     base = next((r for r in results if r["row"] == "vanilla"), None)
     for result in results:
         if base is not None:

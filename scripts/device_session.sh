@@ -34,6 +34,9 @@
 #                 (bench_gpu_breakdown.py: sampler, gather, step, serial, pipeline)
 #   tests         the gpu-marked tests and the sampler's op counts on the device, as a unit
 #                 (with TESTS=0 to leave them out of step a; e.g. at the plan's end)
+#   hetero        HeteroData batches PyG builds, copied by the path (bench_hetero_feed.py: an
+#                 ogbn-mag-like graph, to_hetero SAGE; vanilla, gnnorch-host, gnnorch with
+#                 persistent workers, then gnnorch and vanilla without)
 #
 # Settings a later session may change (environment): SWEEP_WORKERS (the worker counts of the
 # vanilla and expert rows; one count: no screen), SAGE_CONFIGS (the sage unit's rows, measured
@@ -66,7 +69,7 @@ PIP_PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
 
 # The units of measurement, in the order of the default plan (issue 21's priorities). Each is
 # whole in itself: its ratios compare rows measured on the same machine in the same session.
-UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests"
+UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero"
 DEFAULT_PLAN="sage,cpu_fastpath,gcn_gat,cpu_tuner,extra"
 
 # The plan's scale (DRY: tiny, on the CPU).
@@ -479,6 +482,21 @@ unit_profile() {
   (cd "$ROOT/cwd" && run_step profile 240 "$PY" "$REPO/scripts/bench_gpu_breakdown.py" \
     --nodes "$NODES" --train-seeds "$SEEDS" --hidden "$HIDDEN" --device "$DEVICE" \
     --batches "$PROFILE_BATCHES" --out "$ROOT/results/gpu_breakdown.json")
+}
+
+unit_hetero() {
+  # PyG's HeteroData batches copied by the path from pinned memory on a side stream (in the
+  # trainer's thread with persistent workers, drawn ahead without), against the user's own
+  # pageable batch.to(device); its own graph (built in each row's process)
+  local papers=736389 workers=8
+  [ "$DRY" = 1 ] && { papers=20000; workers=2; }
+  (cd "$ROOT/cwd" && run_step hetero 240 "$PY" "$REPO/scripts/bench_hetero_feed.py" \
+    --device "$DEVICE" --papers "$papers" --workers "$workers" --epochs 3 \
+    --out "$ROOT/results/hetero_feed.json")
+  (cd "$ROOT/cwd" && run_step hetero_nonpersistent 180 "$PY" \
+    "$REPO/scripts/bench_hetero_feed.py" --device "$DEVICE" --papers "$papers" \
+    --workers "$workers" --epochs 3 --persistent 0 --rows gnnorch,vanilla \
+    --out "$ROOT/results/hetero_feed_nonpersistent.json")
 }
 
 unit_tests() {
