@@ -17,8 +17,7 @@ from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import HeteroConv, SAGEConv
 
 import gnnorch
-from gnnorch.device.gather import ID_FIELDS
-from gnnorch.device.transfer import _twin_fields
+from gnnorch.device.transfer import DeviceTransfer, _each_tensor
 from gnnorch.device.twin import device_twin
 from gnnorch.intercept.device_decisions import why_not_drawn_ahead
 
@@ -229,19 +228,31 @@ def test_decisions_keep_draws_that_could_change_in_the_trainers_thread():
     assert "transform" in why(_loader(DATA, transform=lambda b: b), served=True)
 
 
-def test_id_fields_keep_their_host_values_and_carry_a_device_twin():
-    """`DeviceTransfer`'s twinning of a PyG batch's ids, with the "meta" device standing in for
-    a GPU (a CUDA transfer is the only caller; `gpu` tests run it there)."""
+def test_every_tensor_keeps_its_host_values_and_carries_a_device_twin():
+    """`DeviceTransfer(twin_all=True)`'s handling of a batch PyG built, with the "meta" device
+    standing in for a GPU (a CUDA transfer is the only caller; `gpu` tests run it there):
+    every tensor stays on the host with its values, ``.to`` the device returns the twin, and a
+    tensor the user writes to before ``.to`` is copied as it is then, not from the stale twin."""
     batch = next(iter(_loader(DATA, num_workers=0)))
-    before = {node_type: batch[node_type].n_id.clone() for node_type in batch.node_types}
-    _twin_fields(batch, ID_FIELDS, torch.device("meta"), pin=False)
-    for node_type, ids in before.items():
-        got = batch[node_type].n_id
-        assert got.device.type == "cpu" and torch.equal(got, ids)
-        twin = device_twin(got)
-        assert twin is not None and twin.device.type == "meta" and twin.shape == ids.shape
-        assert got.to("meta") is twin
-    assert isinstance(batch["paper"].x, torch.Tensor) and device_twin(batch["paper"].x) is None
+    before = {key: value.clone() for key, value in _tensors(batch)}
+    batch = _each_tensor(batch, DeviceTransfer("meta", pin=False, twin_all=True).twin_of)
+    for key, value in _tensors(batch):
+        assert value.device.type == "cpu" and torch.equal(value, before[key]), key
+        twin = device_twin(value)
+        assert twin is not None and twin.device.type == "meta" and twin.shape == value.shape
+        assert value.to("meta") is twin and value.to(torch.device("meta")) is twin
+    assert batch["paper"].x.numpy().shape == before[("paper", "x")].shape
+    batch["paper"].x[:, 0] = 0.0   # the user's in-place write before the copy
+    assert device_twin(batch["paper"].x) is None
+    assert device_twin(batch["author"].x) is not None
+    moved = batch.to("meta")
+    assert moved["author"].x.device.type == "meta" and moved["paper"].x.device.type == "meta"
+
+
+def _tensors(batch):
+    return [((store._key if store._key is not None else "", key), value)
+            for store in batch.stores for key, value in store.items()
+            if isinstance(value, torch.Tensor)]
 
 
 # --------------------------------------------------------------------------- CUDA
@@ -261,17 +272,20 @@ def test_cuda_pyg_batches_copied_ahead_train_alike():
 def _batch_places(data):
     loader = _loader(data)
     for batch in loader:
-        ids = batch["paper"].n_id
-        cites = batch["paper", "cites", "paper"].edge_index
-        return (ids.device.type, device_twin(ids) is not None, batch["paper"].x.device.type,
-                cites.device.type, batch.to("cuda")["paper"].n_id is device_twin(ids))
+        x, cites = batch["paper"].x, batch["paper", "cites", "paper"].edge_index
+        twins = (device_twin(x), device_twin(cites))
+        host = (x.device.type, cites.device.type, x.numpy().shape == tuple(x.shape))
+        moved = batch.to("cuda")
+        return host + tuple(t is not None and t.is_cuda for t in twins) + (
+            moved["paper"].x is twins[0],
+            moved["paper", "cites", "paper"].edge_index is twins[1])
     return None
 
 
 @pytest.mark.gpu
-def test_cuda_pyg_batches_arrive_on_the_device_with_host_ids():
+def test_cuda_pyg_batches_stay_on_the_host_with_their_device_copies():
     places, stats = _run("auto", fn=_batch_places)
-    assert places == ("cpu", True, "cuda", "cuda", True), places
+    assert places == ("cpu", "cpu", True, True, True, True, True), places
 
 
 # --------------------------------------------------------------------------- served loaders

@@ -11,9 +11,10 @@ producer thread runs in (`producing`):
   ``.apply`` or a tensor), except the fields named in ``host_fields``, to ``device`` on the side
   stream, from pinned memory (tensors not pinned yet are pinned first, so the copy is
   asynchronous and never a pageable copy), and records an event after *all* the work queued on
-  the side stream so far; a host field named in ``twin_fields`` (a batch PyG built: its id
-  fields) stays on the host as well, carrying a device copy made there (`device.twin`), so
-  host-side indexing with it still works and ``batch.to(device)`` copies nothing;
+  the side stream so far; with ``twin_all`` (batches PyG built, the path only copying them)
+  every tensor instead stays on the host, as PyG left it, and carries its device copy made
+  there (`device.twin`): the user's code sees the batch PyG gives (host tensors: indexing,
+  ``numpy()``, in-place writes before the copy), and ``batch.to(device)`` copies nothing;
 * `ready` (consumer thread) makes its current stream wait for that event, and marks every
   device tensor (and every host id field's device twin, `device.twin`) as used on that stream
   (``record_stream``) so the caching allocator does not hand the memory to another tensor
@@ -28,6 +29,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..compat.torch import tensor_version, twin_subclass_reason
 from .twin import device_twin, twinned
 
 __all__ = ["DeviceTransfer"]
@@ -49,33 +51,19 @@ def _each_tensor(value: Any, fn: Callable[[torch.Tensor], torch.Tensor],
     return value
 
 
-def _twin_fields(batch: Any, names: tuple[str, ...], device: torch.device, pin: bool) -> None:
-    """Each host tensor field of `batch`'s stores named in `names` replaced, in place, by
-    itself carrying its copy on `device` (`device.twin.twinned`; copied from pinned memory
-    on the current stream). Batches without PyG stores are left as they are."""
-    for store in getattr(batch, "stores", ()):
-        for name in names:
-            host = store.get(name) if hasattr(store, "get") else None
-            if (not isinstance(host, torch.Tensor) or host.device.type != "cpu"
-                    or device_twin(host) is not None):
-                continue
-            source = host.pin_memory() if pin and not host.is_pinned() else host
-            store[name] = twinned(source, source.to(device, non_blocking=pin))
-
-
 class DeviceTransfer:
     """`producing` / `transfer` / `ready` for a Prefetcher towards `device` (see the module
     docstring). ``host_fields``: names of batch fields that stay where they are (e.g. the id
-    fields ``n_id`` / ``e_id`` / ``input_id``, kept on the host); ``twin_fields``: those of
-    them given a device twin here (fields a gather plan has not twinned already)."""
+    fields ``n_id`` / ``e_id`` / ``input_id``, kept on the host); ``twin_all``: every tensor
+    kept on the host with a device twin (module docstring)."""
 
     def __init__(self, device: torch.device | str, pin: bool = True,
-                 host_fields: tuple[str, ...] = (), twin_fields: tuple[str, ...] = ()) -> None:
+                 host_fields: tuple[str, ...] = (), twin_all: bool = False) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.pin = pin and self.cuda
         self.host_fields = tuple(host_fields)
-        self.twin_fields = tuple(twin_fields)
+        self.twin_all = twin_all
         # a high priority: the side stream's small sampling kernels (and the syncs the
         # producer waits on) are scheduled ahead of the trainer's queued work
         self.stream = torch.cuda.Stream(self.device, priority=-1) if self.cuda else None
@@ -92,17 +80,32 @@ class DeviceTransfer:
     def transfer(self, batch: Any) -> Any:
         if not self.cuda:
             return batch
+        if self.twin_all:
+            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                out = _each_tensor(batch, self.twin_of)
+                event = torch.cuda.Event()
+                event.record(self.stream)
+            return out, event
         skip = self.host_fields
         if self.pin:
             batch = _each_tensor(batch, lambda t: t if t.is_cuda or t.is_pinned()
                                  else t.pin_memory(), skip)
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             out = _each_tensor(batch, lambda t: t.to(self.device, non_blocking=True), skip)
-            if self.twin_fields:
-                _twin_fields(out, self.twin_fields, self.device, self.pin)
             event = torch.cuda.Event()
             event.record(self.stream)
         return out, event
+
+    def twin_of(self, host: torch.Tensor) -> torch.Tensor:
+        """`host` (pinned first) carrying its copy on the device, made on the current stream;
+        `host` itself where it cannot carry one (`device.twin.twinned`: on a device already,
+        requiring grad, a tensor subclass, no version counters): the user's ``.to`` copies
+        it then, as in PyG."""
+        if (host.device.type != "cpu" or host.requires_grad or type(host) is not torch.Tensor
+                or twin_subclass_reason() is not None or tensor_version(host) is None):
+            return host
+        source = host.pin_memory() if self.pin and not host.is_pinned() else host
+        return twinned(source, source.to(self.device, non_blocking=self.pin))
 
     def batch_of(self, item: Any) -> Any:
         """The batch inside a `transfer` result that is not `ready` yet: its host fields

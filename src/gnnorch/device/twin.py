@@ -14,9 +14,12 @@ operation returns plain tensors) except that ``.to(d)`` / ``.cuda()`` towards th
 is handed over once the trainer's stream waits for the side stream (`device.transfer`), and the
 twins are marked used on that stream (``record_stream``) with the batch's other device tensors.
 
-Invariant: a twin holds the same values as its host tensor (both made from one sampler output,
-never written afterwards). Without the torch names the subclass needs (`gnnorch.compat.torch.
-twin_subclass_reason`) `twinned` returns the host tensor unchanged and ids are copied as before.
+Invariant: a twin holds the same values as its host tensor. Both are made from one value, and
+the host tensor's in-place version counter is taken then: once the user writes to the host
+tensor (``batch.x[:, 0] = 0`` before ``batch.to(device)``), `device_twin` returns None and
+``.to`` copies the written values as torch would. Without the torch names the subclass needs
+(`gnnorch.compat.torch.twin_subclass_reason`), or without version counters, `twinned` returns
+the host tensor unchanged and the fields are copied as before.
 """
 from __future__ import annotations
 
@@ -70,17 +73,26 @@ def twinned(host: Tensor, device_copy: Tensor) -> Tensor:
             or host.requires_grad or device_copy.shape != host.shape
             or device_copy.dtype != host.dtype):
         return host
+    version = compat_torch.tensor_version(host)
+    if version is None:
+        return host
     out = compat_torch.make_subclass(DeviceTwinned, host)
     out._gnnorch_twin = device_copy
+    out._gnnorch_version = version
     return out
 
 
 def device_twin(tensor: Any) -> Tensor | None:
-    """The device copy `tensor` carries (`twinned`), or None."""
+    """The device copy `tensor` carries (`twinned`), or None (none, or the host tensor was
+    written since: the copy is stale)."""
     if not isinstance(tensor, DeviceTwinned):
         return None
     twin = tensor.__dict__.get("_gnnorch_twin")
-    return twin if isinstance(twin, torch.Tensor) else None
+    if not isinstance(twin, torch.Tensor):
+        return None
+    with _DisableSubclass():
+        current = compat_torch.tensor_version(tensor)
+    return twin if current == tensor.__dict__.get("_gnnorch_version") else None
 
 
 def copy_target(func: Any, args: tuple,

@@ -1,7 +1,7 @@
 """One epoch of a loader the GPU data path serves (`intercept.device_path`): its batches drawn,
 sampled, gathered and copied to the device by a `gnnorch.device.pipeline.Prefetcher` while the
-trainer works on the previous one. A loader the path leaves to PyG goes through the same `pipelined` epoch
-(`PyGBatchesCopied`): PyG builds its batches, the transfer copies them.
+trainer works on the previous one. A loader the path leaves to PyG goes through the same
+`pipelined` epoch (`PyGBatchesCopied`): PyG builds its batches, the transfer copies them.
 
 The first batch is drawn in the trainer's thread (the loader's shuffling draws its permutation
 seed from torch's global RNG there, as in a plain run), and so is every batch while the
@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Protocol
 import torch
 
 from ..device.config import DataPathConfig
-from ..device.gather import ID_FIELDS
 from ..device.pipeline import Prefetcher
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
@@ -90,11 +89,13 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
 
 class PyGBatchesCopied:
     """Loaders the path leaves to PyG (HeteroData, ``adj_t``, ...) on a run with a device: PyG
-    builds their batches as it always does, and the path copies them to the device on a side
-    stream of the loader's, from pinned memory (never the user's pageable ``batch.to``), their
-    id fields kept on the host with device twins, as a served loader's; drawn ahead in the
-    pipeline's thread where that changes nothing a fixed seed gives
-    (`device_decisions.why_not_drawn_ahead`), else in the trainer's thread when it asks."""
+    builds their batches as it always does, and the path copies each tensor to the device on a
+    side stream of the loader's, from pinned memory (never the user's pageable ``batch.to``).
+    The batch the user gets is PyG's, on the host, each tensor carrying its device copy
+    (`DeviceTransfer` with ``twin_all``): host-side code works as with PyG, and
+    ``batch.to(device)`` copies nothing. Drawn ahead in the pipeline's thread where that
+    changes nothing a fixed seed gives (`device_decisions.why_not_drawn_ahead`), else in the
+    trainer's thread when it asks."""
 
     def __init__(self, config: DataPathConfig) -> None:
         self.config = config
@@ -113,8 +114,8 @@ class PyGBatchesCopied:
         record.prefetch = 0 if why is not None else self.config.prefetch
         move = self._moves.get(loader)
         if move is None:
-            move = self._moves[loader] = DeviceTransfer(
-                device, pin=self.config.pin, host_fields=ID_FIELDS, twin_fields=ID_FIELDS)
+            move = self._moves[loader] = DeviceTransfer(device, pin=self.config.pin,
+                                                        twin_all=True)
         record.epochs += 1
         return pipelined(iter(iterator), move, record.prefetch, record, None, publish)
 

@@ -54,11 +54,12 @@ A loader whose structure stays on the host (it does not fit the budget, its samp
 device path, or the cache) keeps the user's ``num_workers``: workers sample, the pipeline's
 thread gathers. A loader the path leaves to PyG, on a run with a device, still goes through the
 pipeline (`device_feed.PyGBatchesCopied`): PyG builds its batches, the path copies them from
-pinned memory on a side stream, ids kept on the host with device twins. Any loader's batches
-are drawn ahead only where that changes nothing a fixed seed gives
+pinned memory on a side stream, the batch left on the host with a device twin on every tensor.
+Any loader's batches are drawn ahead only where that changes nothing a fixed seed gives
 (`device_decisions.why_not_drawn_ahead`: not with persistent workers, an index sampler that
-draws as it goes, user code finishing batches in the trainer's process, or PyG sampling in it). Where features stay on the host of a CUDA run with rewrites on, ``x`` is left
-in its pinned rows for DAHA's host pre-transformation (`gnnorch.rewrite.host`: the loader seam
+draws as it goes, user code finishing batches in the trainer's process, or PyG sampling in
+it). Where features stay on the host of a CUDA run with rewrites on, ``x`` is left in its
+pinned rows for DAHA's host pre-transformation (`gnnorch.rewrite.host`: the loader seam
 marks it, the rewrite engine decides per layer) and every other attribute is copied.
 
 Batches equal those of a plain run drawing from the same sampling generator (tested): same
