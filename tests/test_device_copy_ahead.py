@@ -245,8 +245,11 @@ def test_every_tensor_keeps_its_host_values_and_carries_a_device_twin():
     batch["paper"].x[:, 0] = 0.0   # the user's in-place write before the copy
     assert device_twin(batch["paper"].x) is None
     assert device_twin(batch["author"].x) is not None
+    kept = batch["author"].x   # the user keeps the host tensor, then writes to the device one
     moved = batch.to("meta")
     assert moved["author"].x.device.type == "meta" and moved["paper"].x.device.type == "meta"
+    moved["author"].x.add_(1.0)
+    assert device_twin(kept) is None
 
 
 def _tensors(batch):

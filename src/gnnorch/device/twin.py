@@ -15,9 +15,9 @@ is handed over once the trainer's stream waits for the side stream (`device.tran
 twins are marked used on that stream (``record_stream``) with the batch's other device tensors.
 
 Invariant: a twin holds the same values as its host tensor. Both are made from one value, and
-the host tensor's in-place version counter is taken then: once the user writes to the host
-tensor (``batch.x[:, 0] = 0`` before ``batch.to(device)``), `device_twin` returns None and
-``.to`` copies the written values as torch would. Without the torch names the subclass needs
+both in-place version counters are taken then: once the user writes to either (``batch.x[:, 0]
+= 0`` before ``batch.to(device)``, or to the device tensor ``.to`` returned while keeping the
+host one), `device_twin` returns None and ``.to`` copies the host values as torch would. Without the torch names the subclass needs
 (`gnnorch.compat.torch.twin_subclass_reason`), or without version counters, `twinned` returns
 the host tensor unchanged and the fields are copied as before.
 """
@@ -73,12 +73,12 @@ def twinned(host: Tensor, device_copy: Tensor) -> Tensor:
             or host.requires_grad or device_copy.shape != host.shape
             or device_copy.dtype != host.dtype):
         return host
-    version = compat_torch.tensor_version(host)
-    if version is None:
+    versions = (compat_torch.tensor_version(host), compat_torch.tensor_version(device_copy))
+    if None in versions:
         return host
     out = compat_torch.make_subclass(DeviceTwinned, host)
     out._gnnorch_twin = device_copy
-    out._gnnorch_version = version
+    out._gnnorch_versions = versions
     return out
 
 
@@ -91,8 +91,8 @@ def device_twin(tensor: Any) -> Tensor | None:
     if not isinstance(twin, torch.Tensor):
         return None
     with _DisableSubclass():
-        current = compat_torch.tensor_version(tensor)
-    return twin if current == tensor.__dict__.get("_gnnorch_version") else None
+        current = (compat_torch.tensor_version(tensor), compat_torch.tensor_version(twin))
+    return twin if current == tensor.__dict__.get("_gnnorch_versions") else None
 
 
 def copy_target(func: Any, args: tuple,
