@@ -330,3 +330,20 @@ def test_a_served_loader_with_persistent_workers_repeats_at_any_depth():
     assert runs[0] == runs[2] and len(runs[0]) > 20
     assert records[2]["served"] and not records[2]["samples_on_device"]
     assert records[2]["prefetch"] == 0 and "persistent" in records[2]["prefetch_reason"]
+
+
+def test_x_of_a_homogeneous_batch_drawn_on_demand_is_left_for_the_host_transform():
+    """As a served loader's without prefetching: DAHA's host pre-transformation may take ``x``
+    from the host (CUDA runs with rewrites on); drawn ahead, its copy is off the trainer's
+    path; HeteroData batches are not marked for it."""
+    from gnnorch.datasets.synthetic import power_law_graph
+    from gnnorch.intercept.device_feed import deferred_fields
+
+    homogeneous = power_law_graph(num_nodes=50, avg_degree=3.0, num_features=4, num_classes=2,
+                                  seed=0)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert deferred_fields(homogeneous, cuda, 0, True) == ("x",)
+    assert deferred_fields(homogeneous, cuda, 2, True) == ()
+    assert deferred_fields(homogeneous, cuda, 0, False) == ()
+    assert deferred_fields(homogeneous, cpu, 0, True) == ()
+    assert deferred_fields(DATA, cuda, 0, True) == ()

@@ -54,8 +54,8 @@ def _each_tensor(value: Any, fn: Callable[[torch.Tensor], torch.Tensor],
 class DeviceTransfer:
     """`producing` / `transfer` / `ready` for a Prefetcher towards `device` (see the module
     docstring). ``host_fields``: names of batch fields that stay where they are (e.g. the id
-    fields ``n_id`` / ``e_id`` / ``input_id``, kept on the host); ``twin_all``: every tensor
-    kept on the host with a device twin (module docstring)."""
+    fields ``n_id`` / ``e_id`` / ``input_id``, kept on the host); ``twin_all``: every other
+    tensor kept on the host with a device twin (module docstring)."""
 
     def __init__(self, device: torch.device | str, pin: bool = True,
                  host_fields: tuple[str, ...] = (), twin_all: bool = False) -> None:
@@ -82,7 +82,7 @@ class DeviceTransfer:
             return batch
         if self.twin_all:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                out = _each_tensor(batch, self.twin_of)
+                out = _each_tensor(batch, self.twin_of, self.host_fields)
                 event = torch.cuda.Event()
                 event.record(self.stream)
             return out, event

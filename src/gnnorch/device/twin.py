@@ -17,9 +17,10 @@ twins are marked used on that stream (``record_stream``) with the batch's other 
 Invariant: a twin holds the same values as its host tensor. Both are made from one value, and
 both in-place version counters are taken then: once the user writes to either (``batch.x[:, 0]
 = 0`` before ``batch.to(device)``, or to the device tensor ``.to`` returned while keeping the
-host one), `device_twin` returns None and ``.to`` copies the host values as torch would. Without the torch names the subclass needs
-(`gnnorch.compat.torch.twin_subclass_reason`), or without version counters, `twinned` returns
-the host tensor unchanged and the fields are copied as before.
+host one), `device_twin` returns None and ``.to`` copies the host values as torch would.
+Without the torch names the subclass needs (`gnnorch.compat.torch.twin_subclass_reason`), or
+without version counters, `twinned` returns the host tensor unchanged and the fields are
+copied as before.
 """
 from __future__ import annotations
 
@@ -83,8 +84,8 @@ def twinned(host: Tensor, device_copy: Tensor) -> Tensor:
 
 
 def device_twin(tensor: Any) -> Tensor | None:
-    """The device copy `tensor` carries (`twinned`), or None (none, or the host tensor was
-    written since: the copy is stale)."""
+    """The device copy `tensor` carries (`twinned`), or None (none, or either tensor was
+    written in place since: the copy may be stale)."""
     if not isinstance(tensor, DeviceTwinned):
         return None
     twin = tensor.__dict__.get("_gnnorch_twin")

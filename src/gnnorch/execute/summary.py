@@ -235,8 +235,8 @@ def _partition(info: RunInfo, stats: dict) -> str | None:
 
 def _data_path(info: RunInfo, stats: dict) -> str | None:
     """The device data path (``stats["device"]``, `gnnorch.device`): where each served loader
-    samples and keeps its features, which loaders left to PyG have their batches copied, or why none is
-    served."""
+    samples and keeps its features, which loaders left to PyG have their batches copied, or
+    why none is served."""
     section = stats.get("device")
     mode = getattr(getattr(info.options, "data_path", None), "mode", None)
     host_by_default = mode == "host" or (mode in (None, "auto") and info.device != "cuda")

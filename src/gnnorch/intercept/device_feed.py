@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from .feeds import LoaderState
 
-__all__ = ["PyGBatchesCopied", "pipelined", "own_generator", "own_generators"]
+__all__ = ["PyGBatchesCopied", "deferred_fields", "pipelined", "own_generator", "own_generators"]
 
 _END = object()
 
@@ -95,10 +95,12 @@ class PyGBatchesCopied:
     (`DeviceTransfer` with ``twin_all``): host-side code works as with PyG, and
     ``batch.to(device)`` copies nothing. Drawn ahead in the pipeline's thread where that
     changes nothing a fixed seed gives (`device_decisions.why_not_drawn_ahead`), else in the
-    trainer's thread when it asks."""
+    trainer's thread when it asks. With `host_transform` (rewrites on), a homogeneous batch
+    drawn in the trainer's thread keeps ``x`` as PyG made it, for DAHA's host
+    pre-transformation (`deferred_fields`), as a served loader's does without prefetching."""
 
-    def __init__(self, config: DataPathConfig) -> None:
-        self.config = config
+    def __init__(self, config: DataPathConfig, host_transform: bool) -> None:
+        self.config, self.host_transform = config, host_transform
         self._moves: weakref.WeakKeyDictionary[Any, DeviceTransfer] = \
             weakref.WeakKeyDictionary()
 
@@ -116,8 +118,25 @@ class PyGBatchesCopied:
         if move is None:
             move = self._moves[loader] = DeviceTransfer(device, pin=self.config.pin,
                                                         twin_all=True)
+        move.host_fields = deferred_fields(loader.data, device, record.prefetch,
+                                           self.host_transform)
+        record.deferred = move.host_fields
         record.epochs += 1
         return pipelined(iter(iterator), move, record.prefetch, record, None, publish)
+
+
+def deferred_fields(data: Any, device: torch.device, depth: int,
+                    host_transform: bool) -> tuple[str, ...]:
+    """The fields of a PyG-built batch left untouched on the host (no device copy): ``x`` of a
+    homogeneous batch on a CUDA run with rewrites on (`host_transform`) whose batches are not
+    drawn ahead (`depth` 0), which the loader seam marks for DAHA's host pre-transformation
+    (`intercept.announce`, `gnnorch.rewrite.host`); drawn ahead, its copy is off the
+    trainer's path anyway."""
+    from torch_geometric.data import Data
+
+    if host_transform and device.type == "cuda" and depth == 0 and isinstance(data, Data):
+        return ("x",)
+    return ()
 
 
 def _batches_of(pre: Prefetcher, move: DeviceTransfer) -> Callable[[], list[Any]]:

@@ -106,7 +106,8 @@ class DevicePath:
         self.loaders: list[LoaderDevice] = []
         self._served: weakref.WeakKeyDictionary[NeighborLoader, ServedLoader] = \
             weakref.WeakKeyDictionary()
-        self._pyg_batches = PyGBatchesCopied(config)   # loaders left to PyG, copied over
+        self._pyg_batches = PyGBatchesCopied(   # loaders left to PyG, copied over
+            config, host_transform=ctx.options.rewrite is not False)
         self._late = False   # the device was found at the model's first forward
         self._watch = (FirstModelWatch(self.model_found_on)
                        if config.mode == "auto" and self.device is None
