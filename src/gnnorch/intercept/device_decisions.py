@@ -17,7 +17,7 @@ the path's decisions, each a function of the loader, its data, the run's device 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -42,9 +42,6 @@ def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.d
     """Why the path does not serve `loader` (`state`: the loader seam's record of it) on
     `device`, or None; `reason`: why the run has no device when `device` is None."""
     from torch_geometric.data import Data
-    from torch_geometric.loader.link_loader import LinkLoader
-    from torch_geometric.loader.node_loader import NodeLoader
-
     if device is None:
         return reason
     if not isinstance(getattr(loader, "data", None), Data):
@@ -53,8 +50,7 @@ def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.d
         return "the data has no edge_index tensor (e.g. adj_t): built as PyG builds them"
     if getattr(state, "partition", None) is not None:
         return "its features are partitioned over ranks (partition_features)"
-    pyg_filter = LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
-    if type(loader).filter_fn is not pyg_filter:
+    if type(loader).filter_fn is not _pyg_filter_fn(state):
         return f"{type(loader).__name__} overrides filter_fn"
     if learnt := learnt_attributes(loader.data):
         return learnt_reason(learnt)
@@ -94,9 +90,6 @@ def why_not_drawn_ahead(loader: NeighborLoader, state: "LoaderState", depth: int
       RNG: not drawn ahead;
     * features fetched from other ranks at each batch (partition_features): those collectives
       stay in the trainer's thread."""
-    from torch_geometric.loader.link_loader import LinkLoader
-    from torch_geometric.loader.node_loader import NodeLoader
-
     if depth <= 0:
         return "data_path prefetch is 0"
     if getattr(state, "partition", None) is not None:
@@ -116,10 +109,9 @@ def why_not_drawn_ahead(loader: NeighborLoader, state: "LoaderState", depth: int
         return (f"its {index_sampler} may draw from torch's global RNG as batches are drawn: "
                 f"drawing ahead in another thread would change what a fixed seed gives")
     if served or not getattr(loader, "filter_per_worker", True):
-        pyg_filter = LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
         user_code = [name for name in ("transform", "transform_sampler_output")
                      if getattr(loader, name, None) is not None]
-        if not served and (type(loader).filter_fn is not pyg_filter
+        if not served and (type(loader).filter_fn is not _pyg_filter_fn(state)
                            or "filter_fn" in vars(loader)):
             user_code.append("filter_fn")
         if user_code:
@@ -127,6 +119,14 @@ def why_not_drawn_ahead(loader: NeighborLoader, state: "LoaderState", depth: int
                     f"({', '.join(user_code)}), which may draw from torch's global RNG: "
                     f"drawn in the trainer's thread")
     return None
+
+
+def _pyg_filter_fn(state: "LoaderState") -> Callable[..., Any]:
+    """PyG's own ``filter_fn`` for the loader kind `state` records (node or link)."""
+    from torch_geometric.loader.link_loader import LinkLoader
+    from torch_geometric.loader.node_loader import NodeLoader
+
+    return LinkLoader.filter_fn if state.kind == "link" else NodeLoader.filter_fn
 
 
 def _lazy_index_sampler(loader: Any) -> str | None:
