@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -164,15 +165,24 @@ def finish_child(row: dict) -> NoReturn:
     workers shut down one by one, each join waiting up to 5 s; pinned and device memory freed)
     took up to 140 s after the expert row on the lent H200 (2026-11-27: 55 s of measured call,
     196 s of process), time the device lease paid and no row reports. The process's children
-    (loader workers) are killed first, so none outlives the row or holds its output pipes."""
+    (loader workers) are killed first, so none outlives the row or holds its output pipes.
+
+    torch's DataLoader installs a SIGCHLD handler that raises when one of its workers dies by
+    a signal; it is reset to the default first, else killing the workers raises in this
+    process and fails a row already measured (the vanilla row on the lent H200, session 19).
+    Whatever happens while the children are killed, the process ends with status 0: the row
+    is printed."""
     print(json.dumps(row), flush=True)
     sys.stderr.flush()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
-    os._exit(0)
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+    finally:
+        os._exit(0)
 
 
 def fresh_json_row(cmd: list[str], label: str) -> dict:

@@ -334,6 +334,36 @@ def test_gathered_batches_carry_device_twins_of_their_ids():
     assert moved.x.device.type == "meta" and moved.edge_index.device.type == "meta"
 
 
+def test_concrete_device_names_the_index_torch_gives_tensors():
+    from gnnorch.device.twin import concrete_device
+
+    assert concrete_device("cpu") == torch.device("cpu")
+    assert concrete_device(torch.device("meta")) == torch.device("meta")
+    if torch.cuda.is_available():
+        assert concrete_device("cuda") == torch.ones(1, device="cuda").device
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("features", ["gpu", "pinned"])
+def test_gather_plan_on_a_bare_cuda_device_gathers_from_its_device_copies(features):
+    """A plan made with ``torch.device("cuda")`` (no index, as a user or a script names it)
+    indexes its device-resident sources there: ``cuda`` is compared as ``cuda:0`` (session
+    19's `profile` unit failed on ``cuda != cuda:0``, indexing a CUDA source with host ids)."""
+    from gnnorch.datasets.synthetic import power_law_graph
+    from gnnorch.device.gather import GatherPlan, ResidentTensors
+    from gnnorch.sampling.neighbor import FastNeighborSampler
+
+    data = power_law_graph(num_nodes=300, avg_degree=6.0, num_features=4, num_classes=3,
+                           seed=0)
+    sampler = FastNeighborSampler(data, num_neighbors=[3, 2])
+    sampler.move_to(torch.device("cuda"))
+    out = sampler.sample_from_nodes(_node_input(torch.arange(16)))   # host seeds
+    batch = GatherPlan(data, torch.device("cuda"), features, ResidentTensors()).batch(
+        out, sampler.perm)
+    assert batch.x.is_cuda and torch.equal(batch.x.cpu(), data.x[batch.n_id])
+    assert torch.equal(batch.y.cpu(), data.y[batch.n_id])
+
+
 @pytest.mark.parametrize("features", ["gpu", "pinned"], ids=["resident", "pinned-rows"])
 def test_id_attributes_of_the_users_data_stay_on_the_host(features):
     """PyG's examples give their data a global ``n_id`` (``data.n_id = torch.arange(N)``,

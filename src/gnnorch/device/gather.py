@@ -42,7 +42,7 @@ from torch import Tensor
 
 from ..compat.pyg import pyg_index_select, set_orig_edge_index
 from ..compat.torch import tensor_version
-from .twin import twinned
+from .twin import concrete_device, twinned
 
 __all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "device_attributes",
            "untensored_attributes", "learnt_attributes", "data_snapshot", "ID_FIELDS",
@@ -185,7 +185,7 @@ class GatherPlan:
                  defer: tuple[str, ...] = ()) -> None:
         self.data = data
         self.snapshot = data_snapshot(data)
-        self.device = torch.device(device)
+        self.device = concrete_device(device)
         self.features, self.requested_defer = features, defer
         self.node, self.edge = gathered_attributes(data)
         self.dims = {k: data.__cat_dim__(k, data[k]) for k in self.node + self.edge}

@@ -32,7 +32,8 @@ from torch import Tensor
 
 from ..compat import torch as compat_torch
 
-__all__ = ["DeviceTwinned", "PlainWhenCopied", "copy_target", "device_twin", "twinned"]
+__all__ = ["DeviceTwinned", "PlainWhenCopied", "concrete_device", "copy_target", "device_twin",
+           "twinned"]
 
 _DisableSubclass = compat_torch.disable_torch_function_subclass() or contextlib.nullcontext
 
@@ -96,6 +97,16 @@ def device_twin(tensor: Any) -> Tensor | None:
     return twin if current == tensor.__dict__.get("_gnnorch_versions") else None
 
 
+def concrete_device(device: torch.device | str) -> torch.device:
+    """`device` with a bare ``"cuda"`` resolved to the current CUDA device (``cuda:0`` when
+    none was set): torch's tensors always carry the index, and ``torch.device("cuda") !=
+    torch.device("cuda:0")``, so device comparisons are made on this form."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def copy_target(func: Any, args: tuple,
                 kwargs: dict) -> tuple[torch.device, torch.dtype | None, bool] | None:
     """``(device, dtype, non_blocking)`` when ``func(*args, **kwargs)`` (``Tensor.to`` or
@@ -121,6 +132,4 @@ def copy_target(func: Any, args: tuple,
         return None
     if device is None or memory_format is not None:
         return None
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device, dtype, bool(non_blocking)
+    return concrete_device(device), dtype, bool(non_blocking)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..device.twin import concrete_device
 from ..run_options import RunOptions
 from ..intercept.session import session
 from ..launch import fork_guard
@@ -67,10 +68,7 @@ class RankJob:
             return process.comm_device
         if self.device == "cpu":
             return None
-        device = torch.device(self.device)
-        if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-            device = torch.device("cuda", torch.cuda.current_device())
-        return device
+        return concrete_device(self.device)
 
 
 def run_session(ctx: RankContext, fn: Callable, args: tuple, kwargs: dict,
