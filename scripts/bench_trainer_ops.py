@@ -1,6 +1,8 @@
 """What the *trainer thread* issues per batch, in torch operations: getting the batch (``next``
 on the loader and the user's ``batch.to(device)``) and the training step, for vanilla PyG, gnnorch's
-host path and gnnorch's GPU data path (issue 21; here with the CPU as its device).
+host path and gnnorch's GPU data path (issue 21; here with the CPU as its device), without and
+with the historical-embedding cache (``cache=True``: its lookups, pruning and refreshes on the
+trainer's side).
 
 On a GPU every operation the trainer thread issues is a kernel launch paid on the critical path,
 and a data-dependent one (``nonzero``, ``.item()``, ...) also waits for the device. The data
@@ -79,8 +81,13 @@ def main() -> None:
 
     data = products_like(args.nodes)
     runs = {"vanilla PyG (num_workers=0)": lambda: train(data, args.batches, args.hidden)}
-    for name, options in (("gnnorch host path", {}),
-                          ("gnnorch data path, CPU as device", {"data_path": "device"})):
+    for name, options in (
+            ("gnnorch host path", {}),
+            ("gnnorch data path, CPU as device", {"data_path": "device"}),
+            ("gnnorch data path + cache=True (refresh on demand)",
+             {"data_path": "device", "cache": {"overlap": "off"}}),
+            ("gnnorch data path + cache=True (background refresh: the GPU machine's default)",
+             {"data_path": "device", "cache": {"overlap": "thread"}})):
         runtime = gnnorch.Runtime(train, processes=1, autotune=False, verbose=False, **options)
         runs[name] = (lambda rt: lambda: rt(data, args.batches, args.hidden))(runtime)
     results = {}
