@@ -78,11 +78,13 @@ import torch.nn.functional as F
 import torch_geometric
 
 import baselines  # graph generation on disk, fresh-process runs with PSS sampling
+import gil_profile as gil_profile_module  # who holds the GIL in an epoch: --gil-profile
 
 # ogbn-products: 2,449,029 nodes, 61.86M undirected edges (123.7M directed: mean degree 50.5)
 PRODUCTS = {"nodes": 2_450_000, "train_seeds": 196_615, "avg_degree": 50.5}
 DEVICE_ENV = "GNNORCH_BENCH_DEVICE"   # the parent's --device, for its fresh children
 HIDDEN_ENV = "GNNORCH_BENCH_HIDDEN"   # the parent's --hidden
+GIL_ENV = "GNNORCH_BENCH_GIL_PROFILE"   # the parent's --gil-profile (a directory)
 MODELS = ("sage", "gcn", "gat")
 GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
                 "gnnorch-cache-features-host", "gnnorch-features-host-norewrite",
@@ -131,10 +133,13 @@ def train_step(net, optimizer, batch, device, expert: bool) -> tuple[torch.Tenso
 
 
 def train(data, model="sage", epochs=3, device="cuda", num_workers=None, expert=False,
-          batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0, test=True):
+          batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0, test=True,
+          gil_profile=None):
     """An ordinary PyG training function on `device`; `expert` adds what a PyG expert adds.
     Returns its own per-epoch seconds (the device synchronised at each epoch's end), the final
-    loss and the test accuracy (None with ``test=False``)."""
+    loss and the test accuracy (None with ``test=False``). `gil_profile` (a file path): the
+    last epoch runs under `gil_profile.GilProbe` (py-spy's GIL samples per thread), its
+    summary returned as ``"gil_profile"``."""
     torch.manual_seed(seed)
     device = torch.device(device)
     loader = _loader(data, data.train_mask, fanout, batch_size, True, num_workers, expert)
@@ -143,20 +148,27 @@ def train(data, model="sage", epochs=3, device="cuda", num_workers=None, expert=
     optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
     affinity = (loader.enable_cpu_affinity(list(range(num_workers)))
                 if expert and num_workers else contextlib.nullcontext())
-    epoch_seconds, loss, trimmed = [], None, False
+    epoch_seconds, loss, trimmed, probe = [], None, False, None
     with affinity:
-        for _ in range(epochs):
+        for epoch in range(epochs):
             net.train()
-            start = time.perf_counter()
-            for batch in loader:
-                loss, trimmed_now = train_step(net, optimizer, batch, device, expert)
-                trimmed |= trimmed_now
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            epoch_seconds.append(time.perf_counter() - start)
-    return {"epoch_seconds": epoch_seconds, "loss": float(loss), "trimmed_by_hand": trimmed,
-            "test_accuracy": (test_accuracy(net, data, fanout, device, num_workers, expert)
-                              if test else None)}
+            probe = (gil_profile_module.GilProbe(Path(gil_profile))
+                     if gil_profile is not None and epoch == epochs - 1 else None)
+            with probe or contextlib.nullcontext():
+                start = time.perf_counter()
+                for batch in loader:
+                    loss, trimmed_now = train_step(net, optimizer, batch, device, expert)
+                    trimmed |= trimmed_now
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                epoch_seconds.append(time.perf_counter() - start)
+    out = {"epoch_seconds": epoch_seconds, "loss": float(loss.detach()),
+           "trimmed_by_hand": trimmed,
+           "test_accuracy": (test_accuracy(net, data, fanout, device, num_workers, expert)
+                             if test else None)}
+    if probe is not None:
+        out["gil_profile"] = probe.summary or {"error": probe.error}
+    return out
 
 
 def screen_windows(workers: int, batches: int) -> tuple[int, int]:
@@ -327,17 +339,20 @@ def measure_here(config: str, graph: Path, epochs: int, device: str, hidden: int
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     stats = None
+    gil = os.environ.get(GIL_ENV)
+    gil = str(Path(gil) / (config.replace("/", "_") + ".pyspy.txt")) if gil else None
     start = time.perf_counter()
     if baseline:
         expert = name.startswith("expert")
         workers = int(name.split("-w")[1])
         out = train(data, model=model, epochs=epochs, device=device, expert=expert,
-                    num_workers=workers, hidden=hidden)
+                    num_workers=workers, hidden=hidden, gil_profile=gil)
     elif name.startswith("gnnorch"):
         import gnnorch
 
         runtime = gnnorch.Runtime(train, **gnnorch_options(name, device))
-        out = runtime(data, model=model, epochs=epochs, device=device, hidden=hidden)
+        out = runtime(data, model=model, epochs=epochs, device=device, hidden=hidden,
+                      gil_profile=gil)
         stats = runtime.last_run.stats[0]
     else:
         raise ValueError(f"unknown configuration {config!r}")
@@ -351,6 +366,8 @@ def measure_here(config: str, graph: Path, epochs: int, device: str, hidden: int
            "pyg_lib": bool(pyg_typing.WITH_PYG_LIB), "pyg_backend": backend,
            "epochs": epochs, "num_nodes": data.num_nodes, "num_edges": data.num_edges,
            "gnnorch_imported": "gnnorch" in sys.modules}
+    if "gil_profile" in out:
+        row["gil_profile"] = out["gil_profile"]
     if baseline:
         row["num_workers"] = workers
         if cuda and expert and not out["trimmed_by_hand"]:
@@ -564,6 +581,11 @@ def _print_row(row: dict) -> None:
         print(f"    device path: {_notes({'device_path': row['device_path']})}", flush=True)
     for warning in row.get("warnings", []):
         print(f"    warning: {warning}", flush=True)
+    gil = row.get("gil_profile")
+    if gil:
+        text = (gil_profile_module.format_summary(gil) if "threads" in gil
+                else f"GIL profile failed: {gil.get('error')}")
+        print("    " + text.replace("\n", "\n    "), flush=True)
 
 
 def _machine(device_name: str) -> dict:
@@ -658,6 +680,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None,
                     help="default benchmarks/results/gpu.json (--dry-run: "
                          "bench-results/gpu_dry_run.json)")
+    ap.add_argument("--gil-profile", type=Path, default=None, metavar="DIR",
+                    help="run every row's last epoch under py-spy (its GIL-holding samples per "
+                         "thread, scripts/gil_profile.py; raw files in DIR): a diagnosis, "
+                         "whose epoch times include py-spy's sampling")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # internal: one row, JSON to stdout
     ap.add_argument("--measure-screen", help=argparse.SUPPRESS)  # internal: one model's screen
     ap.add_argument("--graph", type=Path, help=argparse.SUPPRESS)
@@ -700,6 +726,10 @@ def main() -> None:
     script = str(Path(__file__).resolve())
     os.environ[DEVICE_ENV] = args.device
     os.environ[HIDDEN_ENV] = str(args.hidden)
+    if args.gil_profile is not None:
+        if gil_profile_module.find_pyspy() is None:
+            sys.exit("--gil-profile: py-spy not found (pip install py-spy, or $PYSPY)")
+        os.environ[GIL_ENV] = str(args.gil_profile.resolve())
     models = args.models.split(",")
     if args.worker_sweep_model in models:   # the sweep first: the others take its result
         models.remove(args.worker_sweep_model)

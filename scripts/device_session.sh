@@ -34,13 +34,15 @@
 #                 (bench_gpu_breakdown.py: sampler, gather, step, serial, pipeline)
 #   tests         the gpu-marked tests and the sampler's op counts on the device, as a unit
 #                 (with TESTS=0 to leave them out of step a; e.g. at the plan's end)
+#   gil           who holds the GIL in the last epoch of the SAGE gnnorch rows (py-spy, per
+#                 thread: trainer, producer, cache refresher; GIL_CONFIGS: the rows)
 #   hetero        HeteroData batches PyG builds, copied by the path (bench_hetero_feed.py: an
 #                 ogbn-mag-like graph, to_hetero SAGE; vanilla, gnnorch-host, gnnorch with
 #                 persistent workers, then gnnorch and vanilla without)
 #
 # Settings a later session may change (environment): SWEEP_WORKERS (the worker counts of the
 # vanilla and expert rows; one count: no screen), SAGE_CONFIGS (the sage unit's rows, measured
-# in that order), DEADLINE_S, TESTS, PLAN.
+# in that order), GIL_CONFIGS (the gil unit's rows), DEADLINE_S, TESTS, PLAN.
 #
 # `wait S` returns when the driver is done or after S seconds, whichever is first, copying the
 # log, every results JSON and a tarball of everything (step outputs included) into $OUT.
@@ -63,13 +65,15 @@ if [ "$DRY" = 1 ]; then PY="${PY:-$REPO/.venv/bin/python}"; else PY="${PY:-pytho
 # The wheels of gnnorch's dependencies the device lacks (scikit-optimize and what it pulls in,
 # cloudpickle): the versions of the project's .venv. `start` installs only the missing ones.
 WHEELS=(scikit-optimize==0.10.2 pyaml==26.7.0 PyYAML==6.0.3 scikit-learn==1.9.1
-        joblib==1.6.0 threadpoolctl==3.8.0 narwhals==2.29.0 cloudpickle==3.1.2 packaging==26.3)
+        joblib==1.6.0 threadpoolctl==3.8.0 narwhals==2.29.0 cloudpickle==3.1.2 packaging==26.3
+        py-spy==0.4.3)   # py-spy: the `gil` unit's sampler (a binary in $SITE/bin)
 PIP_PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
-               --platform manylinux2014_x86_64)
+               --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64
+               --platform manylinux1_x86_64)
 
 # The units of measurement, in the order of the default plan (issue 21's priorities). Each is
 # whole in itself: its ratios compare rows measured on the same machine in the same session.
-UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero"
+UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero gil"
 DEFAULT_PLAN="sage,cpu_fastpath,gcn_gat,cpu_tuner,extra"
 
 # The plan's scale (DRY: tiny, on the CPU).
@@ -455,7 +459,7 @@ _driver() {
 
   for unit in ${plan//,/ }; do
     case "$unit" in
-      sage|gcn_gat|extra|profile)
+      sage|gcn_gat|extra|profile|gil)
         if ((graph_rc == 0)); then "unit_$unit"; else log "unit $unit: no graph, skipped"
           echo "$unit" >> "$ROOT/skipped"; fi ;;
       *) "unit_$unit" ;;
@@ -482,6 +486,20 @@ unit_profile() {
   (cd "$ROOT/cwd" && run_step profile 240 "$PY" "$REPO/scripts/bench_gpu_breakdown.py" \
     --nodes "$NODES" --train-seeds "$SEEDS" --hidden "$HIDDEN" --device "$DEVICE" \
     --batches "$PROFILE_BATCHES" --out "$ROOT/results/gpu_breakdown.json")
+}
+
+unit_gil() {
+  # who holds the GIL during the last epoch of SAGE gnnorch rows (py-spy's GIL samples per
+  # thread: trainer, producer, cache refresher; scripts/gil_profile.py): do the threads' shares
+  # add up to about 1 (the host's launches bound the epoch), and what holds it in the cache's
+  # rows; results/gpu_gil.json (not merged into the GPU table: py-spy's sampling is in its
+  # epoch times), the raw samples in results/gil/
+  if ! "$PY" -c "import sys; sys.path.insert(0, '$REPO/scripts'); import gil_profile
+sys.exit(gil_profile.find_pyspy() is None)"; then
+    log "unit gil: skipped (no py-spy: carry its wheel, prepare does)"
+    echo gil >> "$ROOT/skipped"; return; fi
+  bench_gpu gil 300 --models sage --configs "${GIL_CONFIGS:-gnnorch,gnnorch-cache}" \
+    --gil-profile "$ROOT/results/gil"
 }
 
 unit_hetero() {
@@ -575,7 +593,7 @@ collect() {
     machine.txt driver.out results steps 2>/dev/null)
   # the JSONs flat as well (8 files at most come back: log.txt, results.tar.gz and 6 of these)
   local n=0 f
-  for f in gpu.json gpu_breakdown.json gpu_sage.json gpu_gcn_gat.json \
+  for f in gpu.json gpu_breakdown.json gpu_gil.json gpu_sage.json gpu_gcn_gat.json \
            cpu_fastpath_baselines.json cpu_tuner_partA.json gpu_extra.json; do
     [ -f "$ROOT/results/$f" ] && ((n < 6)) && cp -f "$ROOT/results/$f" "$out/" && n=$((n + 1))
   done
