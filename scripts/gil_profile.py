@@ -1,8 +1,8 @@
 """Who holds the GIL while a training epoch runs: py-spy's GIL-holding samples, per thread.
 
 The GPU data path runs three kinds of Python threads in one interpreter: the trainer (the
-user's loop), the pipeline's producer (``gnnorch-prefetch``: sampling and gathering on the
-device) and, with ``cache=True``, the cache's background refresher
+user's loop), the pipeline's producer (``gnnorch-device-path``: sampling and gathering on
+the device) and, with ``cache=True``, the cache's background refresher
 (``gnnorch-cache-refresh``). Every torch operation they issue is launched from Python, and
 only the thread holding the GIL can launch. When the threads' GIL shares add up to about 1,
 the epoch is bound by the host's launches under the GIL, whatever the GPU's kernels take; the
@@ -140,8 +140,8 @@ def thread_role(name: str) -> str:
     """A thread's role from its name: the pipeline's producer, the cache's refresher, the
     trainer (the main thread, where the user's loop runs), else the name itself (pin-memory
     threads, loader result threads)."""
-    if name.startswith("gnnorch-prefetch"):
-        return "producer (gnnorch-prefetch)"
+    if name.startswith(("gnnorch-device-path", "gnnorch-prefetch")):
+        return "producer (gnnorch-device-path)"
     if name.startswith("gnnorch-cache-refresh"):
         return "cache refresh (gnnorch-cache-refresh)"
     if name == "MainThread":
