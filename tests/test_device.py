@@ -279,6 +279,37 @@ def test_transfer_skips_host_fields_and_runs_on_its_stream():
         assert torch.equal(got.x.cpu(), want.x)
 
 
+def test_to_device_moves_like_to_where_no_pinned_copy_applies():
+    from gnnorch.device.transfer import to_device
+
+    host = torch.arange(6)
+    assert to_device(host, "cpu") is host                      # already there: torch's no-op
+    moved = to_device(host, torch.device("meta"))
+    assert moved.device.type == "meta" and moved.shape == host.shape
+
+
+@pytest.mark.gpu
+def test_to_device_copies_host_tensors_from_new_pinned_memory_asynchronously():
+    """No pageable copy (it would synchronise the current stream), and the caller may write
+    its tensor at once: the copy reads a pinned copy made at the call."""
+    from gnnorch.device.transfer import to_device
+
+    host = torch.arange(1 << 20)
+    want = host.clone()
+    side = torch.cuda.Stream()
+    to_device(torch.arange(4), "cuda")          # the pinned allocator's first block
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)         # ~0.1 s busy: a pageable copy would wait
+        start = time.perf_counter()
+        moved = to_device(host, "cuda")
+        took = time.perf_counter() - start
+        host.zero_()                           # before the device copy has run
+    assert took < 0.05, f"to_device waited {took:.3f} s for the busy stream"
+    assert not host.is_pinned()
+    torch.cuda.synchronize()
+    assert moved.is_cuda and torch.equal(moved.cpu(), want)
+
+
 # --------------------------------------------------------------------------- device twins
 def test_a_twinned_host_tensor_moves_to_its_twin_and_is_plain_otherwise():
     """`device.twin`: ``.to(twin's device)`` returns the twin (no copy); every other use is a

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from ..device.transfer import to_device
 from .admission import LoaderSpec, ServedModel
 from .config import CacheConfig
 from .hotset import HotSet
@@ -193,11 +194,15 @@ class BackgroundRefresh:
         store = job.store
         if store is not self.hot.store:   # the hot set changed meanwhile
             return
-        newer = store.version[job.slots] < job.version
-        store.write(job.slots[newer], values[newer.to(values.device)], job.version,
-                    aux[newer] if aux is not None else None)
+        # the rows still older than the job (host versions): selected by host positions,
+        # copied without a pageable copy, so installing does not wait for the device
+        keep = (store.version[job.slots] < job.version).nonzero().view(-1)
+        store.write(job.slots[keep], values.index_select(0, to_device(keep, values.device)),
+                    job.version,
+                    aux.index_select(0, to_device(keep, aux.device)) if aux is not None
+                    else None)
         self.stats.counters["background_refreshes"] += 1
-        self.stats.counters["background_rows"] += int(newer.sum())
+        self.stats.counters["background_rows"] += keep.numel()
 
     def drop(self) -> None:
         """Wait for the job in flight and discard it."""

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from ..device.transfer import to_device
 from ..sampling.uniform import new_workspace, sample_neighbors
 from ..trim.layer_types import pair_recomputable
 from .hotness import in_degree
@@ -120,7 +121,7 @@ def rows_on(x: Tensor, nodes: Tensor, device: torch.device) -> Tensor:
     gathered straight into pinned memory and copied asynchronously on the current stream (the
     caching host allocator keeps the block until the copy is done): never a pageable copy."""
     if x.device == device:
-        return x[nodes.to(device)]
+        return x[to_device(nodes, device)]
     if device.type != "cuda" or x.device.type != "cpu":
         return x[nodes.to(x.device)].to(device)
     rows = torch.empty((nodes.numel(),) + tuple(x.shape[1:]), dtype=x.dtype, pin_memory=True)
@@ -144,9 +145,9 @@ def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pai
     n = ids.numel()
     with torch.no_grad():
         if pair:
-            return unpatched(layer, (xs, xs[:n]), edge_index.to(device)), nodes.numel()
+            return unpatched(layer, (xs, xs[:n]), to_device(edge_index, device)), nodes.numel()
         if not _gcn(layer):
-            return unpatched(layer, xs, edge_index.to(device))[:n], nodes.numel()
+            return unpatched(layer, xs, to_device(edge_index, device))[:n], nodes.numel()
         # GCN: the batch's normalisation, made explicit (see the module docstring)
         fill = 2.0 if layer.improved else 1.0
         deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
@@ -157,8 +158,8 @@ def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pai
         edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
         layer.normalize = False  # a private snapshot: safe to switch
         try:
-            out = unpatched(layer, xs, edge_index.to(device),
-                            weight.to(device=device, dtype=xs.dtype))
+            out = unpatched(layer, xs, to_device(edge_index, device),
+                            to_device(weight.to(xs.dtype), device))
         finally:
             layer.normalize = True
         return out[:n], nodes.numel()
@@ -175,12 +176,12 @@ def gcn_aggregate(x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, fill: float,
     deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
     deg_src = fill + (degrees.lookup(src) if degrees is not None
                       else torch.zeros(src.numel(), dtype=torch.float64))
-    weight = (deg_src * deg_dst[dst]).rsqrt().to(x.device, x.dtype)
+    weight = to_device((deg_src * deg_dst[dst]).rsqrt().to(x.dtype), x.device)
     sources, inverse = torch.unique(src, return_inverse=True)
-    rows = x[sources.to(x.device)]
+    rows = x[to_device(sources, x.device)]
     out = x.new_zeros((n,) + tuple(x.shape[1:]))
-    out.index_add_(0, dst.to(x.device),
-                   rows[inverse.to(x.device)] * weight.view(-1, *([1] * (x.dim() - 1))))
+    out.index_add_(0, to_device(dst, x.device),
+                   rows[to_device(inverse, x.device)] * weight.view(-1, *([1] * (x.dim() - 1))))
     return out, n + sources.numel()
 
 
@@ -202,7 +203,7 @@ def linear_parts(layer: Any) -> tuple[Any, Any, str] | None:
 def raw_aggregate(x: Tensor, num: int, src: Tensor, dst: Tensor, aggr: str) -> Tensor:
     """The layer's aggregation of the rows of `x` over the edges src -> dst (src: rows of `x`;
     dst: in range(num)), on `x`'s device."""
-    src, dst = src.to(x.device), dst.to(x.device)
+    src, dst = to_device(src, x.device), to_device(dst, x.device)
     out = x.new_zeros((num,) + tuple(x.shape[1:]))
     out.index_add_(0, dst, x[src])
     if aggr == "mean":
@@ -307,7 +308,7 @@ class Refresher:
             src, dst = self.hood.edges(chunk)
             if self.aggregate:
                 rows, gathered = gcn_aggregate(x, chunk, src, dst, self._fill(), degrees)
-                rows = rows.to(self.device)
+                rows = to_device(rows, self.device)
             else:
                 rows, gathered = layer_rows(self.shadow, x, chunk, src, dst, self.pair,
                                             self.device, degrees, self.unpatched)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..device.transfer import to_device
+
 
 class EmbeddingStore:
     """Rows of the bottom layer's output for a fixed hot set, with per-row versions.
@@ -53,22 +55,23 @@ class EmbeddingStore:
         if self.rows is None:
             self.rows = values.new_zeros((len(self),) + tuple(values.shape[1:]))
         device = self.rows.device
-        self.rows[slots.to(device)] = values.to(device, self.rows.dtype)
+        self.rows[to_device(slots, device)] = to_device(values, device).to(self.rows.dtype)
         if aux is not None:
             if self.aux is None:
                 self.aux = aux.new_zeros((len(self),) + tuple(aux.shape[1:]), device=device)
-            self.aux[slots.to(device)] = aux.detach().to(device, self.aux.dtype)
+            self.aux[to_device(slots, device)] = to_device(aux.detach(), device).to(
+                self.aux.dtype)
         self.version[slots] = version
 
     def read(self, slots: Tensor) -> Tensor:
         if self.rows is None:
             raise RuntimeError("the embedding store was read before it was filled")
-        return self.rows[slots.to(self.rows.device)]
+        return self.rows[to_device(slots, self.rows.device)]
 
     def read_aux(self, slots: Tensor) -> Tensor:
         if self.aux is None:
             raise RuntimeError("the embedding store holds no aggregates")
-        return self.aux[slots.to(self.aux.device)]
+        return self.aux[to_device(slots, self.aux.device)]
 
     def mark_read(self, slots: Tensor, step: int) -> None:
         """A forward at optimizer step `step` used the rows of `slots`."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..device.transfer import to_device
 from ..errors import StalenessError
 from ..trim.hops import LayerBounds
 from ..trim.layer_types import pair_recomputable, self_looping
@@ -72,7 +73,7 @@ class BottomSwap:
             out = call.run()
             if rows.numel():
                 agg = store.read(slots).to(device=out.device, dtype=out.dtype)
-                out = out.index_add(0, rows.to(out.device), call.layer.lin(agg))
+                out = out.index_add(0, to_device(rows, out.device), call.layer.lin(agg))
             return out
         out = None
         if rows.numel() and call.mode is Mode.TRIM and isinstance(call.layer,
@@ -84,7 +85,7 @@ class BottomSwap:
             out = call.run()
             if rows.numel():
                 values = self._hot_values(call, rows, slots, out.dtype, out.device)
-                out = out.index_put((rows.to(out.device),), values)
+                out = out.index_put((to_device(rows, out.device),), values)
         if self.write_back is not None:
             self.write_back.write(call, info, store, out, step)
         return out
@@ -98,7 +99,7 @@ class BottomSwap:
             return values
         lin_a, lin_r, _ = linear_parts(call.layer)
         agg = store.read_aux(slots).to(device=device, dtype=dtype)
-        root = call.x[rows.to(call.x.device)].to(dtype) if lin_r is not None else None
+        root = call.x[to_device(rows, call.x.device)].to(dtype) if lin_r is not None else None
         return CachedLinearRows.apply(values, agg, root, lin_a.weight, lin_a.bias,
                                       lin_r.weight if lin_r is not None else None)
 
@@ -113,12 +114,15 @@ class BottomSwap:
         layer, x, batch = call.layer, call.x, call.batch
         device = x.device
         num_dst = bounds.num_dst
-        rows = rows.to(device)
-        cold_mask = torch.ones(num_dst, dtype=torch.bool, device=device)
-        cold_mask[rows] = False
+        # the cold rows from the hot ones (host ids): on the host, then copied without a
+        # pageable copy, so that finding them does not wait for the device
+        cold_mask = torch.ones(num_dst, dtype=torch.bool)
+        cold_mask[rows.cpu()] = False
         cold = cold_mask.nonzero().view(-1)
-        position = torch.full((num_dst,), -1, dtype=torch.long, device=device)
-        position[cold] = torch.arange(cold.numel(), device=device)
+        position = torch.full((num_dst,), -1, dtype=torch.long)
+        position[cold] = torch.arange(cold.numel())
+        rows, cold = to_device(rows, device), to_device(cold, device)
+        cold_mask, position = to_device(cold_mask, device), to_device(position, device)
         src, dst = call.edge_index[0], call.edge_index[1]
         if num_dst < batch.num_nodes - batch.layout.nodes[-1]:  # not the bottom of K = L hops
             keep = dst < num_dst

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..device.transfer import to_device
 from .config import CacheConfig
 from .refresh import raw_aggregate
 from .stats import CacheStats
@@ -91,7 +92,7 @@ class BatchWriteBack:
         if rows.numel() == 0:
             return
         device = out.device
-        rows_dev = rows.to(device)
+        rows_dev = to_device(rows, device)
         aux = None
         if self.linear is not None:
             aux = self._aggregates(call.x, call.edge_index, rows_dev)

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from ..compat.pyg import pyg_index_select, set_orig_edge_index
 from ..compat.torch import tensor_version
+from .transfer import to_device
 from .twin import concrete_device, twinned
 
 __all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "device_attributes",
@@ -272,9 +273,7 @@ class GatherPlan:
         copied once per batch, from pinned memory)."""
         if index is None or not self.device_sources or index.device == self.device:
             return index
-        if self.device.type == "cuda":
-            return index.pin_memory().to(self.device, non_blocking=True)
-        return index.to(self.device)
+        return to_device(index, self.device)
 
     def _twin(self, host: Tensor, device_copy: Tensor | None = None) -> Tensor:
         """An id field kept on the host, carrying its copy on the device (`device.twin`:

@@ -32,7 +32,23 @@ import torch
 from ..compat.torch import tensor_version, twin_subclass_reason
 from .twin import device_twin, twinned
 
-__all__ = ["DeviceTransfer"]
+__all__ = ["DeviceTransfer", "to_device"]
+
+
+def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """`tensor` on `device`, never by a pageable copy: a host tensor bound for a CUDA device
+    is copied into new pinned memory first, then asynchronously on the current stream. torch's
+    copy from pageable host memory synchronises the current stream (the calling thread waits
+    for every kernel queued on it before), so on a training step's path each such copy is a
+    stall. The pinned copy is new and held by torch's caching host allocator until the
+    device copy has run: the caller may write `tensor` at once. Any other move (CPU to CPU, a
+    tensor already there, device to host) is ``tensor.to(device)``."""
+    device = torch.device(device)
+    if tensor.device.type != "cpu" or device.type != "cuda":
+        return tensor.to(device)
+    pinned = torch.empty_like(tensor, pin_memory=True)
+    pinned.copy_(tensor)
+    return pinned.to(device, non_blocking=True)
 
 
 def _each_tensor(value: Any, fn: Callable[[torch.Tensor], torch.Tensor],
