@@ -395,3 +395,17 @@ def test_verification_fails_closed_on_a_trimmed_output_of_another_dtype():
     plain = torch.ones(6, 3, dtype=torch.bfloat16)
     trim, compact, reason = verify_trimming(plain, lambda compact: (plain.float(), None), 4)
     assert not trim and not compact and "float32" in reason and "bfloat16" in reason
+
+
+def test_the_device_copy_the_data_path_made_is_the_batchs_own_without_comparing():
+    """A batch the data path copied keeps its host edge_index carrying its device twin
+    (`device.twin`); the twin the user's ``batch.to(device)`` returns is the batch's own
+    edge_index at once, without copying it back to compare (on "meta", which has no values,
+    a comparison could not run at all), and a slice of it is narrowed."""
+    from gnnorch.device.twin import twinned
+
+    host = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    twin = torch.empty_like(host, device="meta")
+    graph = BatchGraph(twinned(host, twin), 4, 2, None)
+    assert graph.is_own(twin)
+    assert graph.is_narrowed(twin[:, :2])

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..device.twin import device_twin
 from .hops import HopLayout
 
 
@@ -40,7 +41,10 @@ class BatchGraph:
 
     def is_own(self, edge_index: Any) -> bool:
         """Whether `edge_index` is this batch's edge_index (the same tensor, or an equal copy on
-        another device, e.g. after `batch.to("cuda")`, checked once per batch)."""
+        another device, e.g. after `batch.to("cuda")`, checked once per batch). The device copy
+        the data path made of it (`device.twin`: what ``batch.to(device)`` returns for the
+        batches it copies) is known without comparing values: comparing would copy the whole
+        edge_index back to the host and wait for the device."""
         if edge_index is self.edge_index:
             return True
         if not isinstance(edge_index, Tensor) or edge_index.shape != self.edge_index.shape:
@@ -48,8 +52,9 @@ class BatchGraph:
         key = id(edge_index)
         if key in self._aliases:
             return True
-        if edge_index.device != self.edge_index.device and torch.equal(
-                edge_index.to(self.edge_index.device), self.edge_index):
+        if device_twin(self.edge_index) is edge_index or (
+                edge_index.device != self.edge_index.device and torch.equal(
+                    edge_index.to(self.edge_index.device), self.edge_index)):
             self._aliases.add(key)
             self._storages.add(edge_index.untyped_storage().data_ptr())
             return True
