@@ -55,12 +55,12 @@ class EmbeddingStore:
         if self.rows is None:
             self.rows = values.new_zeros((len(self),) + tuple(values.shape[1:]))
         device = self.rows.device
-        self.rows[to_device(slots, device)] = to_device(values, device).to(self.rows.dtype)
+        at = to_device(slots, device)
+        self.rows[at] = to_device(values, device).to(self.rows.dtype)
         if aux is not None:
             if self.aux is None:
                 self.aux = aux.new_zeros((len(self),) + tuple(aux.shape[1:]), device=device)
-            self.aux[to_device(slots, device)] = to_device(aux.detach(), device).to(
-                self.aux.dtype)
+            self.aux[at] = to_device(aux.detach(), device).to(self.aux.dtype)
         self.version[slots] = version
 
     def read(self, slots: Tensor) -> Tensor:

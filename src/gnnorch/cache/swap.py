@@ -84,8 +84,9 @@ class BottomSwap:
         if out is None:
             out = call.run()
             if rows.numel():
+                rows = to_device(rows, out.device)   # once: the values' root rows use it too
                 values = self._hot_values(call, rows, slots, out.dtype, out.device)
-                out = out.index_put((to_device(rows, out.device),), values)
+                out = out.index_put((rows,), values)
         if self.write_back is not None:
             self.write_back.write(call, info, store, out, step)
         return out
@@ -94,6 +95,7 @@ class BottomSwap:
                     device: torch.device) -> Tensor:
         """The stored rows; with gradient="linear" they carry the weights' exact gradient."""
         store = self.hot.store
+        slots = to_device(slots, device)   # once, for the rows and their aggregates
         values = store.read(slots).to(device=device, dtype=dtype)
         if self.hot.trainer_refresher.linear is None or not torch.is_grad_enabled():
             return values
