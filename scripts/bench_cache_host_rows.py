@@ -102,7 +102,8 @@ def measure_here(config: str, graph: Path, epochs: int, hidden: int) -> dict:
         if train_cache is None:
             row["error"] = f"the cache did not attach: {cache}"
             return row
-        keys = ("refresh_gathered_vertices", "background_rows", "refresh_rows", "hit_rate",
+        keys = ("refresh_gathered_vertices", "refresh_edges", "refresh_structure",
+                "background_rows", "refresh_rows", "hit_rate",
                 "hot_vertices", "max_staleness_seen", "refreshes", "pruned_vertices",
                 "written_back_rows", "write_back", "overlap", "refresh_neighbourhood",
                 "background_refreshes", "background_lookahead_jobs", "refresh_seconds",

@@ -36,6 +36,9 @@
 #                 (with TESTS=0 to leave them out of step a; e.g. at the plan's end)
 #   gil           who holds the GIL in the last epoch of the SAGE gnnorch rows (py-spy, per
 #                 thread: trainer, producer, cache refresher; GIL_CONFIGS: the rows)
+#   refresh       one background refresh job of the cache, part by part and whole, before and
+#                 after session 20's changes, host or device CSC, host or device features
+#                 (bench_refresh_job.py on the sage graph; results/refresh_job.json)
 #   hetero        HeteroData batches PyG builds, copied by the path (bench_hetero_feed.py: an
 #                 ogbn-mag-like graph, to_hetero SAGE; vanilla, gnnorch-host, gnnorch with
 #                 persistent workers, then gnnorch and vanilla without)
@@ -73,7 +76,7 @@ PIP_PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
 
 # The units of measurement, in the order of the default plan (issue 21's priorities). Each is
 # whole in itself: its ratios compare rows measured on the same machine in the same session.
-UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero gil"
+UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero gil refresh"
 DEFAULT_PLAN="sage,cpu_fastpath,gcn_gat,cpu_tuner,extra"
 
 # The plan's scale (DRY: tiny, on the CPU).
@@ -439,7 +442,7 @@ _driver() {
   #    while nothing is measured. The rows wait for all three: every row (gnnorch's
   #    sampler="auto" looks for pyg-lib) sees the same environment, and no row is measured
   #    while compilers or tests run.
-  local gpu=0; case ",$plan," in *,sage,*|*,gcn_gat,*|*,extra,*|*,profile,*) gpu=1 ;; esac
+  local gpu=0; case ",$plan," in *,sage,*|*,gcn_gat,*|*,extra,*|*,profile,*|*,gil,*|*,refresh,*) gpu=1 ;; esac
   local build_pid="" graph_pid="" tests_pid="" graph_rc=0
   if [ "$DRY" = 1 ]; then log "step build: DRY, no pyg-lib"
   elif (cd / && "$PY" -c "import pyg_lib" 2>/dev/null); then
@@ -459,7 +462,7 @@ _driver() {
 
   for unit in ${plan//,/ }; do
     case "$unit" in
-      sage|gcn_gat|extra|profile|gil)
+      sage|gcn_gat|extra|profile|gil|refresh)
         if ((graph_rc == 0)); then "unit_$unit"; else log "unit $unit: no graph, skipped"
           echo "$unit" >> "$ROOT/skipped"; fi ;;
       *) "unit_$unit" ;;
@@ -500,6 +503,16 @@ sys.exit(gil_profile.find_pyspy() is None)"; then
     echo gil >> "$ROOT/skipped"; return; fi
   bench_gpu gil 300 --models sage --configs "${GIL_CONFIGS:-gnnorch,gnnorch-cache}" \
     --gil-profile "$ROOT/results/gil"
+}
+
+unit_refresh() {
+  # one background refresh job of the cache (about 22,800 hot rows, as on the H200 of session
+  # 19), part by part and whole: the job as built before session 20 and now, on the host's CSC
+  # and the device's, with the features on the host and on the GPU; on the sage unit's graph
+  local args=(--rows 22800); [ "$DRY" = 1 ] && args=(--rows 1000 --repeats 2)
+  (cd "$ROOT/cwd" && run_step refresh 300 "$PY" "$REPO/scripts/bench_refresh_job.py" \
+    --nodes "$NODES" --train-seeds "$SEEDS" --device "$DEVICE" --threads "$(nproc)" \
+    "${args[@]}" --out "$ROOT/results/refresh_job.json")
 }
 
 unit_hetero() {

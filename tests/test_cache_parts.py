@@ -273,6 +273,98 @@ def test_refresh_rows_are_gathered_where_the_features_live():
     assert torch.equal(got, torch.stack([(x[3] + x[1]) / 2, x[5]]))
 
 
+@pytest.mark.parametrize("aggr", ["mean", "sum"])
+def test_a_refresh_aggregates_the_rows_it_gathered_once(aggr):
+    """With gradient="linear" a refresh keeps each row's raw aggregate beside it. It is computed
+    from the distinct rows the layer's call gathered (one gather, on the layer's device), and
+    equals the aggregate over a gather of its own, bit for bit; the layer's rows are the
+    layer's own call on the refresh graph, and the rows counted are the distinct rows read."""
+    from gnnorch.cache.refresh import layer_rows, raw_aggregate, refresh_graph
+
+    torch.manual_seed(0)
+    x = torch.randn(30, 6)
+    ids = torch.tensor([2, 7, 11])
+    src = torch.tensor([5, 9, 5, 2, 28, 9, 13])
+    dst = torch.tensor([0, 0, 1, 1, 1, 2, 2])
+    layer = SAGEConv(6, 4, aggr=aggr).eval()
+    calls = []
+
+    def unpatched(module, *args):
+        calls.append(module)
+        return module(*args)
+
+    rows, aux, gathered = layer_rows(layer, x, ids, src, dst, True, torch.device("cpu"),
+                                     None, unpatched, aggr)
+    assert torch.equal(aux, raw_aggregate(x, 3, src, dst, aggr))
+    nodes, edge_index = refresh_graph(ids, src, dst)
+    with torch.no_grad():
+        assert torch.equal(rows, layer((x[nodes], x[ids]), edge_index))
+    assert calls == [layer] and gathered == nodes.numel() == 3 + 5
+    no_aux = layer_rows(layer, x, ids, src, dst, True, torch.device("cpu"), None, unpatched)
+    assert no_aux[1] is None and torch.equal(no_aux[0], rows)
+
+
+def test_a_job_draws_its_neighbourhoods_where_the_loader_samples():
+    """`background.job_structure`: the sampler's device copy of the CSC when it samples on the
+    layer's device (the GPU data path), the host CSC otherwise, and for GCN rows (their
+    batch degrees are looked up on the host); the reason is reported."""
+    from gnnorch.cache.background import job_structure
+
+    host = (torch.tensor([0, 1, 2]), torch.tensor([1, 0]))
+    meta = tuple(t.to("meta") for t in host)
+    ns = types.SimpleNamespace
+
+    def spec(structure):
+        return ns(sampler=ns(colptr=structure[0], row=structure[1]),
+                  colptr=host[0], row=host[1])
+
+    sage = ns(degree_fix=False, aggregate=False)
+    gcn = ns(degree_fix=True, aggregate=True)
+    colptr, row, where = job_structure(spec(meta), sage, torch.device("meta"))
+    assert colptr is meta[0] and row is meta[1] and where == "device (meta)"
+    colptr, _, where = job_structure(spec(host), sage, torch.device("cpu"))
+    assert colptr is host[0] and where == "host"
+    colptr, _, where = job_structure(spec(meta), gcn, torch.device("meta"))
+    assert colptr is host[0] and where.startswith("host: GCN")
+    colptr, _, where = job_structure(spec(meta), sage, torch.device("cpu"))
+    assert colptr is host[0] and "samples on meta" in where
+
+
+@pytest.mark.gpu
+def test_cuda_neighbourhoods_on_the_device_csc_have_the_host_law():
+    """A refresh neighbourhood drawn on the sampler's CUDA copy of the CSC: the same in-edges
+    allowed as on the host (every drawn edge is an in-edge of its vertex, min(deg, k) of them,
+    distinct), on the device; host ids in, a refresh graph and rows gathered from host features
+    through pinned memory (host ids), and the layer's rows equal on both sides."""
+    from gnnorch.cache.refresh import layer_rows, refresh_graph
+
+    cuda = torch.device("cuda")
+    _, edge_index = _graph(num=200, edges=3000)
+    src_all, dst_all = torch.unique(edge_index, dim=1)      # distinct edges, sorted by source
+    order = torch.sort(dst_all, stable=True).indices
+    row = src_all[order]
+    colptr = torch.zeros(201, dtype=torch.long)
+    colptr[1:] = torch.bincount(dst_all, minlength=200).cumsum(0)
+    hood = Neighbourhoods(colptr.to(cuda), row.to(cuda), 5, False, False, seed=3)
+    ids = torch.arange(0, 200, 7)
+    src, dst = hood.edges(ids)
+    assert src.device.type == "cuda" and dst.device.type == "cuda"
+    deg = colptr[ids + 1] - colptr[ids]
+    assert torch.equal(torch.bincount(dst.cpu(), minlength=ids.numel()), deg.clamp_max(5))
+    edges = {(int(s), int(ids[d])) for s, d in zip(src.cpu(), dst.cpu())}
+    assert len(edges) == src.numel()
+    for s, v in edges:
+        assert s in row[colptr[v]:colptr[v + 1]].tolist()
+    x = torch.randn(200, 6)
+    layer = SAGEConv(6, 4).eval()
+    rows, aux, _ = layer_rows(layer.to(cuda), x, ids, src, dst, True, cuda, None,
+                              lambda m, *a: m(*a), "mean")
+    nodes, edge_index = refresh_graph(ids, src.cpu(), dst.cpu())
+    with torch.no_grad():
+        want = layer.cpu()((x[nodes], x[ids]), edge_index)
+    assert torch.allclose(rows.cpu(), want, atol=1e-5) and aux.device.type == "cuda"
+
+
 @pytest.mark.gpu
 def test_cuda_refresh_rows_from_host_features_and_the_store_on_the_device():
     """Host features bound for a CUDA layer are gathered through pinned memory (equal rows);

@@ -62,6 +62,28 @@ def choose_overlap(config: CacheConfig, trainer_cores: int, info: dict[str, Any]
     return overlap
 
 
+def job_structure(spec: LoaderSpec, served: ServedModel,
+                  device: torch.device) -> tuple[Tensor, Tensor, str]:
+    """(colptr, row, where) of the CSC a job draws its refresh neighbourhoods on. The sampler's
+    own copy on the refresher's `device` when the loader samples there (the GPU data path with
+    the graph on the GPU): the job's draws, its refresh graph and (features on the GPU) its
+    gather then stay on the device, in the job's stream, instead of taking the host's cores
+    (measured: at products scale the host's draw and refresh graph were most of a job on the
+    lent H200, `scripts/bench_refresh_job.py`). Otherwise, and for layers normalised by the
+    batch's degrees (GCN: `BatchDegrees` are looked up on the host), the host CSC. The law of
+    a refresh neighbourhood is the same either way; the draws differ (another generator)."""
+    sampler = spec.sampler
+    colptr, row = sampler.colptr, sampler.row
+    if colptr.device == spec.colptr.device:
+        return spec.colptr, spec.row, "host"
+    if served.degree_fix or served.aggregate:
+        return spec.colptr, spec.row, "host: GCN rows look up the batch's degrees on the host"
+    if colptr.device != device:
+        return spec.colptr, spec.row, (f"host: the loader samples on {colptr.device}, the "
+                                       f"layer runs on {device}")
+    return colptr, row, f"device ({colptr.device})"
+
+
 #: how many batches drawn ahead a job looks at (the module docstring: j = 1 and j = 2)
 LOOKAHEAD = 2
 
@@ -100,7 +122,9 @@ class BackgroundRefresh:
                  pool: Callable[[], concurrent.futures.Executor]) -> None:
         assert hot.store is not None
         sampler = spec.sampler
-        hood = Neighbourhoods(spec.colptr, spec.row, spec.fanouts[-1],
+        colptr, row, where = job_structure(spec, served, hot.trainer_refresher.device)
+        stats.info["refresh_structure"] = where
+        hood = Neighbourhoods(colptr, row, spec.fanouts[-1],
                               bool(sampler.replace), hot.trainer_refresher.hood.full, seed + 2)
         self.refresher = Refresher(served.layer, spec.features, hood, config.chunk_rows,
                                    served.aggregate, unpatched=unpatched)

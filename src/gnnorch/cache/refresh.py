@@ -67,13 +67,14 @@ class Neighbourhoods:
 
     def edges(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """(global source, destination index into `ids`) of every refresh in-edge of `ids`
-        (ids distinct)."""
+        (ids distinct), on the graph's device (`ids` may be on the host)."""
+        ids = to_device(ids, self.colptr.device)
         if self.full:
             start = self.colptr[ids]
             deg = self.colptr[ids + 1] - start
-            owner = torch.repeat_interleave(torch.arange(ids.numel()), deg)
+            owner = torch.repeat_interleave(torch.arange(ids.numel(), device=ids.device), deg)
             first = torch.cumsum(deg, 0) - deg
-            pos = start[owner] + torch.arange(owner.numel()) - first[owner]
+            pos = start[owner] + torch.arange(owner.numel(), device=ids.device) - first[owner]
             return self.row[pos], owner
         if self._workspace is None:
             self._workspace = new_workspace(self.colptr.numel() - 1, self.colptr.device)
@@ -83,9 +84,10 @@ class Neighbourhoods:
 
 
 def refresh_graph(ids: Tensor, src: Tensor, dst: Tensor) -> tuple[Tensor, Tensor]:
-    """(global ids of the rows: `ids` then the distinct sources, edge_index source -> dst)."""
+    """(global ids of the rows: `ids` then the distinct sources, edge_index source -> dst), on
+    the edges' device."""
     sources, inverse = torch.unique(src, return_inverse=True)
-    nodes = torch.cat([ids, sources])
+    nodes = torch.cat([to_device(ids, src.device), sources])
     edge_index = torch.stack([inverse + ids.numel(), dst])
     return nodes, edge_index
 
@@ -121,9 +123,10 @@ def rows_on(x: Tensor, nodes: Tensor, device: torch.device) -> Tensor:
     gathered straight into pinned memory and copied asynchronously on the current stream (the
     caching host allocator keeps the block until the copy is done): never a pageable copy."""
     if x.device == device:
-        return x[to_device(nodes, device)]
+        return x.index_select(0, to_device(nodes, device))
     if device.type != "cuda" or x.device.type != "cpu":
-        return x[nodes.to(x.device)].to(device)
+        return x.index_select(0, nodes.to(x.device)).to(device)
+    nodes = nodes.cpu()   # ids drawn on the device: the host gathers with host ids
     rows = torch.empty((nodes.numel(),) + tuple(x.shape[1:]), dtype=x.dtype, pin_memory=True)
     torch.index_select(x, 0, nodes, out=rows)
     return rows.to(device, non_blocking=True)
@@ -137,32 +140,40 @@ def _gcn(layer: Any) -> bool:
 
 def layer_rows(layer: Any, x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, pair: bool,
                device: torch.device, degrees: BatchDegrees | None,
-               unpatched: LayerCall) -> tuple[Tensor, int]:
+               unpatched: LayerCall, linear: str | None = None
+               ) -> tuple[Tensor, Tensor | None, int]:
     """(the layer's output for `ids` on the refresh graph given by (src, dst), computed without
-    gradient by `unpatched(layer, ...)`; the number of raw feature rows gathered)."""
+    gradient by `unpatched(layer, ...)`; with `linear` (the layer's aggregation, "mean" or
+    "sum"), the raw aggregate of each row (`raw_aggregate`) from the same gathered rows, else
+    None; the number of raw feature rows gathered). Each distinct row is gathered once, where
+    `x` lives, and both results are computed from it on `device`."""
     nodes, edge_index = refresh_graph(ids, src, dst)
     xs = rows_on(x, nodes, device)
     n = ids.numel()
+    edge_index = to_device(edge_index, device)
+    aux = (raw_aggregate(xs, n, edge_index[0], edge_index[1], linear)
+           if linear is not None else None)
     with torch.no_grad():
         if pair:
-            return unpatched(layer, (xs, xs[:n]), to_device(edge_index, device)), nodes.numel()
+            return unpatched(layer, (xs, xs[:n]), edge_index), aux, nodes.numel()
         if not _gcn(layer):
-            return unpatched(layer, xs, to_device(edge_index, device))[:n], nodes.numel()
-        # GCN: the batch's normalisation, made explicit (see the module docstring)
+            return unpatched(layer, xs, edge_index)[:n], aux, nodes.numel()
+        # GCN: the batch's normalisation, made explicit (see the module docstring); the
+        # degrees are looked up on the host (`BatchDegrees`)
+        src, dst = src.cpu(), dst.cpu()
         fill = 2.0 if layer.improved else 1.0
         deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
         deg_src = fill + (degrees.lookup(src) if degrees is not None
                           else torch.zeros(src.numel(), dtype=torch.float64))
         weight = torch.cat([(deg_src * deg_dst[dst]).rsqrt(), fill / deg_dst])
-        loops = torch.arange(n)
+        loops = torch.arange(n, device=edge_index.device)
         edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
         layer.normalize = False  # a private snapshot: safe to switch
         try:
-            out = unpatched(layer, xs, to_device(edge_index, device),
-                            to_device(weight.to(xs.dtype), device))
+            out = unpatched(layer, xs, edge_index, to_device(weight.to(xs.dtype), device))
         finally:
             layer.normalize = True
-        return out[:n], nodes.numel()
+        return out[:n], aux, nodes.numel()
 
 
 def gcn_aggregate(x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, fill: float,
@@ -173,15 +184,17 @@ def gcn_aggregate(x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, fill: float,
     Then the layer's row is lin(x_v fill / deg(v) + a_v) + bias with the *current* weights.
     Returns (a [len(ids), F_in] float64-accumulated in x's dtype, raw rows gathered)."""
     n = ids.numel()
+    src, dst = src.cpu(), dst.cpu()   # the degrees are looked up on the host (`BatchDegrees`)
     deg_dst = torch.bincount(dst, minlength=n).to(torch.float64) + fill
     deg_src = fill + (degrees.lookup(src) if degrees is not None
                       else torch.zeros(src.numel(), dtype=torch.float64))
     weight = to_device((deg_src * deg_dst[dst]).rsqrt().to(x.dtype), x.device)
     sources, inverse = torch.unique(src, return_inverse=True)
-    rows = x[to_device(sources, x.device)]
+    rows = x.index_select(0, to_device(sources, x.device))
     out = x.new_zeros((n,) + tuple(x.shape[1:]))
     out.index_add_(0, to_device(dst, x.device),
-                   rows[to_device(inverse, x.device)] * weight.view(-1, *([1] * (x.dim() - 1))))
+                   rows.index_select(0, to_device(inverse, x.device))
+                   * weight.view(-1, *([1] * (x.dim() - 1))))
     return out, n + sources.numel()
 
 
@@ -205,7 +218,7 @@ def raw_aggregate(x: Tensor, num: int, src: Tensor, dst: Tensor, aggr: str) -> T
     dst: in range(num)), on `x`'s device."""
     src, dst = to_device(src, x.device), to_device(dst, x.device)
     out = x.new_zeros((num,) + tuple(x.shape[1:]))
-    out.index_add_(0, dst, x[src])
+    out.index_add_(0, dst, x.index_select(0, src))
     if aggr == "mean":
         count = torch.bincount(dst, minlength=num).clamp_min(1).to(x.dtype)
         out /= count.view(-1, *([1] * (x.dim() - 1)))
@@ -310,10 +323,11 @@ class Refresher:
                 rows, gathered = gcn_aggregate(x, chunk, src, dst, self._fill(), degrees)
                 rows = to_device(rows, self.device)
             else:
-                rows, gathered = layer_rows(self.shadow, x, chunk, src, dst, self.pair,
-                                            self.device, degrees, self.unpatched)
-            if self.linear is not None:
-                auxes.append(raw_aggregate(x, chunk.numel(), src, dst, self.linear))
+                rows, aux, gathered = layer_rows(self.shadow, x, chunk, src, dst, self.pair,
+                                                 self.device, degrees, self.unpatched,
+                                                 self.linear)
+                if aux is not None:
+                    auxes.append(aux)
             self.gathered += gathered
             self.edges += src.numel()
             parts.append(rows)
