@@ -26,7 +26,8 @@ all carry the version of the fill, so for its first S+1 steps a job is every due
 least the oldest 1/(S+1) of the store: that spreads the versions, and later jobs stay even.
 With ``debug=True`` a job is every due row, read or not (the complete schedule: a forward that
 finds a row over the bound then shows a fault of the schedule, not a row it skipped). On CUDA
-the job runs on a side stream and its install waits on the job's event.
+the job runs on a side stream and its install waits on the job's event; where the loader
+samples on the GPU, the job draws its neighbourhoods there too (`job_structure`).
 """
 from __future__ import annotations
 
