@@ -1124,6 +1124,8 @@ def test_cuda_runtime_trains_with_the_path_and_the_cache(cache, features):
     if cache:
         assert stats["cache"]["status"] == "active"
         assert stats["cache"]["max_staleness_seen"] <= 2
+        if stats["cache"]["overlap"] == "thread":   # jobs draw where the loader samples
+            assert stats["cache"]["refresh_structure"].startswith("device (cuda")
 
 
 @pytest.mark.gpu
