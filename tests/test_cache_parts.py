@@ -304,6 +304,39 @@ def test_a_refresh_aggregates_the_rows_it_gathered_once(aggr):
     assert no_aux[1] is None and torch.equal(no_aux[0], rows)
 
 
+def test_a_refresh_reads_the_feature_matrix_once():
+    """A refresh job (`Refresher.compute`, gradient="linear") reads the raw feature matrix in
+    one operation, a gather of the distinct rows: the rows' raw aggregates come from those rows
+    (before session 20 a second gather read every edge's source row again)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gnnorch.cache.refresh import Refresher
+
+    torch.manual_seed(0)
+    x, edge_index = _graph(num=60, edges=400)
+    x = x.float()
+    order = torch.sort(edge_index[1], stable=True).indices
+    row = edge_index[0][order]
+    colptr = torch.zeros(61, dtype=torch.long)
+    colptr[1:] = torch.bincount(edge_index[1], minlength=60).cumsum(0)
+    layer = SAGEConv(6, 4)
+    hood = Neighbourhoods(colptr, row, 3, False, False, seed=1)
+    refresher = Refresher(layer, lambda: x, hood, 1000, unpatched=lambda m, *a: m(*a))
+    refresher.linear = "mean"
+    reads = []
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(isinstance(a, torch.Tensor) and a.data_ptr() == x.data_ptr()
+                   and a.shape == x.shape for a in args):
+                reads.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with Reads():
+        rows, aux = refresher.compute(torch.tensor([1, 5, 9, 30]))
+    assert reads == ["index_select.default"] and rows.shape == (4, 4) and aux.shape == (4, 6)
+
+
 def test_a_job_draws_its_neighbourhoods_where_the_loader_samples():
     """`background.job_structure`: the sampler's device copy of the CSC when it samples on the
     layer's device (the GPU data path), the host CSC otherwise, and for GCN rows (their
