@@ -316,6 +316,7 @@ class Refresher:
         set, else None)."""
         parts, auxes = [], []
         x = self.features()
+        ids = to_device(ids, self.hood.colptr.device)   # once: the draw and the graph use them
         for start in range(0, ids.numel(), self.chunk_rows):
             chunk = ids[start:start + self.chunk_rows]
             src, dst = self.hood.edges(chunk)
