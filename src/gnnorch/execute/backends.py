@@ -88,12 +88,15 @@ class RankProcesses(Backend):
                           gpus=_gpus(plan, request.device),
                           start_timeout=request.start_timeout,
                           collective_timeout=request.collective_timeout,
-                          rank0_log=muted(hooks), failure_key=failure_key(token))
+                          rank0_log=muted(hooks), failure_key=failure_key(token),
+                          rank_start=request.launch.rank_start)
         watched = WatchedJob(job, token, request.collective_timeout)
         result = RankGroup(spec).run(watched, request.fn, request.args, request.kwargs)
-        return result.value, RunInfo.from_summaries(plan, cores, request.device, log_dir,
-                                                    result.wall_seconds, request.options,
-                                                    result.summaries)
+        info = RunInfo.from_summaries(plan, cores, request.device, log_dir, result.wall_seconds,
+                                      request.options, result.summaries)
+        for rank_stats in info.stats.values():
+            rank_stats["launch"] = {"rank_start": result.rank_start}
+        return result.value, info
 
 
 class ExistingWorld(Backend):

@@ -19,6 +19,7 @@ from ..options import (check_bool, check_choice, check_int, check_keys, check_nu
                        config_option)
 
 ALLOCATORS = ("tuned", "default")   # glibc malloc settings (gnnorch.launch.allocator)
+RANK_STARTS = ("warm", "fresh")     # how rank processes start (gnnorch.launch.zygote)
 PLAN_FIELDS = ("sampler_cores", "threads")   # the core-plan dimensions a LaunchConfig holds
 
 
@@ -43,6 +44,12 @@ class LaunchConfig:
             memory stays near its peak, and with one process the setting stays in force in
             the caller's process after the run. ``"default"``: malloc untouched
             (`gnnorch.launch.allocator`).
+        rank_start: ``"warm"``: rank processes on CPU are forked from one pre-imported
+            interpreter kept for the caller's process (`gnnorch.launch.zygote`: the first
+            launch starts it, later launches start their ranks in milliseconds instead of
+            importing torch and PyG in every rank); it steps aside, and ranks start fresh, on
+            CUDA or wherever forking it could be unsafe (the reason is in
+            ``stats[r]["launch"]``). ``"fresh"``: every rank a new interpreter.
     """
 
     sampler_cores: int | None = None
@@ -52,6 +59,7 @@ class LaunchConfig:
     start_timeout: float = 120.0
     collective_timeout: float = 1800.0
     allocator: str = "tuned"
+    rank_start: str = "warm"
 
     def __post_init__(self) -> None:
         check_int("launch.sampler_cores", self.sampler_cores, 0, allow_none=True)
@@ -63,6 +71,7 @@ class LaunchConfig:
         check_number("launch.collective_timeout (seconds)", self.collective_timeout, low=0,
                      low_open=True)
         check_choice("launch.allocator", self.allocator, ALLOCATORS)
+        check_choice("launch.rank_start", self.rank_start, RANK_STARTS)
 
     def plan_given(self) -> dict[str, int]:
         """The core-plan dimensions set here (the tuner's fixed values)."""

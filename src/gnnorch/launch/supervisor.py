@@ -33,6 +33,7 @@ from typing import IO, Any, Callable
 from ..errors import RankDiedError, RankFailedError, RankStartError, RemoteTraceback
 from . import serialize
 from .plan import CorePlan, RankCores
+from .start import RankHandle, RankStarter
 
 POLL_SECONDS = 0.2
 POSTED_GRACE_SECONDS = 3.0   # a posted failure waits this long for the rank's own error
@@ -54,6 +55,9 @@ class LaunchSpec:
     # a key of the launch's store where a rank's watchdog posts the run's failure ("rank r:
     # why", e.g. a rank silent past its heartbeat bound: frozen, not dead); None: not watched
     failure_key: str | None = None
+    # "warm": ranks forked by this process's pre-imported zygote where it is safe
+    # (`launch.zygote`); "fresh": every rank a new interpreter
+    rank_start: str = "warm"
 
 
 @dataclasses.dataclass
@@ -61,10 +65,11 @@ class LaunchResult:
     value: Any
     summaries: dict[int, Any]         # rank -> the summary its runner returned
     wall_seconds: float
+    rank_start: str = ""              # warm (forked by the zygote) or fresh, and why
 
 
 class _Rank:
-    def __init__(self, rank: int, proc: subprocess.Popen, log_path: Path | None) -> None:
+    def __init__(self, rank: int, proc: RankHandle, log_path: Path | None) -> None:
         self.rank, self.proc, self.log_path = rank, proc, log_path
         self.conn: Connection | None = None
         self.final: tuple | None = None      # the rank's final message
@@ -91,6 +96,7 @@ class RankGroup:
     def __init__(self, spec: LaunchSpec) -> None:
         self.spec = spec
         self.ranks: list[_Rank] = []
+        self._starter: RankStarter | None = None
 
     def run(self, runner: Callable, fn: Callable, args: tuple, kwargs: dict) -> LaunchResult:
         """Rank 0's value, every rank's summary and the wall seconds. `runner` travels by
@@ -113,6 +119,8 @@ class RankGroup:
             payloads = [serialize.dumps_payload(fn, args, kwargs)
                         for _ in range(spec.plan.processes)]
             runner_bytes = serialize.dumps_runner(runner)
+            cuda = spec.backend == "nccl" or spec.gpus is not None
+            self._starter = RankStarter(spec.rank_start, cuda, spec.start_timeout)
             for rank in range(spec.plan.processes):
                 self._start(rank, address, authkey, store.port)
             self._accept(listener)
@@ -128,7 +136,8 @@ class RankGroup:
             del payloads
             value = self._watch(store)
             summaries = {r.rank: (r.final[2] if r.rank == 0 else r.final[1]) for r in self.ranks}
-            return LaunchResult(value, summaries, time.perf_counter() - start)
+            return LaunchResult(value, summaries, time.perf_counter() - start,
+                                self._starter.how)
         finally:
             self._stop_all()
             listener.close()
@@ -154,30 +163,16 @@ class RankGroup:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         if spec.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(spec.gpus[rank])
-        log_path = None
-        if rank == 0 and not spec.rank0_log:
-            out, err = subprocess.PIPE, subprocess.PIPE
-        else:
-            log_path = spec.log_dir / f"rank{rank}.log"
-            out = open(log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
-            err = subprocess.STDOUT
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gnnorch.launch.worker"], stdin=subprocess.PIPE,
-                stdout=out, stderr=err, env=env, start_new_session=True)
-        finally:
-            if log_path is not None:
-                out.close()
-        assert proc.stdin is not None
-        proc.stdin.write(authkey.hex().encode() + b"\n")
-        proc.stdin.close()
+        log_path = None if rank == 0 and not spec.rank0_log else spec.log_dir / f"rank{rank}.log"
+        assert self._starter is not None
+        proc, out, err = self._starter.start(env, authkey, log_path)
         r = _Rank(rank, proc, log_path)
-        if log_path is None:
+        if out is not None and err is not None:
             r.pumps = [
-                threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.write,
-                                                     sys.stdout.flush), daemon=True),
-                threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.write,
-                                                     sys.stderr.flush), daemon=True),
+                threading.Thread(target=_pump, args=(out, sys.stdout.write, sys.stdout.flush),
+                                 daemon=True),
+                threading.Thread(target=_pump, args=(err, sys.stderr.write, sys.stderr.flush),
+                                 daemon=True),
             ]
             for t in r.pumps:
                 t.start()

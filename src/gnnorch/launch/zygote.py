@@ -1,0 +1,385 @@
+"""Warm rank starts: one pre-imported interpreter (the *zygote*) per caller's process forks the
+rank processes of every launch, so a rank starts in milliseconds instead of paying the import of
+torch, PyG and gnnorch (about 6 s of one core each here; every rank of every launch paid it).
+
+Why a separate interpreter and not a fork of the caller: the caller has run torch, so it has an
+OpenMP pool and other threads, and a child forked from it can hang (`gnnorch.launch.fork_guard`).
+The zygote is started fresh (``python -c`` `ZYGOTE_COMMAND`, ``OMP_NUM_THREADS=1`` so that
+importing torch starts no OpenMP worker), imports what a rank imports, runs nothing, and forks
+only while it is provably a safe parent.
+
+Invariants:
+* **Fail closed.** The zygote forks only while `fork_hazards` finds nothing: one thread, the CUDA
+  driver not loaded, torch's default generator untouched. Otherwise it says why at its hello and
+  every launch starts fresh interpreters (`rank_starter` gives the reason, reported in
+  ``stats[r]["launch"]``). CUDA launches (nccl, one GPU per rank) always start fresh.
+* **A child is a rank as a fresh interpreter would be:** its own session, stdin/stdout/stderr
+  the fds the supervisor gave, the caller's current environment (the rank's keys included),
+  ``sys.argv`` of ``python -m gnnorch.launch.worker``, its generators seeded as a fresh
+  interpreter's are (`_reseed_like_a_fresh_interpreter`); then `gnnorch.launch.worker.main`,
+  which never returns.
+* **What the zygote imported must be what a fresh rank would import:** it is reused only while
+  the interpreter, the working directory and the environment (less the keys a launch sets per
+  rank, `PER_RANK_KEYS`) are those it started with; otherwise it is replaced before the launch.
+* **No orphan.** The zygote exits when its connection to the caller closes (the caller exited or
+  died); its children (ranks, in their own sessions) die with it (``PR_SET_PDEATHSIG``, set by
+  the worker). Every child is reaped by the zygote, which reports its exit status
+  (`subprocess` style: minus the signal) to the caller's `ForkedProcess`.
+
+Protocol (a ``SOCK_SEQPACKET`` socket pair, one pickled message per packet): the zygote sends
+``("hello", pid, hazards)``; the caller sends ``("fork", env)`` with three fds (stdin, stdout,
+stderr) and receives ``("forked", pid)`` or ``("refused", reason)``; the zygote sends
+``("exit", pid, code)`` whenever a child ends.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+#: The environment keys a launch sets per rank (`launch.supervisor`): they may differ from the
+#: zygote's start without making its imports stale. ``PYTEST_CURRENT_TEST`` changes with every
+#: test and is read by no import that matters to a rank.
+PER_RANK_KEYS = frozenset({"GNNORCH_RANK_SPEC", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
+                           "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST"})
+WORKER_ARGV = ["-m", "gnnorch.launch.worker"]
+#: How the zygote starts (``-c``, not ``-m``: the package's __init__ imports this module, which
+#: runpy would then execute a second time as ``__main__``).
+ZYGOTE_COMMAND = "from gnnorch.launch import zygote; zygote.main()"
+_PACKET = 1 << 20     # a message's most bytes (the environment is the largest: a few KiB)
+_REAP_SECONDS = 0.05  # how often the zygote looks for ended children while idle
+
+
+def fork_hazards() -> list[str]:
+    """Why forking this process could give a broken child (empty: none found). Linux only:
+    elsewhere the reason is the platform."""
+    if not sys.platform.startswith("linux") or not os.path.isdir("/proc/self/task"):
+        return [f"forking a rank is supported on Linux only (this is {sys.platform})"]
+    hazards = []
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        hazards.append(f"{threads} threads (a fork keeps only the caller's)")
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        if any("libcuda.so" in line for line in maps):
+            hazards.append("the CUDA driver is loaded (CUDA cannot be used after a fork)")
+    torch = sys.modules.get("torch")
+    if torch is not None and not _generator_unused(torch):
+        hazards.append("torch's default generator has been used")
+    return hazards
+
+
+def _generator_unused(torch) -> bool:  # noqa: ANN001 - the torch module
+    """Whether torch's default CPU generator is still at the state its seed gives (compared as
+    bytes: a torch operation here could start threads)."""
+    fresh = torch.Generator()
+    fresh.manual_seed(torch.initial_seed())
+    return torch.get_rng_state().numpy().tobytes() == fresh.get_state().numpy().tobytes()
+
+
+def _reseed_like_a_fresh_interpreter() -> None:
+    """A fresh interpreter's generators are its own: Python's `random` reseeds itself after a
+    fork; numpy's global generator is seeded from the OS at import, and so is torch's default
+    generator where torch seeds it per process (torch 2.13; older torch starts every process
+    at one fixed seed, which a fresh `torch.Generator` has, and that is kept)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.initial_seed() != torch.Generator().initial_seed():
+        torch.seed()
+
+
+def _send(sock: socket.socket, message: tuple, fds: tuple[int, ...] = ()) -> None:
+    data = pickle.dumps(message)
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.sendall(data)
+
+
+def _recv(sock: socket.socket, fds: int = 0) -> tuple[tuple | None, list[int]]:
+    """One message and the fds that came with it; (None, []) at end of stream."""
+    data, received, _flags, _addr = socket.recv_fds(sock, _PACKET, fds) if fds else \
+        (sock.recv(_PACKET), [], 0, None)
+    if not data:
+        for fd in received:
+            os.close(fd)
+        return None, []
+    return pickle.loads(data), received
+
+
+# -- the zygote's side ------------------------------------------------------------------------
+def _become_rank(sock: socket.socket, stdio: list[int], env: dict[str, str]) -> None:
+    """In a fresh child: become a rank process as `python -m gnnorch.launch.worker` would be."""
+    try:
+        os.setsid()
+        sock.close()
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+        for fd in stdio:
+            if fd > 2:
+                os.close(fd)
+        os.environ.clear()
+        os.environ.update(env)
+        from . import worker
+
+        sys.argv[:] = [worker.__file__]   # as `python -m gnnorch.launch.worker` has it
+        _reseed_like_a_fresh_interpreter()
+        worker.main()   # ends with os._exit
+    finally:
+        os._exit(1)
+
+
+def _report_ended(sock: socket.socket, children: set[int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        _send(sock, ("exit", pid, code))
+
+
+def serve(sock: socket.socket) -> None:
+    """The zygote's loop: fork on request, report ended children, exit when the caller goes."""
+    children: set[int] = set()
+    while True:
+        ready, _, _ = select.select([sock], [], [], _REAP_SECONDS)
+        _report_ended(sock, children)
+        if not ready:
+            continue
+        message, stdio = _recv(sock, fds=3)
+        if message is None:
+            return
+        hazards = fork_hazards()
+        if hazards:
+            for fd in stdio:
+                os.close(fd)
+            _send(sock, ("refused", "; ".join(hazards)))
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _become_rank(sock, stdio, message[1])
+        for fd in stdio:
+            os.close(fd)
+        children.add(pid)
+        _send(sock, ("forked", pid))
+
+
+def main() -> None:
+    """The zygote process (`ZYGOTE_COMMAND`): importing this module imported the package,
+    whose __init__ imports the runtime (torch, PyG and every seam a payload names); here, what
+    a rank imports besides; then the hello and the loop."""
+    sock = socket.socket(fileno=int(os.environ.pop("GNNORCH_ZYGOTE_FD")))
+    import torch.distributed  # noqa: F401
+
+    from . import context, plan, serialize, worker  # noqa: F401
+    _send(sock, ("hello", os.getpid(), fork_hazards()))
+    serve(sock)
+
+
+# -- the caller's side ------------------------------------------------------------------------
+class ForkedProcess:
+    """A rank forked by the zygote, with the part of `subprocess.Popen` the supervisor uses
+    (``pid``, ``poll``, ``wait``). Its exit status comes from the zygote, which reaps it; if
+    the zygote itself is gone the rank died with it (killed: ``-SIGKILL``) once it is no
+    longer found."""
+
+    def __init__(self, pid: int, zygote: "Zygote") -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+        self._zygote = zygote
+
+    def _end(self, code: int) -> None:
+        self.returncode = code
+        self._ended.set()
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._zygote.lost and not _exists(self.pid):
+            self._end(-9)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(WORKER_ARGV, timeout)
+            self._ended.wait(0.1 if left is None else min(left, 0.1))
+        assert self.returncode is not None
+        return self.returncode
+
+
+def _exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class ZygoteUnavailable(RuntimeError):
+    """The zygote could not start or will not fork: its message says why."""
+
+
+class Zygote:
+    """The caller's handle on one zygote process (see the module docstring).
+
+    One reader thread receives every message: it makes the `ForkedProcess` of a ``forked``
+    reply and hands it to the waiting `fork`, and ends children on ``exit`` reports. The zygote
+    sends a child's ``forked`` before it can reap it, so a child is always known before its
+    exit is reported."""
+
+    def __init__(self, env: dict[str, str], timeout: float) -> None:
+        self.key = compatibility_key(env)
+        self.lost = False
+        self._lock = threading.Lock()
+        self._replies: queue.Queue = queue.Queue()
+        self._children: dict[int, ForkedProcess] = {}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        child_env = {k: v for k, v in env.items() if k not in PER_RANK_KEYS}
+        child_env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+                         GNNORCH_ZYGOTE_FD=str(theirs.fileno()))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", ZYGOTE_COMMAND], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env,
+                pass_fds=(theirs.fileno(),), start_new_session=True)
+        finally:
+            theirs.close()
+        self._sock = ours
+        self.pid = self._hello(timeout)
+        threading.Thread(target=_drain, args=(self.proc.stderr,), name="gnnorch-zygote-err",
+                         daemon=True).start()
+        threading.Thread(target=self._read, name="gnnorch-zygote", daemon=True).start()
+
+    def _hello(self, timeout: float) -> int:
+        """The zygote's pid once it has imported and found no fork hazard."""
+        ready, _, _ = select.select([self._sock], [], [], timeout)
+        message = _recv(self._sock)[0] if ready else None
+        if message is not None and message[0] == "hello" and not message[2]:
+            return int(message[1])
+        self.close()
+        if message is not None:
+            why = "it would fork unsafely: " + "; ".join(message[2])
+        elif not ready:
+            why = f"it did not start within {timeout:.0f} s"
+        else:
+            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+            why = f"it exited while starting (code {self.proc.returncode}): {err[-2000:]}"
+        raise ZygoteUnavailable(why)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message, _ = _recv(self._sock)
+            except OSError:
+                message = None
+            if message is None:
+                self.lost = True
+                self._replies.put(None)
+                return
+            if message[0] == "exit":
+                child = self._children.pop(message[1], None)
+                if child is not None:
+                    child._end(message[2])
+            elif message[0] == "forked":
+                child = self._children[message[1]] = ForkedProcess(message[1], self)
+                self._replies.put(child)
+            else:
+                self._replies.put(message)
+
+    def alive(self) -> bool:
+        return not self.lost and self.proc.poll() is None
+
+    def running(self) -> bool:
+        """Whether a child it forked has not yet been reported ended."""
+        return bool(self._children)
+
+    def fork(self, env: dict[str, str], stdio: tuple[int, int, int],
+             timeout: float = 30.0) -> ForkedProcess:
+        """A rank process with `env` and `stdio` (stdin, stdout, stderr: the caller keeps and
+        closes its own copies). Raises `ZygoteUnavailable` if the zygote refuses or is gone."""
+        with self._lock:
+            if not self.alive():
+                raise ZygoteUnavailable("the zygote has exited")
+            try:
+                _send(self._sock, ("fork", env), stdio)
+                reply = self._replies.get(timeout=timeout)
+            except (OSError, queue.Empty):
+                reply = None
+            if isinstance(reply, ForkedProcess):
+                return reply
+            why = reply[1] if reply is not None else "no answer from the zygote"
+            raise ZygoteUnavailable(f"the zygote did not fork: {why}")
+
+    def close(self) -> None:
+        """End the zygote (children still running die with it)."""
+        self._sock.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _drain(stream) -> None:  # noqa: ANN001 - a binary pipe
+    for line in iter(stream.readline, b""):
+        sys.stderr.write(line.decode(errors="replace"))
+    stream.close()
+
+
+_current: Zygote | None = None
+_refused: dict[tuple, str] = {}    # compatibility key -> why its zygote is not used
+_current_lock = threading.Lock()
+
+
+def warm_zygote(env: dict[str, str], timeout: float) -> Zygote:
+    """This process's zygote for `env`: the running one if it is alive and was started with
+    the same interpreter, directory and environment (`compatibility_key`), else a new one
+    (the old one ended first). Raises `ZygoteUnavailable` with the reason when there is none to
+    use: it could not start or found a hazard (remembered for this key: not retried), or an
+    incompatible one still runs a launch's ranks."""
+    global _current
+    key = compatibility_key(env)
+    with _current_lock:
+        if key in _refused:
+            raise ZygoteUnavailable(_refused[key])
+        if _current is not None and (_current.key != key or not _current.alive()):
+            if _current.alive() and _current.running():
+                raise ZygoteUnavailable("the zygote of another environment still runs ranks")
+            _current.close()
+            _current = None
+        if _current is None:
+            try:
+                _current = Zygote(env, timeout)
+            except ZygoteUnavailable as exc:
+                _refused[key] = str(exc)
+                raise
+        return _current
+
+
+def current_pid() -> int | None:
+    """The pid of this process's zygote, if one runs."""
+    zygote = _current
+    return zygote.pid if zygote is not None and zygote.alive() else None
+
+
+def compatibility_key(env: dict[str, str]) -> tuple:
+    """What a zygote's imports depend on: the interpreter, the working directory and the
+    environment less `PER_RANK_KEYS`."""
+    return (sys.executable, os.getcwd(),
+            tuple(sorted((k, v) for k, v in env.items() if k not in PER_RANK_KEYS)))
+
