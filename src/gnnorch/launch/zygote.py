@@ -6,7 +6,10 @@ Why a separate interpreter and not a fork of the caller: the caller has run torc
 OpenMP pool and other threads, and a child forked from it can hang (`gnnorch.launch.fork_guard`).
 The zygote is started fresh (``python -c`` `ZYGOTE_COMMAND`, ``OMP_NUM_THREADS=1`` so that
 importing torch starts no OpenMP worker), imports what a rank imports, runs nothing, and forks
-only while it is provably a safe parent.
+only while it is provably a safe parent. A rank still gets its plan's threads: the worker calls
+``torch.set_num_threads(t)`` before the user's code, and every later thread of the rank takes
+that count up at its first parallel region (torch's lazy per-thread initialisation), as in a
+fresh interpreter started with ``OMP_NUM_THREADS=t``.
 
 Invariants:
 * **Fail closed.** The zygote forks only while `fork_hazards` finds nothing: one thread, the CUDA
