@@ -221,7 +221,12 @@ def _named(exc: BaseException) -> bool:
 
 
 def _leftovers() -> list[str]:
-    children = psutil.Process().children(recursive=True)
+    """Children of this process still alive 10 s after a run (killed), but the zygote that warm
+    launches keep for the process (`gnnorch.launch.zygote`): its own children are counted."""
+    from gnnorch.launch import zygote
+
+    kept = zygote.current_pid()
+    children = [p for p in psutil.Process().children(recursive=True) if p.pid != kept]
     _, alive = psutil.wait_procs(children, timeout=10)
     found = []
     for proc in alive:
@@ -262,6 +267,7 @@ def run_once(name: str, data, deadline: float, delay: float, log_dir: Path) -> d
         guards = [stats.get("fork_guard") or {} for stats in runtime.last_run.stats.values()]
         record["forks"] = sum(g.get("forks", 0) for g in guards)
         record["stuck_killed"] = sum(g.get("stuck_killed", 0) for g in guards)
+        record["rank_start"] = runtime.last_run.stats[0].get("launch", {}).get("rank_start")
         if expected is not None:
             record.update(outcome="error", error=f"expected {expected}, the run returned")
     except Deadline as exc:
