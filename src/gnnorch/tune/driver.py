@@ -45,6 +45,7 @@ from typing import Any
 from .. import execute
 from ..errors import ArgumentsChangedError
 from ..execute import Request, RunInfo
+from ..launch import zygote
 from ..launch.plan import CorePlan
 from ..launch.topology import current_topology
 from .arguments import Fingerprint, listed
@@ -370,8 +371,10 @@ class Autotune:
         """Whether tuning pays, from the default's measurement; recorded in the report."""
         epochs, source = epochs_hint(self.request.fn, self.request.args, self.request.kwargs,
                                      self.cfg)
+        warm = self.request.launch.rank_start == "warm" and self.request.device == "cpu"
         decision = tuning_pays(m, self.cfg, self.space.points() or [],
-                               point(self.default_plan), epochs, source)
+                               point(self.default_plan), epochs, source, warm=warm,
+                               zygote_running=warm and zygote.running_for(dict(os.environ)))
         self.report.decide(decision)
         self.ledger.save()
         return decision.tuned
