@@ -33,26 +33,6 @@ def test_long_run_pays_for_tuning_and_the_projection_is_explained():
     assert "100 steps/epoch" in d.reason and "ran untuned" not in d.reason
 
 
-def test_warm_rank_starts_cost_less_once_the_zygote_runs():
-    """Multi-rank probes forked by the zygote cost `warm_launch_seconds` to start; the first
-    pays the zygote's own start (`launch_seconds`) when it is not yet running."""
-    cfg = TuneConfig(budget=4, confirm_margin=0.0, warmup_batches=3, probe_batches=8,
-                     launch_seconds=5.0, warm_launch_seconds=0.5)
-    args = (measurement(), cfg, [ONE, TWO], ONE, 50, "argument 'epochs'")
-    fresh = tuning_pays(*args)
-    running = tuning_pays(*args, warm=True, zygote_running=True)
-    to_start = tuning_pays(*args, warm=True, zygote_running=False)
-    assert fresh.projected_tuning_seconds == pytest.approx((2.1 + 7.1) / 2)
-    assert running.projected_tuning_seconds == pytest.approx((2.1 + 2.6) / 2)
-    assert to_start.projected_tuning_seconds == pytest.approx((2.1 + 2.6) / 2 + 5.0)
-    assert "(multi-rank probes start fresh)" in fresh.reason
-    assert "(multi-rank probes start warm)" in running.reason
-    assert "(multi-rank probes start warm, the zygote to start)" in to_start.reason
-    # one-rank probes only: nothing to start (the sampler's plan warms up 2 steps more)
-    alone = tuning_pays(measurement(), cfg, [ONE, SAMPLER], ONE, 50, "x", warm=True)
-    assert alone.projected_tuning_seconds == pytest.approx((2.1 + 2.3) / 2)
-
-
 def test_short_run_does_not_pay():
     cfg = TuneConfig(budget=20)
     d = tuning_pays(measurement(length=7, exact=False), cfg, [ONE, TWO, SAMPLER], ONE,

@@ -374,12 +374,6 @@ def warm_zygote(env: dict[str, str], timeout: float) -> Zygote:
         return _current
 
 
-def running_for(env: dict[str, str]) -> bool:
-    """Whether this process's zygote runs and would serve a launch in `env` (no start needed)."""
-    zygote = _current
-    return zygote is not None and zygote.alive() and zygote.key == compatibility_key(env)
-
-
 def current_pid() -> int | None:
     """The pid of this process's zygote, if one runs."""
     zygote = _current

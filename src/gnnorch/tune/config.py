@@ -61,12 +61,7 @@ class TuneConfig:
             the call's argument named epochs / num_epochs / n_epochs / max_epochs when it is an
             int, else `assumed_epochs`.
         assumed_epochs: epochs assumed when none can be read (default 10).
-        launch_seconds: assumed start-up of a multi-rank probe whose ranks start fresh
-            interpreters (CUDA ranks, ``launch.rank_start="fresh"``), and of the zygote that
-            the first warm one starts (`gnnorch.launch.zygote`), for the projection (default 5).
-        warm_launch_seconds: assumed start-up of a multi-rank probe whose ranks the running
-            zygote forks (default 0.5; 0.44 s for 2 ranks measured on 2 cores,
-            scripts/bench_rank_start.py).
+        launch_seconds: assumed start-up of a multi-rank probe, for the projection (default 5).
         setup_seconds: if the function has built no training NeighborLoader (one built with
             shuffle=True, or an unshuffled one whose epoch has started training)
             this long after it started, it is run to its end with the default configuration,
@@ -97,7 +92,6 @@ class TuneConfig:
     epochs: int | None = None
     assumed_epochs: int = 10
     launch_seconds: float = 5.0
-    warm_launch_seconds: float = 0.5
     setup_seconds: float = 30.0
     report_dir: str | os.PathLike | None = None
 
@@ -111,7 +105,7 @@ class TuneConfig:
                            ("probe_batches", 1), ("assumed_epochs", 1)):
             check_int(name(field), getattr(self, field), low, lenient=True)
         check_int(name("epochs"), self.epochs, 1, allow_none=True, lenient=True)
-        for field in ("min_gain", "max_overhead", "launch_seconds", "warm_launch_seconds"):
+        for field in ("min_gain", "max_overhead", "launch_seconds"):
             check_number(name(field), getattr(self, field), low=0, lenient=True)
         check_number(name("max_seconds"), self.max_seconds, low=0, low_open=True,
                      allow_none=True, lenient=True)

@@ -59,15 +59,13 @@ def epochs_hint(fn: Callable, args: tuple, kwargs: dict, cfg: TuneConfig) -> tup
 
 
 def tuning_pays(m: dict, cfg: TuneConfig, points: list[dict], default: dict, epochs: int,
-                source: str, warm: bool = False, zygote_running: bool = False) -> Decision:
+                source: str) -> Decision:
     """Whether tuning pays, from the default plan's measurement `m` (`probe.combine`).
 
     Projected run: set-up + epochs x steps per epoch x step time. Projected tuning: the probes
     still to come (the budget less the default's, plus the finalists' second probes) x the mean
-    cost of one probe over the feasible `points` (set-up + warm-up and measured steps, plus, for
-    several ranks, their start: ``warm_launch_seconds`` where the zygote forks them (`warm`),
-    else ``launch_seconds``), plus ``launch_seconds`` once where warm probes must first start
-    the zygote (not `zygote_running`). Tuning pays when it is at most ``max_overhead`` of the
+    cost of one probe over the feasible `points` (set-up + warm-up and measured steps, plus
+    rank start-up for several ranks). Tuning pays when it is at most ``max_overhead`` of the
     run. `default` is the default plan's point, used when `points` is not enumerable.
     """
     if not m.get("batches"):
@@ -82,20 +80,14 @@ def tuning_pays(m: dict, cfg: TuneConfig, points: list[dict], default: dict, epo
         trials += min(cfg.confirm_finalists, len(points) or cfg.confirm_finalists)
     costs = []
     warmup = max(cfg.warmup_batches, int(m.get("warmup") or 0))
-    launch = cfg.warm_launch_seconds if warm else cfg.launch_seconds
     for pt in points or [default]:
         steps = warmup_for(warmup, pt["sampler_cores"]) + cfg.probe_batches
         steps += steps // length        # the first step of each epoch is not measured
-        costs.append(sigma + steps * tau + (launch if pt["processes"] > 1 else 0))
+        costs.append(sigma + steps * tau + (cfg.launch_seconds if pt["processes"] > 1 else 0))
     tuning = trials * sum(costs) / len(costs)
-    if warm and not zygote_running and trials > 0 and any(
-            pt["processes"] > 1 for pt in points or [default]):
-        tuning += cfg.launch_seconds      # the first warm probe starts the zygote
-    starts = ("warm" if zygote_running else "warm, the zygote to start") if warm else "fresh"
     tune = tuning <= cfg.max_overhead * run
     epoch_text = f"{length}{'' if exact else '+'} steps/epoch"
     reason = (f"projected tuning {tuning:.1f} s for {trials} more probes "
-              f"(multi-rank probes start {starts}) "
               f"{'<=' if tune else '>'} {cfg.max_overhead:.0%} of the projected run "
               f"{run:.1f} s ({epochs} epochs [{source}] x {epoch_text} x "
               f"{tau * 1000:.1f} ms/step + {sigma:.2f} s set-up)")

@@ -45,7 +45,6 @@ from typing import Any
 from .. import execute
 from ..errors import ArgumentsChangedError
 from ..execute import Request, RunInfo
-from ..launch import zygote
 from ..launch.plan import CorePlan
 from ..launch.topology import current_topology
 from .arguments import Fingerprint, listed
@@ -371,10 +370,8 @@ class Autotune:
         """Whether tuning pays, from the default's measurement; recorded in the report."""
         epochs, source = epochs_hint(self.request.fn, self.request.args, self.request.kwargs,
                                      self.cfg)
-        warm = self.request.launch.rank_start == "warm" and self.request.device == "cpu"
         decision = tuning_pays(m, self.cfg, self.space.points() or [],
-                               point(self.default_plan), epochs, source, warm=warm,
-                               zygote_running=warm and zygote.running_for(dict(os.environ)))
+                               point(self.default_plan), epochs, source)
         self.report.decide(decision)
         self.ledger.save()
         return decision.tuned
