@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import gnnorch
-from gnnorch.launch import zygote
+from gnnorch.launch import zygote, zygote_server
 from gnnorch.launch.start import RankStarter
 
 from helpers import cora, load_example
@@ -92,7 +92,7 @@ def test_the_zygote_is_replaced_when_the_environment_changes(monkeypatch):
 def test_fork_hazards_name_threads_and_a_used_generator():
     threading.Thread(target=time.sleep, args=(1,), daemon=True).start()
     torch.rand(1)
-    hazards = "; ".join(zygote.fork_hazards())
+    hazards = "; ".join(zygote_server.fork_hazards())
     assert "threads" in hazards
     assert "torch's default generator has been used" in hazards
 
@@ -146,11 +146,27 @@ def test_a_launch_whose_zygote_dies_fails_at_once():
     assert {r["ppid"] for r in ranks} == {zygote.current_pid()} != {pid}
 
 
+def test_a_zygote_that_stops_answering_is_retired_and_replaced():
+    env = dict(os.environ)
+    stopped = zygote.warm_zygote(env, 120)
+    os.kill(stopped.pid, signal.SIGSTOP)
+    null = [os.open(os.devnull, os.O_RDWR) for _ in range(3)]
+    try:
+        with pytest.raises(zygote.ZygoteUnavailable, match="no answer within 1 s"):
+            stopped.fork(env, tuple(null), timeout=1)
+    finally:
+        for fd in null:
+            os.close(fd)
+    assert not stopped.alive()
+    assert stopped.proc.poll() is not None   # ended: it ran no rank, nothing to wait for
+    assert zygote.warm_zygote(env, 120).pid != stopped.pid
+
+
 def test_the_zygote_ends_with_its_caller(tmp_path):
     script = tmp_path / "caller.py"
     script.write_text(textwrap.dedent("""
         import gnnorch, torch.distributed as dist
-        from gnnorch.launch import zygote
+        from gnnorch.launch import zygote, zygote_server
 
         def rank():
             return dist.get_rank()

@@ -1,6 +1,7 @@
-"""Warm rank starts: one pre-imported interpreter (the *zygote*) per caller's process forks the
-rank processes of every launch, so a rank starts in milliseconds instead of paying the import of
-torch, PyG and gnnorch (about 6 s of one core each here; every rank of every launch paid it).
+"""Warm rank starts, the caller's side: one pre-imported interpreter (the *zygote*) per
+caller's process forks the rank processes of every launch, so a rank starts in milliseconds
+instead of paying the import of torch, PyG and gnnorch (about 6 s of one core each here; every
+rank of every launch paid it). The zygote's own side is `gnnorch.launch.zygote_server`.
 
 Why a separate interpreter and not a fork of the caller: the caller has run torch, so it has an
 OpenMP pool and other threads, and a child forked from it can hang (`gnnorch.launch.fork_guard`).
@@ -12,18 +13,21 @@ that count up at its first parallel region (torch's lazy per-thread initialisati
 fresh interpreter started with ``OMP_NUM_THREADS=t``.
 
 Invariants:
-* **Fail closed.** The zygote forks only while `fork_hazards` finds nothing: one thread, the CUDA
-  driver not loaded, torch's default generator untouched. Otherwise it says why at its hello and
-  every launch starts fresh interpreters (`rank_starter` gives the reason, reported in
-  ``stats[r]["launch"]``). CUDA launches (nccl, one GPU per rank) always start fresh.
+* **Fail closed.** The zygote forks only while `zygote_server.fork_hazards` finds nothing:
+  one thread, the CUDA driver not loaded, torch's default generator untouched. Otherwise it
+  says why at its hello and every launch starts fresh interpreters
+  (`gnnorch.launch.start.RankStarter` gives the reason, reported in ``stats[r]["launch"]``).
+  CUDA launches (nccl, one GPU per rank) always start fresh.
 * **A child is a rank as a fresh interpreter would be:** its own session, stdin/stdout/stderr
   the fds the supervisor gave, the caller's current environment (the rank's keys included),
   ``sys.argv`` of ``python -m gnnorch.launch.worker``, its generators seeded as a fresh
-  interpreter's are (`_reseed_like_a_fresh_interpreter`); then `gnnorch.launch.worker.main`,
-  which never returns.
+  interpreter's are; then `gnnorch.launch.worker.main`, which never returns.
 * **What the zygote imported must be what a fresh rank would import:** it is reused only while
   the interpreter, the working directory and the environment (less the keys a launch sets per
-  rank, `PER_RANK_KEYS`) are those it started with; otherwise it is replaced before the launch.
+  rank, `PER_RANK_KEYS`) are those it started with; otherwise it is replaced before the launch
+  (the old one *retired*: it forks nothing more and ends once no rank of it runs). A zygote that
+  leaves a fork request unanswered is retired too: a late answer is never taken for a later
+  request's.
 * **No orphan.** The zygote exits when its connection to the caller closes (the caller exited or
   died); its children (ranks, in their own sessions) die with it (``PR_SET_PDEATHSIG``, set by
   the worker). Every child is reaped by the zygote, which reports its exit status
@@ -36,8 +40,8 @@ stderr) and receives ``("forked", pid)`` or ``("refused", reason)``; the zygote 
 """
 from __future__ import annotations
 
+import contextlib
 import os
-import pickle
 import queue
 import select
 import socket
@@ -45,6 +49,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from .zygote_server import recv, send
 
 #: The environment keys a launch sets per rank (`launch.supervisor`): they may differ from the
 #: zygote's start without making its imports stale. ``PYTEST_CURRENT_TEST`` changes with every
@@ -54,145 +60,9 @@ PER_RANK_KEYS = frozenset({"GNNORCH_RANK_SPEC", "PYTHONUNBUFFERED", "OMP_NUM_THR
 WORKER_ARGV = ["-m", "gnnorch.launch.worker"]
 #: How the zygote starts (``-c``, not ``-m``: the package's __init__ imports this module, which
 #: runpy would then execute a second time as ``__main__``).
-ZYGOTE_COMMAND = "from gnnorch.launch import zygote; zygote.main()"
-_PACKET = 1 << 20     # a message's most bytes (the environment is the largest: a few KiB)
-_REAP_SECONDS = 0.05  # how often the zygote looks for ended children while idle
+ZYGOTE_COMMAND = "from gnnorch.launch import zygote_server; zygote_server.main()"
 
 
-def fork_hazards() -> list[str]:
-    """Why forking this process could give a broken child (empty: none found). Linux only:
-    elsewhere the reason is the platform."""
-    if not sys.platform.startswith("linux") or not os.path.isdir("/proc/self/task"):
-        return [f"forking a rank is supported on Linux only (this is {sys.platform})"]
-    hazards = []
-    threads = len(os.listdir("/proc/self/task"))
-    if threads != 1:
-        hazards.append(f"{threads} threads (a fork keeps only the caller's)")
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-        if any("libcuda.so" in line for line in maps):
-            hazards.append("the CUDA driver is loaded (CUDA cannot be used after a fork)")
-    torch = sys.modules.get("torch")
-    if torch is not None and not _generator_unused(torch):
-        hazards.append("torch's default generator has been used")
-    return hazards
-
-
-def _generator_unused(torch) -> bool:  # noqa: ANN001 - the torch module
-    """Whether torch's default CPU generator is still at the state its seed gives (compared as
-    bytes: a torch operation here could start threads)."""
-    fresh = torch.Generator()
-    fresh.manual_seed(torch.initial_seed())
-    return torch.get_rng_state().numpy().tobytes() == fresh.get_state().numpy().tobytes()
-
-
-def _reseed_like_a_fresh_interpreter() -> None:
-    """A fresh interpreter's generators are its own: Python's `random` reseeds itself after a
-    fork; numpy's global generator is seeded from the OS at import, and so is torch's default
-    generator where torch seeds it per process (torch 2.13; older torch starts every process
-    at one fixed seed, which a fresh `torch.Generator` has, and that is kept)."""
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.initial_seed() != torch.Generator().initial_seed():
-        torch.seed()
-
-
-def _send(sock: socket.socket, message: tuple, fds: tuple[int, ...] = ()) -> None:
-    data = pickle.dumps(message)
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
-    else:
-        sock.sendall(data)
-
-
-def _recv(sock: socket.socket, fds: int = 0) -> tuple[tuple | None, list[int]]:
-    """One message and the fds that came with it; (None, []) at end of stream."""
-    data, received, _flags, _addr = socket.recv_fds(sock, _PACKET, fds) if fds else \
-        (sock.recv(_PACKET), [], 0, None)
-    if not data:
-        for fd in received:
-            os.close(fd)
-        return None, []
-    return pickle.loads(data), received
-
-
-# -- the zygote's side ------------------------------------------------------------------------
-def _become_rank(sock: socket.socket, stdio: list[int], env: dict[str, str]) -> None:
-    """In a fresh child: become a rank process as `python -m gnnorch.launch.worker` would be."""
-    try:
-        os.setsid()
-        sock.close()
-        for target, fd in enumerate(stdio):
-            os.dup2(fd, target)
-        for fd in stdio:
-            if fd > 2:
-                os.close(fd)
-        os.environ.clear()
-        os.environ.update(env)
-        from . import worker
-
-        sys.argv[:] = [worker.__file__]   # as `python -m gnnorch.launch.worker` has it
-        _reseed_like_a_fresh_interpreter()
-        worker.main()   # ends with os._exit
-    finally:
-        os._exit(1)
-
-
-def _report_ended(sock: socket.socket, children: set[int]) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        children.discard(pid)
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        _send(sock, ("exit", pid, code))
-
-
-def serve(sock: socket.socket) -> None:
-    """The zygote's loop: fork on request, report ended children, exit when the caller goes."""
-    children: set[int] = set()
-    while True:
-        ready, _, _ = select.select([sock], [], [], _REAP_SECONDS)
-        _report_ended(sock, children)
-        if not ready:
-            continue
-        message, stdio = _recv(sock, fds=3)
-        if message is None:
-            return
-        hazards = fork_hazards()
-        if hazards:
-            for fd in stdio:
-                os.close(fd)
-            _send(sock, ("refused", "; ".join(hazards)))
-            continue
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _become_rank(sock, stdio, message[1])
-        for fd in stdio:
-            os.close(fd)
-        children.add(pid)
-        _send(sock, ("forked", pid))
-
-
-def main() -> None:
-    """The zygote process (`ZYGOTE_COMMAND`): importing this module imported the package,
-    whose __init__ imports the runtime (torch, PyG and every seam a payload names); here, what
-    a rank imports besides; then the hello and the loop."""
-    sock = socket.socket(fileno=int(os.environ.pop("GNNORCH_ZYGOTE_FD")))
-    import torch.distributed  # noqa: F401
-
-    from . import context, plan, serialize, worker  # noqa: F401
-    _send(sock, ("hello", os.getpid(), fork_hazards()))
-    serve(sock)
-
-
-# -- the caller's side ------------------------------------------------------------------------
 class ForkedProcess:
     """A rank forked by the zygote, with the part of `subprocess.Popen` the supervisor uses
     (``pid``, ``poll``, ``wait``). Its exit status comes from the zygote, which reaps it; if
@@ -248,6 +118,7 @@ class Zygote:
     def __init__(self, env: dict[str, str], timeout: float) -> None:
         self.key = compatibility_key(env)
         self.lost = False
+        self._retired = False
         self._lock = threading.Lock()
         self._replies: queue.Queue = queue.Queue()
         self._children: dict[int, ForkedProcess] = {}
@@ -271,7 +142,7 @@ class Zygote:
     def _hello(self, timeout: float) -> int:
         """The zygote's pid once it has imported and found no fork hazard."""
         ready, _, _ = select.select([self._sock], [], [], timeout)
-        message = _recv(self._sock)[0] if ready else None
+        message = recv(self._sock)[0] if ready else None
         if message is not None and message[0] == "hello" and not message[2]:
             return int(message[1])
         self.close()
@@ -287,7 +158,7 @@ class Zygote:
     def _read(self) -> None:
         while True:
             try:
-                message, _ = _recv(self._sock)
+                message, _ = recv(self._sock)
             except OSError:
                 message = None
             if message is None:
@@ -298,6 +169,9 @@ class Zygote:
                 child = self._children.pop(message[1], None)
                 if child is not None:
                     child._end(message[2])
+                if self._retired and not self._children:
+                    with contextlib.suppress(OSError):   # already closed by `retire`
+                        self._sock.shutdown(socket.SHUT_RDWR)   # the zygote sees EOF: it ends
             elif message[0] == "forked":
                 child = self._children[message[1]] = ForkedProcess(message[1], self)
                 self._replies.put(child)
@@ -305,7 +179,15 @@ class Zygote:
                 self._replies.put(message)
 
     def alive(self) -> bool:
-        return not self.lost and self.proc.poll() is None
+        """Whether it runs and may be asked to fork (not retired)."""
+        return not self.lost and not self._retired and self.proc.poll() is None
+
+    def retire(self) -> None:
+        """Fork nothing more; end the zygote now if no child of it runs, else once the last
+        has ended (its running ranks are not disturbed)."""
+        self._retired = True
+        if not self._children:
+            self.close()
 
     def running(self) -> bool:
         """Whether a child it forked has not yet been reported ended."""
@@ -319,13 +201,15 @@ class Zygote:
             if not self.alive():
                 raise ZygoteUnavailable("the zygote has exited")
             try:
-                _send(self._sock, ("fork", env), stdio)
+                send(self._sock, ("fork", env), stdio)
                 reply = self._replies.get(timeout=timeout)
             except (OSError, queue.Empty):
                 reply = None
             if isinstance(reply, ForkedProcess):
                 return reply
-            why = reply[1] if reply is not None else "no answer from the zygote"
+            if reply is None:   # a late answer must not be taken for a later request's
+                self.retire()
+            why = reply[1] if reply is not None else f"no answer within {timeout:g} s"
             raise ZygoteUnavailable(f"the zygote did not fork: {why}")
 
     def close(self) -> None:
@@ -351,19 +235,17 @@ _current_lock = threading.Lock()
 
 def warm_zygote(env: dict[str, str], timeout: float) -> Zygote:
     """This process's zygote for `env`: the running one if it is alive and was started with
-    the same interpreter, directory and environment (`compatibility_key`), else a new one
-    (the old one ended first). Raises `ZygoteUnavailable` with the reason when there is none to
-    use: it could not start or found a hazard (remembered for this key: not retried), or an
-    incompatible one still runs a launch's ranks."""
+    the same interpreter, directory and environment (`compatibility_key`), else a new one (the
+    old one retired: it ends once the ranks it still runs have ended). Raises
+    `ZygoteUnavailable` with the reason when there is none to use: it could not start or found
+    a hazard (remembered for this key: not retried)."""
     global _current
     key = compatibility_key(env)
     with _current_lock:
         if key in _refused:
             raise ZygoteUnavailable(_refused[key])
         if _current is not None and (_current.key != key or not _current.alive()):
-            if _current.alive() and _current.running():
-                raise ZygoteUnavailable("the zygote of another environment still runs ranks")
-            _current.close()
+            _current.retire()   # ends now, or after the ranks it still runs
             _current = None
         if _current is None:
             try:
