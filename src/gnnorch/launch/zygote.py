@@ -183,10 +183,10 @@ class Zygote:
         return not self.lost and not self._retired and self.proc.poll() is None
 
     def retire(self) -> None:
-        """Fork nothing more; end the zygote now if no child of it runs, else once the last
-        has ended (its running ranks are not disturbed)."""
+        """Fork nothing more; end the zygote now if no child of it runs (or it is gone: its
+        children went with it), else once the last has ended (they are not disturbed)."""
         self._retired = True
-        if not self._children:
+        if self.lost or not self._children:
             self.close()
 
     def running(self) -> bool:
