@@ -38,7 +38,8 @@ class RankStarter:
         if rank_start == "fresh":
             self.how = "fresh (launch.rank_start='fresh')"
         elif cuda:
-            self.how = "fresh: CUDA ranks start fresh interpreters (CUDA does not survive a fork)"
+            self.how = ("fresh: CUDA ranks start fresh interpreters (ranks forked from the zygote "
+                        "are not yet tested on a GPU)")
         else:
             try:
                 self._zygote = zygote.warm_zygote(dict(os.environ), start_timeout)
