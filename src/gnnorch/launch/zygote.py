@@ -50,6 +50,8 @@ import sys
 import threading
 import time
 
+import psutil
+
 from .zygote_server import recv, send
 
 #: The environment keys a launch sets per rank (`launch.supervisor`): they may differ from the
@@ -96,10 +98,10 @@ class ForkedProcess:
 
 
 def _exists(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has ended)."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
@@ -129,14 +131,12 @@ class Zygote:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", ZYGOTE_COMMAND], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env,
+                stdout=subprocess.DEVNULL, stderr=None, env=child_env,
                 pass_fds=(theirs.fileno(),), start_new_session=True)
         finally:
             theirs.close()
         self._sock = ours
         self.pid = self._hello(timeout)
-        threading.Thread(target=_drain, args=(self.proc.stderr,), name="gnnorch-zygote-err",
-                         daemon=True).start()
         threading.Thread(target=self._read, name="gnnorch-zygote", daemon=True).start()
 
     def _hello(self, timeout: float) -> int:
@@ -151,8 +151,8 @@ class Zygote:
         elif not ready:
             why = f"it did not start within {timeout:.0f} s"
         else:
-            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-            why = f"it exited while starting (code {self.proc.returncode}): {err[-2000:]}"
+            why = (f"it exited while starting (code {self.proc.returncode}; its error, if any, "
+                   "is above on stderr)")
         raise ZygoteUnavailable(why)
 
     def _read(self) -> None:
@@ -220,12 +220,6 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-
-
-def _drain(stream) -> None:  # noqa: ANN001 - a binary pipe
-    for line in iter(stream.readline, b""):
-        sys.stderr.write(line.decode(errors="replace"))
-    stream.close()
 
 
 _current: Zygote | None = None
