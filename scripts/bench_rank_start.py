@@ -7,8 +7,8 @@ Each setting runs in a fresh caller process (so the warm one starts with no zygo
   ranks, connecting them, the process group, stopping them);
 * ``cora``: `examples/train_vanilla.py`'s GraphSAGE on Cora for ``--epochs`` epochs.
 
-It prints each launch's wall seconds as the caller sees them (the call of the runtime) and
-writes them, with the machine and versions, to ``--out``.
+It prints each launch's wall seconds as the caller sees them (the call of the runtime) and the
+idle zygote's memory after them, and writes them, with the machine and versions, to ``--out``.
 
     .venv/bin/python scripts/bench_rank_start.py --launches 4 \
         --out benchmarks/results/rank_start.json
@@ -56,7 +56,19 @@ def measure(start: str, args: argparse.Namespace) -> dict[str, list[float]]:
             how = runtime.last_run.stats[0]["launch"]["rank_start"]
             print(f"  {start}: {name} {walls[name][-1]:.2f} s ({how})", file=sys.stderr,
                   flush=True)
+    if start == "warm":
+        walls["zygote_memory_mb"] = _zygote_memory_mb()
     return walls
+
+
+def _zygote_memory_mb() -> list[float]:
+    """The idle zygote's resident and proportional set sizes, MB (after the launches)."""
+    import psutil
+
+    from gnnorch.launch import zygote
+
+    info = psutil.Process(zygote.current_pid()).memory_full_info()
+    return [info.rss / 2**20, info.pss / 2**20]
 
 
 def main() -> None:
@@ -85,6 +97,8 @@ def main() -> None:
         later_warm = statistics.median(runs["warm"][name][1:])
         print(f"| {name} | 2-{args.launches} (median) | {later_fresh:.2f} | {later_warm:.2f} | "
               f"{later_fresh / later_warm:.1f}x |")
+    rss, pss = runs["warm"]["zygote_memory_mb"]
+    print(f"\nidle zygote: {rss:.0f} MB resident, {pss:.0f} MB PSS")
     import torch
 
     out = Path(args.out)
