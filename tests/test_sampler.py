@@ -221,7 +221,7 @@ def test_wide_keeps_low_degree_nodes_in_csc_order():
     from gnnorch.sampling.uniform import _wide_subsets
 
     owner, offset = _wide_subsets(torch.tensor([3, 0, 2, 7]), 4,
-                                  torch.Generator().manual_seed(0))
+                                  torch.Generator().manual_seed(0), 16)
     assert owner.tolist()[:5] == [0, 0, 0, 2, 2] and offset.tolist()[:5] == [0, 1, 2, 0, 1]
     assert owner.tolist()[5:] == [3] * 4 and len(set(offset.tolist()[5:])) == 4
 

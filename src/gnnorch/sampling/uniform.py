@@ -35,11 +35,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["METHODS", "SampledSubgraph", "UNSEEN", "new_workspace", "sample_neighbors"]
+from ..compat.jit import compiled_function
+
+__all__ = ["METHODS", "SampledSubgraph", "UNSEEN", "compiled_sampler", "new_workspace",
+           "sample_neighbors"]
 
 #: Workspace value of a node without a local id (larger than any local id, for ``amin``).
 UNSEEN = torch.iinfo(torch.int64).max
@@ -97,6 +101,7 @@ def sample_neighbors(
     generator: torch.Generator | None = None,
     workspace: Tensor | None = None,
     method: str = "auto",
+    compiled: bool = True,
 ) -> SampledSubgraph:
     """Samples ``len(num_neighbors)`` hops of in-neighbours around ``seeds``.
 
@@ -114,6 +119,9 @@ def sample_neighbors(
         workspace: a buffer from :func:`new_workspace` to reuse; a fresh one otherwise.
         method: how ``k``-subsets are drawn without replacement (:data:`METHODS`; the module
             docstring): the same law, a different number of ops.
+        compiled: run the body compiled (`compiled_sampler`; the default): the same result
+            for the same generator state, at a lower host cost and with the GIL released;
+            eager where compiling is unavailable, or with False.
     """
     if colptr.dtype != torch.long or row.dtype != torch.long:
         raise TypeError(f"colptr and row must be int64, got {colptr.dtype} and {row.dtype}")
@@ -124,36 +132,62 @@ def sample_neighbors(
     num_nodes = colptr.numel() - 1
     seeds = seeds.to(device=colptr.device, dtype=torch.long)
     g2l = new_workspace(num_nodes, colptr.device) if workspace is None else workspace
-    hops = frozenset(exclude_hops or ()) if exclude is not None else frozenset()
+    hops = sorted(set(exclude_hops or ())) if exclude is not None else []
+    body = compiled_sampler() if compiled else None
     try:
-        out = _sample(colptr, row, seeds, list(num_neighbors), replace, directed,
-                      exclude, hops, generator, g2l, method)
+        node, rows, cols, edges, num_nodes_hop, num_edges_hop = (body or _sample)(
+            colptr, row, seeds, [int(k) for k in num_neighbors], bool(replace),
+            bool(directed), exclude, hops, generator, g2l, method, WIDE_FACTOR, UNSEEN)
     except BaseException:
         g2l.fill_(UNSEEN)
         raise
-    g2l.index_fill_(0, out.node, UNSEEN)
-    return out
+    g2l.index_fill_(0, node, UNSEEN)
+    return SampledSubgraph(node, rows, cols, edges, num_nodes_hop,
+                           num_edges_hop if directed else None)
 
 
-def _sample(colptr: Tensor, row: Tensor, seeds: Tensor, num_neighbors: list[int],
-            replace: bool, directed: bool, exclude: Tensor | None, exclude_hops: frozenset[int],
-            generator: torch.Generator | None, g2l: Tensor, method: str) -> SampledSubgraph:
+def compiled_sampler():
+    """`_sample` compiled by TorchScript (`gnnorch.compat.jit.compiled_function`), or None
+    where it cannot be (the caller then runs the same function eagerly).
+
+    The same source, the same operations in the same order on the same generator: the
+    compiled body returns what the eager one returns, bit for bit (tested). What changes is
+    the host's cost: the body runs in TorchScript's interpreter, without Python's per-operation
+    overhead and **without holding the GIL** (a call releases it until the body returns), so a
+    thread that samples (the device data path's producer) no longer takes turns with the
+    trainer thread at every operation.
+    """
+    return compiled_function(_sample)
+
+
+def _sample(colptr: Tensor, row: Tensor, seeds: Tensor, num_neighbors: List[int],
+            replace: bool, directed: bool, exclude: Optional[Tensor], exclude_hops: List[int],
+            generator: Optional[torch.Generator], g2l: Tensor, method: str, wide_factor: int,
+            unseen: int) -> Tuple[Tensor, Tensor, Tensor, Tensor, List[int], List[int]]:
     """Body of :func:`sample_neighbors`; leaves ``g2l[v]`` = local id of every sampled ``v``.
+
+    Returns ``(node, row, col, edge, num_sampled_nodes, num_sampled_edges)`` (the last empty
+    for induced subgraphs). Written in the subset of Python that TorchScript compiles
+    (`compiled_sampler`; constants come in as arguments): keep it so, a test compiles it.
 
     Invariant at the top of hop ``h``: ``frontier`` holds hop ``h``'s expanding nodes, whose
     local ids are ``first_local .. first_local + len(frontier) - 1``, and ``num_nodes`` nodes
     have local ids so far.
     """
     g2l.scatter_reduce_(0, seeds, _arange(0, seeds.numel(), seeds), "amin")
-    nodes, rows, cols, edges = [seeds], [], [], []
-    num_sampled_nodes, num_sampled_edges = [seeds.numel()], []
+    nodes: List[Tensor] = [seeds]
+    rows: List[Tensor] = []
+    cols: List[Tensor] = []
+    edges: List[Tensor] = []
+    num_sampled_nodes: List[int] = [seeds.numel()]
+    num_sampled_edges: List[int] = []
     frontier, first_local, num_nodes = seeds, 0, seeds.numel()
     for hop, k in enumerate(num_neighbors):
         start = colptr.index_select(0, frontier)
         deg = colptr.index_select(0, frontier + 1) - start
-        if hop in exclude_hops:
+        if exclude is not None and hop in exclude_hops:
             deg.masked_fill_(exclude.index_select(0, frontier), 0)
-        owner, offset = _sample_offsets(deg, k, replace, generator, method)
+        owner, offset = _sample_offsets(deg, k, replace, generator, method, wide_factor)
         pos = start.index_select(0, owner).add_(offset)
         new, src = _relabel(g2l, row.index_select(0, pos), num_nodes)
         nodes.append(new)
@@ -166,30 +200,32 @@ def _sample(colptr: Tensor, row: Tensor, seeds: Tensor, num_neighbors: list[int]
         frontier, first_local, num_nodes = new, num_nodes, num_nodes + new.numel()
     node = torch.cat(nodes)
     if not directed:
-        src, dst, pos = _induced_edges(colptr, row, node, g2l)
-        return SampledSubgraph(node, src, dst, pos, num_sampled_nodes, None)
-    if not rows:   # no hop (``num_neighbors=[]``): the seeds alone
-        rows = cols = edges = [seeds.new_empty(0)]
-    return SampledSubgraph(node, torch.cat(rows), torch.cat(cols), torch.cat(edges),
-                           num_sampled_nodes, num_sampled_edges)
+        src, dst, pos = _induced_edges(colptr, row, node, g2l, unseen)
+        return node, src, dst, pos, num_sampled_nodes, num_sampled_edges
+    if len(rows) == 0:   # no hop (``num_neighbors=[]``): the seeds alone
+        empty = seeds.new_empty(0)
+        return node, empty, empty.clone(), empty.clone(), num_sampled_nodes, num_sampled_edges
+    return (node, torch.cat(rows), torch.cat(cols), torch.cat(edges), num_sampled_nodes,
+            num_sampled_edges)
 
 
 def _arange(start: int, end: int, like: Tensor) -> Tensor:
     return torch.arange(start, end, dtype=torch.long, device=like.device)
 
 
-def _sample_offsets(deg: Tensor, k: int, replace: bool, generator: torch.Generator | None,
-                    method: str = "floyd") -> tuple[Tensor, Tensor]:
+def _sample_offsets(deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generator],
+                    method: str = "floyd", wide_factor: int = 4) -> Tuple[Tensor, Tensor]:
     """Chooses in-edges of one frontier: returns ``(owner, offset)`` per sampled edge.
 
     ``owner`` is the frontier index of the edge's destination (non-decreasing: edges are
     grouped by destination) and ``offset`` in ``[0, deg[owner])`` its place in that node's CSC
     segment. Per node: ``deg`` edges (all) if ``k < 0`` or (no replacement and ``deg <= k``);
     a uniform ``k``-subset if no replacement and ``deg > k``; ``k`` i.i.d. uniform offsets with
-    replacement and ``deg > 0``. ``method``: "floyd" or "wide" (module docstring).
+    replacement and ``deg > 0``. ``method``: "floyd" or "wide" (module docstring);
+    ``wide_factor``: the "wide" draw's candidates per node in multiples of ``k``.
     """
     if k > 0 and not replace and method == "wide":
-        return _wide_subsets(deg, k, generator)
+        return _wide_subsets(deg, k, generator, wide_factor * k)
     if k < 0:
         count = deg
     elif replace:
@@ -260,14 +296,14 @@ def _floyd_subsets(deg: Tensor, k: int, generator: torch.Generator | None) -> Te
     return out
 
 
-def _wide_subsets(deg: Tensor, k: int, generator: torch.Generator | None,
-                  width: int | None = None) -> tuple[Tensor, Tensor]:
+def _wide_subsets(deg: Tensor, k: int, generator: Optional[torch.Generator],
+                  width: int) -> Tuple[Tensor, Tensor]:
     """``(owner, offset)`` as `_sample_offsets` without replacement, ``k >= 1``, in a number of
     ops independent of ``k`` and of the degrees.
 
-    Each frontier node ``i`` gets ``W = width`` (default ``WIDE_FACTOR * k``) candidate
-    offsets, a row of a ``[m, W]`` matrix, and keeps the ``k`` valid candidates of smallest
-    key (one ``topk``):
+    Each frontier node ``i`` gets ``W = max(width, k)`` candidate offsets (`_sample_offsets`
+    passes ``WIDE_FACTOR * k``), a row of a ``[m, W]`` matrix, and keeps the ``k`` valid
+    candidates of smallest key (one ``topk``):
 
     * ``d <= W``: the candidates are ``0 .. W-1``, valid below ``d``, keyed by i.i.d. uniform
       reals (by their column when ``d <= k``: all are kept, in CSC order as PyG keeps them).
@@ -286,7 +322,7 @@ def _wide_subsets(deg: Tensor, k: int, generator: torch.Generator | None,
     (row-major compaction), as the layout requires.
     """
     m = deg.numel()
-    width = WIDE_FACTOR * k if width is None else max(int(width), k)
+    width = max(width, k)
     if m == 0:
         empty = deg.new_empty(0)
         return empty, empty.clone()
@@ -330,8 +366,8 @@ def _relabel(g2l: Tensor, ids: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
     return new, g2l.index_select(0, ids)
 
 
-def _induced_edges(colptr: Tensor, row: Tensor, node: Tensor,
-                   g2l: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _induced_edges(colptr: Tensor, row: Tensor, node: Tensor, g2l: Tensor,
+                   unseen: int) -> Tuple[Tensor, Tensor, Tensor]:
     """Every in-edge of every sampled node whose source is sampled too, as ``(src, dst, pos)``.
 
     ``dst`` runs over local ids in order and, within one destination, edges keep CSC order;
@@ -341,5 +377,5 @@ def _induced_edges(colptr: Tensor, row: Tensor, node: Tensor,
     owner, rank, _ = _segments(colptr.index_select(0, node + 1) - start)
     pos = start.index_select(0, owner).add_(rank)
     src = g2l.index_select(0, row.index_select(0, pos))
-    keep = src != UNSEEN
+    keep = src != unseen
     return src.masked_select(keep), owner.masked_select(keep), pos.masked_select(keep)
