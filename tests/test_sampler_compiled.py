@@ -77,6 +77,20 @@ def test_compiled_equals_eager_with_exclusion(graph):
     _assert_same(eager, compiled)
 
 
+def test_compiled_under_inference_mode(graph):
+    """A user's evaluation loop under ``torch.inference_mode()``: the workspace (a normal tensor)
+    is updated in place, the outputs are inference tensors, as eagerly."""
+    _, colptr, row = graph
+    workspace = new_workspace(3000)
+    with torch.inference_mode():
+        out = sample_neighbors(colptr, row, torch.arange(40), [5, 5], workspace=workspace,
+                               generator=torch.Generator().manual_seed(1))
+    eager = sample_neighbors(colptr, row, torch.arange(40), [5, 5], compiled=False,
+                             generator=torch.Generator().manual_seed(1))
+    _assert_same(eager, out)
+    assert out.node.is_inference() and bool((workspace == UNSEEN).all())
+
+
 def test_compiled_sampler_is_what_fast_neighbor_sampler_runs(graph, monkeypatch):
     """A FastNeighborSampler call runs the compiled body: the eager helpers are not called."""
     data, _, _ = graph
