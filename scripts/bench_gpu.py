@@ -25,7 +25,10 @@ the loop, test accuracy with a NeighborLoader at the end) runs in every row:
   ``gnnorch-cache-r0.3-features-host`` with the cache at hot ratio 0.3 (not acceptance 2's
   ``cache=True``: the row that says whether pruning more pays where the host gathers the
   features; `bench_cache_host_rows.py` counts its rows: the batches gather 1.87x fewer than
-  the exact path, the refreshes more than at 0.1).
+  the exact path, the refreshes more than at 0.1); ``gnnorch-eager-sampler``: the ``gnnorch``
+  row with the sampler's body run eagerly, as before session 22 (``sample_neighbors``'s
+  ``compiled`` default set to False in that row's process only): the compiled body's effect
+  on the epoch, within one run.
 
 Each row runs in a fresh interpreter (`baselines.run_fresh`, which also samples the PSS of its
 process tree); the child times its own epochs with the GPU synchronised at each epoch's end,
@@ -88,7 +91,7 @@ GIL_ENV = "GNNORCH_BENCH_GIL_PROFILE"   # the parent's --gil-profile (a director
 MODELS = ("sage", "gcn", "gat")
 GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
                 "gnnorch-cache-features-host", "gnnorch-features-host-norewrite",
-                "gnnorch-cache-r0.3-features-host")
+                "gnnorch-cache-r0.3-features-host", "gnnorch-eager-sampler")
 BASELINES = ("vanilla", "expert")
 
 
@@ -350,6 +353,9 @@ def measure_here(config: str, graph: Path, epochs: int, device: str, hidden: int
     elif name.startswith("gnnorch"):
         import gnnorch
 
+        if name.endswith("-eager-sampler"):   # this child only: the body before session 22
+            from gnnorch.sampling import sample_neighbors
+            sample_neighbors.__kwdefaults__["compiled"] = False
         runtime = gnnorch.Runtime(train, **gnnorch_options(name, device))
         out = runtime(data, model=model, epochs=epochs, device=device, hidden=hidden,
                       gil_profile=gil)

@@ -7,7 +7,9 @@ whatever its size, and every operation whose output size depends on the data (``
 of GPU sampling time that small batches cannot amortise. This script counts, per batch of
 ``--batch-size`` seeds with fanout ``--fanout`` on a products-like graph: all ATen operations
 (`TorchDispatchMode`, views included), the data-dependent ones (host-device syncs on CUDA), and
-the wall milliseconds per batch on ``--device`` (CUDA synchronised per batch).
+the wall milliseconds per batch on ``--device`` (CUDA synchronised per batch), with the
+sampler's body run eagerly and compiled (`gnnorch.sampling.uniform.compiled_sampler`: the same
+operations in TorchScript's interpreter, without Python per operation).
 
     .venv/bin/python scripts/bench_sampler_ops.py --nodes 200000
     python3 scripts/bench_sampler_ops.py --nodes 2450000 --device cuda     # on a GPU machine
@@ -47,11 +49,12 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def measure(colptr, row, seeds_list, fanout, method, device) -> dict:
+def measure(colptr, row, seeds_list, fanout, method, device, compiled) -> dict:
     ws = new_workspace(colptr.numel() - 1, device)
 
     def one(seeds):
-        out = sample_neighbors(colptr, row, seeds, fanout, workspace=ws, method=method)
+        out = sample_neighbors(colptr, row, seeds, fanout, workspace=ws, method=method,
+                               compiled=compiled)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return out
@@ -68,7 +71,7 @@ def measure(colptr, row, seeds_list, fanout, method, device) -> dict:
         times.append(1e3 * (time.perf_counter() - start))
         nodes.append(out.node.numel())
         edges.append(out.edge.numel())
-    return {"method": method, "ops_per_batch": sum(counter.ops.values()),
+    return {"method": method, "compiled": compiled, "ops_per_batch": sum(counter.ops.values()),
             "syncing_ops_per_batch": sum(n for op, n in counter.ops.items() if op in SYNCING),
             "ms_per_batch_mean": statistics.fmean(times),
             "ms_per_batch_median": statistics.median(times),
@@ -96,16 +99,17 @@ def main() -> None:
     order = torch.randperm(args.nodes, generator=gen)
     seeds_list = [order[i * args.batch_size:(i + 1) * args.batch_size].to(device)
                   for i in range(args.batches)]
-    rows = [measure(colptr, row, seeds_list, args.fanout, method, device)
-            for method in ("floyd", "wide")]
+    rows = [measure(colptr, row, seeds_list, args.fanout, method, device, compiled)
+            for method in ("floyd", "wide") for compiled in (False, True)]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()
     print(f"{args.nodes} nodes, fanout {args.fanout}, batch {args.batch_size}, on {device} "
           f"({name}), {args.threads} thread(s)")
-    print("| method | torch ops / batch | data-dependent (sync) ops | ms / batch (median) |"
+    print("| method | body | torch ops / batch | data-dependent (sync) ops | ms / batch (median) |"
           " sampled nodes | sampled edges |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['method']} | {r['ops_per_batch']} | {r['syncing_ops_per_batch']} | "
+        body = "compiled" if r["compiled"] else "eager"
+        print(f"| {r['method']} | {body} | {r['ops_per_batch']} | {r['syncing_ops_per_batch']} | "
               f"{r['ms_per_batch_median']:.2f} | {r['nodes_mean']:.0f} | {r['edges_mean']:.0f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
