@@ -15,7 +15,8 @@ arithmetic negligible, as a launch-bound GPU's host sees it):
   products-like graph: the CPU path's real batches);
 * ``beside``: a producer thread sampling tiny batches ("wide") while this thread runs
   GraphSAGE training steps on a tiny batch for ``--seconds``: batches per second of each
-  thread, the sampler eager and compiled, and each thread alone;
+  thread, the sampler eager and compiled, and each thread alone; and the same sampler beside
+  a thread that runs Python only (a counting loop: the GIL's worst case);
 * ``path``: the device data path end to end (``Runtime(train, data_path="device",
   processes=1)``, the CPU as the device; tiny features, hidden 8, fanout [3, 2, 2], batch 8):
   the steady epoch's ms per batch with the sampler eager and compiled, each in a fresh process,
@@ -98,10 +99,18 @@ def beside(colptr, row, seconds: float) -> dict:
                              method="wide", workspace=workspace, compiled=compiled)
             count[0] += 1
 
+    def spin_python(began: float) -> int:
+        count = 0
+        while time.perf_counter() - began < seconds:
+            for _ in range(1000):
+                count += 1
+        return count
+
     rows = {}
     for name, compiled in (("trainer alone", None), ("sampler alone, eager", False),
                            ("sampler alone, compiled", True), ("both, eager", False),
-                           ("both, compiled", True)):
+                           ("both, compiled", True), ("python only, eager", False),
+                           ("python only, compiled", True)):
         stop, produced, steps = threading.Event(), [0], 0
         producer = (threading.Thread(target=produce, args=(compiled, stop, produced))
                     if compiled is not None else None)
@@ -110,6 +119,8 @@ def beside(colptr, row, seconds: float) -> dict:
         began = time.perf_counter()
         if name.startswith("sampler alone"):
             time.sleep(seconds)
+        elif name.startswith("python only"):
+            steps = spin_python(began) // 1000   # thousands of loop iterations
         else:
             while time.perf_counter() - began < seconds:
                 step()
@@ -118,7 +129,9 @@ def beside(colptr, row, seconds: float) -> dict:
         stop.set()
         if producer is not None:
             producer.join()
-        rows[name] = {"trainer_steps_per_s": round(steps / elapsed, 1),
+        this_thread = ("python_kiloiterations_per_s" if name.startswith("python only")
+                       else "trainer_steps_per_s")
+        rows[name] = {this_thread: round(steps / elapsed, 1),
                       "sampler_batches_per_s": round(produced[0] / elapsed, 1)}
     return rows
 
