@@ -325,3 +325,31 @@ def test_persistent_workers_stop_when_the_run_ends():
 
     assert stop_persistent_workers(loader)
     assert _data_workers() == []
+
+
+def test_a_batch_laid_out_by_its_sampler_is_known_grouped_by_hop():
+    """`announce.batch_graph`: a directional loader's batch with hop counts and no transform
+    has its edges grouped hop by hop (trimming keeps prefixes); a transform's edges are not in
+    the counts, so its batches are trimmed with masks; edges recovered without counts are
+    grouped when `hops_from_edges` found a layout."""
+    from gnnorch.intercept.announce import batch_graph
+    from gnnorch.intercept.feeds import LoaderState
+    from gnnorch.sampling import FastNeighborSampler
+    import torch_geometric.transforms as T
+
+    data = cora()
+    loader = NeighborLoader(data, num_neighbors=[4, 3], batch_size=16,
+                            neighbor_sampler=FastNeighborSampler(data, [4, 3]))
+    batch = next(iter(loader))
+    state = LoaderState(role="train", index=0, global_batch_size=16, user_num_workers=None,
+                        num_hops=2)
+    graph = batch_graph(batch, state)
+    assert graph.layout is not None and graph.edges_grouped
+    state.transform = "AddSelfLoops()"
+    looped = T.AddSelfLoops()(batch.clone())
+    graph = batch_graph(looped, state)
+    assert graph.layout is not None and not graph.edges_grouped
+    state.transform = None
+    del batch.num_sampled_nodes, batch.num_sampled_edges   # as torch_sparse's batches
+    graph = batch_graph(batch, state)
+    assert graph.layout is not None and graph.edges_grouped

@@ -131,12 +131,15 @@ def forward_backward(model, x, edge_index, seeds, graph=None):
     ("custom", 2, [6, 4]), ("sage", 2, [-1, 3]), ("gcn", 2, [3, 3, 3]),
     ("gen_layer", 2, [5, 5]),   # GENConv's MLP with torch's LayerNorm: row-local, trimmed
 ])
-def test_trimmed_equals_untrimmed_forward_and_backward(kind, layers, fanout):
+@pytest.mark.parametrize("grouped", [False, True], ids=["mask", "prefix"])
+def test_trimmed_equals_untrimmed_forward_and_backward(kind, layers, fanout, grouped):
+    """`grouped`: the batch's edges are known to come hop by hop (the sampler's layout), so a
+    layer keeps a prefix of them; else a mask of the edges into its rows."""
     x, edge_index, layout, seeds = sampled_batch(fanout)
     model = make(kind, layers)
     model.eval()  # dropout-free: the two runs must see the same computation
     ref_out, ref_grads = forward_backward(model, x, edge_index, seeds)
-    graph = BatchGraph(edge_index, x.size(0), seeds, layout)
+    graph = BatchGraph(edge_index, x.size(0), seeds, layout, edges_grouped=grouped)
     out, grads = forward_backward(model, x, edge_index, seeds, graph)
     state = forward_backward.state
     assert state.trim, state.reason
@@ -332,6 +335,7 @@ def test_layer_bounds():
     layout = HopLayout.from_counts([4, 10, 30], [20, 60])
     assert layout.bounds(0, 2).num_src == 44 and layout.bounds(0, 2).num_dst == 14
     assert layout.bounds(1, 2).num_src == 14 and layout.bounds(1, 2).num_dst == 4
+    assert layout.bounds(0, 2).num_edges == 80 and layout.bounds(1, 2).num_edges == 20
     assert layout.bounds(0, 3) is None  # a 3-layer model on a 2-hop sample: first layer whole
     with pytest.raises(ValueError):
         HopLayout.from_counts([1, 2], [3, 4])
@@ -409,3 +413,45 @@ def test_the_device_copy_the_data_path_made_is_the_batchs_own_without_comparing(
     graph = BatchGraph(twinned(host, twin), 4, 2, None)
     assert graph.is_own(twin)
     assert graph.is_narrowed(twin[:, :2])
+
+
+def test_a_sampled_batchs_edges_into_a_layers_rows_are_a_prefix():
+    """The sampler lays edges out hop by hop: the edges into rows [0, num_dst) of every layer
+    are its first `num_edges`, which is what trimming keeps for a grouped batch."""
+    for fanout in ([5, 5], [4, 3, 3], [-1, 3]):
+        _, edge_index, layout, _ = sampled_batch(fanout)
+        for layer in range(len(fanout)):
+            bounds = layout.bounds(layer, len(fanout))
+            into = (edge_index[1] < bounds.num_dst).nonzero().view(-1)
+            assert torch.equal(into, torch.arange(bounds.num_edges))
+
+
+def test_a_grouped_batch_is_trimmed_without_a_mask():
+    """A grouped batch's trimmed layers keep a prefix of the edges: no comparison, no boolean
+    index (on a GPU, no wait for the device to count a mask); an ungrouped one uses the mask."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    model = make("sage", 2).eval()
+    counts = {}
+    for grouped in (False, True):
+        seam = LayerSeam(trim=True)
+        graph = BatchGraph(edge_index, x.size(0), seeds, layout, edges_grouped=grouped)
+        with seam.installed(), torch.no_grad():
+            for _ in range(2):   # the second forward runs trimmed and checked
+                seam.set_batch(graph)
+                model(x, edge_index)
+            seam.set_batch(graph)
+            with Ops() as ops:
+                model(x, edge_index)
+        counts[grouped] = ops.names.count("lt")
+    assert counts[False] == 2 and counts[True] == 0, counts

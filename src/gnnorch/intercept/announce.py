@@ -67,6 +67,9 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
     edges = getattr(batch, "num_sampled_edges", None)
     if nodes is not None and edges is not None and len(nodes) == len(edges) + 1:
         graph.layout = HopLayout.from_counts(list(map(int, nodes)), list(map(int, edges)))
+        # the sampler's counts: its edges come hop by hop, unless a transform changed them
+        graph.edges_grouped = state.transform is None and graph.layout.num_edges == int(
+            edge_index.size(1))
         if state.transform is not None and not graph.layout.admits(edge_index, graph.num_nodes):
             graph.layout = None
             graph.reason = (f"the loader's transform {state.transform} adds vertices, or edges "
@@ -75,6 +78,7 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
     graph.layout = hops_from_edges(edge_index, graph.num_nodes, size, state.num_hops)
     if graph.layout is None:
         graph.reason = "the batch's vertices are not laid out by hop"
+    graph.edges_grouped = graph.layout is not None   # `hops_from_edges` checked the grouping
     return graph
 
 

@@ -29,6 +29,10 @@ class BatchGraph:
     batch_size: int
     layout: HopLayout | None       # None: not trimmable (reason says why)
     reason: str | None = None
+    # the edges are grouped by the hop of their destination, in hop order (the sampler's own
+    # layout, nothing added after it): the edges into rows [0, c_D) are the first
+    # e_0 + ... + e_D, so trimming keeps a prefix (`LayerBounds.num_edges`), not a mask
+    edges_grouped: bool = False
     n_id: Tensor | None = None     # global ids of the batch's vertices (batch.n_id)
     training: bool = True          # False for batches of evaluation loaders
     # in-edges pruned from the sample per vertex, counted by GCN normalisations (cache)

@@ -3,9 +3,10 @@
 Invariant (`gnnorch.trim.hops`): with bounds (num_src, num_dst) for layer l, output rows
 [0, num_dst) computed from input rows [0, num_src) and the edges whose destination is below
 num_dst equal those rows of the untrimmed call. So the call keeps exactly those edges (and the
-edge-aligned tensors that go with them: weights, edge features), hands a bipartite
-(x_src, x_dst) pair to layers that accept one (`layer_types.pair_capable`), else the first
-num_src rows, and returns rows [0, num_dst): compact, or zero-padded to one row per batch vertex
+edge-aligned tensors that go with them: weights, edge features; in a batch laid out by the
+sampler, whose edges come hop by hop, those edges are a prefix: `LayerBounds.num_edges`),
+hands a bipartite (x_src, x_dst) pair to layers that accept one (`layer_types.pair_capable`),
+else the first num_src rows, and returns rows [0, num_dst): compact, or zero-padded to one row per batch vertex
 (zeros, not NaN: rows nobody reads must not poison gradients through row-wise ops).
 
 GCNConv normalises by degrees in the whole sampled graph, so its symmetric normalisation is
@@ -58,8 +59,14 @@ def trimmed_call(call: Callable[..., Any], layer: Any, args: tuple, kwargs: dict
                                             layer.add_self_loops, layer.flow, x.dtype)
         rest_kwargs["edge_weight"] = weight
         num_edges = edge_index.size(1)
-    keep = edge_index[1] < bounds.num_dst
-    edge_index = edge_index[:, keep]
+    if not gcn and batch.edges_grouped and bounds.num_edges is not None:
+        # the edges into rows [0, num_dst) are a prefix: views, no mask (on a GPU: no kernel
+        # and no wait for the device to count the mask)
+        keep: Tensor | slice = slice(0, bounds.num_edges)
+        edge_index = edge_index[:, keep]
+    else:
+        keep = edge_index[1] < bounds.num_dst
+        edge_index = edge_index[:, keep]
     rest_args = [_keep_edges(v, keep, num_edges) for v in rest_args]
     rest_kwargs = {k: _keep_edges(v, keep, num_edges) for k, v in rest_kwargs.items()}
     if isinstance(layer, _pair_types()):
@@ -89,8 +96,9 @@ def _pair_types() -> tuple[type, ...]:
     return _PAIR[0]
 
 
-def _keep_edges(value: Any, keep: Tensor, num_edges: int) -> Any:
-    """Edge-aligned tensors (edge weights, edge features) follow the kept edges."""
+def _keep_edges(value: Any, keep: Tensor | slice, num_edges: int) -> Any:
+    """Edge-aligned tensors (edge weights, edge features) follow the kept edges (a mask, or
+    the prefix slice of a batch whose edges are grouped by hop)."""
     if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) == num_edges:
         return value[keep]
     return value

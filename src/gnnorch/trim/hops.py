@@ -26,10 +26,15 @@ from torch import Tensor
 
 @dataclasses.dataclass(frozen=True)
 class LayerBounds:
-    """What layer l computes under trimming: `num_dst` output rows from `num_src` input rows."""
+    """What layer l computes under trimming: `num_dst` output rows from `num_src` input rows.
+
+    `num_edges`: how many edges end in rows [0, num_dst) (None: unknown). In a batch whose
+    edges are grouped by the hop of their destination, in hop order (the sampler's layout),
+    they are exactly its first `num_edges` edges."""
 
     num_src: int
     num_dst: int
+    num_edges: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +90,8 @@ class HopLayout:
         depth = num_layers - 1 - layer
         if depth >= self.num_hops:
             return None
-        return LayerBounds(num_src=self.rows_within(depth + 1), num_dst=self.rows_within(depth))
+        return LayerBounds(num_src=self.rows_within(depth + 1), num_dst=self.rows_within(depth),
+                           num_edges=sum(self.edges[:depth + 1]))
 
 
 def hops_from_edges(edge_index: Tensor, num_nodes: int, num_seeds: int,
