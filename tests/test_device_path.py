@@ -272,6 +272,29 @@ def test_learnt_features_are_left_to_pyg():
     assert changed > 0.5 * DATA.num_nodes        # rows the batches touched were updated
 
 
+def _adjacency_of_first_batch(data):
+    loader = NeighborLoader(data, num_neighbors=[-1], batch_size=64, shuffle=False)
+    batch = next(iter(loader))
+    return batch.adj_t.sparse_sizes(), batch.adj_t.nnz(), batch.edge_index.size(1)
+
+
+def test_data_with_adj_t_beside_edge_index_is_left_to_pyg():
+    """PyG's filter_fn rebuilds ``adj_t`` for each batch (the sampled edges at the batch's
+    size), as PyG's inference benchmark builds it (``T.ToSparseTensor(remove_edge_index=
+    False)``); the gather plan would hand the whole graph's: such a loader is left to PyG
+    (found by running PyG's benchmark under the path)."""
+    pytest.importorskip("torch_sparse")
+    import torch_geometric.transforms as T
+
+    data = T.ToSparseTensor(remove_edge_index=False)(_graph())
+    expected = _adjacency_of_first_batch(data)
+    runtime = gnnorch.Runtime(_adjacency_of_first_batch, processes=1, data_path="device")
+    assert expected[1] == expected[2]          # PyG's: the batch's own edges
+    assert runtime(data) == expected
+    record = runtime.last_run.stats[0]["device"]["loaders"][0]
+    assert not record["served"] and "adj_t beside edge_index" in record["reason"]
+
+
 def test_data_given_learnt_features_later_is_given_back_to_pyg():
     _, path, loader, state = _served(DataPathConfig(mode="device"))
     data = DATA.clone()

@@ -48,6 +48,8 @@ def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.d
         return f"{type(loader.data).__name__} input: batches are built as PyG builds them"
     if not isinstance(getattr(loader.data, "edge_index", None), torch.Tensor):
         return "the data has no edge_index tensor (e.g. adj_t): built as PyG builds them"
+    if reason := _rebuilt_adjacency(loader.data):
+        return reason
     if getattr(state, "partition", None) is not None:
         return "its features are partitioned over ranks (partition_features)"
     if type(loader).filter_fn is not _pyg_filter_fn(state):
@@ -160,7 +162,19 @@ def unservable_now(data: Any, planned: Any) -> str | None:
     if (not isinstance(data, type(planned))
             or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
         return f"its data was replaced by a {type(data).__name__} without an edge_index tensor"
+    if reason := _rebuilt_adjacency(data):
+        return reason
     return learnt_reason(learnt) if (learnt := learnt_attributes(data)) else None
+
+
+def _rebuilt_adjacency(data: Any) -> str | None:
+    """PyG's ``filter_fn`` rebuilds an ``adj_t`` beside ``edge_index`` for each batch (the
+    sampled edges as a SparseTensor of the batch's size, `filter_edge_store_`); the gather
+    plan does not, so such data is left to PyG."""
+    if "adj_t" in data:
+        return ("the data holds adj_t beside edge_index, which PyG rebuilds for each batch: "
+                "built as PyG builds them")
+    return None
 
 
 def resolve_device(config: DataPathConfig,
