@@ -34,7 +34,7 @@ reusable ``[num_nodes]`` map, so no call sorts or hashes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import List, Optional, Tuple
 
 import torch
@@ -146,7 +146,7 @@ def sample_neighbors(
                            num_edges_hop if directed else None)
 
 
-def compiled_sampler():
+def compiled_sampler() -> Callable[..., tuple] | None:
     """`_sample` compiled by TorchScript (`gnnorch.compat.jit.compiled_function`), or None
     where it cannot be (the caller then runs the same function eagerly).
 
