@@ -3,7 +3,7 @@
 A function written in the subset of Python that TorchScript compiles (the sampler's body,
 `gnnorch.sampling.uniform`) runs in TorchScript's interpreter: the same operations in the same
 order, without Python's cost per operation and without holding the GIL while it runs. torch
-2.10+ calls ``torch.jit.script`` deprecated; where it is gone or cannot compile a body,
+2.13 warns that ``torch.jit.script`` is deprecated; where it is gone or cannot compile a body,
 `compiled_function` answers None and the caller runs the body eagerly (same results), with
 the reason in `gnnorch.compat.unavailable`.
 """
@@ -39,7 +39,7 @@ def _probe_body(x: Tensor, generator: torch.Generator | None) -> Tensor:
 
 def _jit_script() -> Callable[[Callable[..., Any]], Any]:
     script = _callable(torch.jit.script, "torch.jit.script")
-    with warnings.catch_warnings():   # torch >= 2.10 calls TorchScript deprecated
+    with warnings.catch_warnings():   # torch 2.13 warns that TorchScript is deprecated
         warnings.simplefilter("ignore")
         probe = script(_probe_body)
     got = probe(torch.arange(3), torch.Generator().manual_seed(0))
