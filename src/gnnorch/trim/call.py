@@ -6,8 +6,9 @@ num_dst equal those rows of the untrimmed call. So the call keeps exactly those 
 edge-aligned tensors that go with them: weights, edge features; in a batch laid out by the
 sampler, whose edges come hop by hop, those edges are a prefix: `LayerBounds.num_edges`),
 hands a bipartite (x_src, x_dst) pair to layers that accept one (`layer_types.pair_capable`),
-else the first num_src rows, and returns rows [0, num_dst): compact, or zero-padded to one row per batch vertex
-(zeros, not NaN: rows nobody reads must not poison gradients through row-wise ops).
+else the first num_src rows, and returns rows [0, num_dst): compact, or zero-padded to one row
+per batch vertex (zeros, not NaN: rows nobody reads must not poison gradients through row-wise
+ops).
 
 GCNConv normalises by degrees in the whole sampled graph, so its symmetric normalisation is
 computed once per batch on the untrimmed edges (`BatchGraph.gcn_norm`), trimmed with the
