@@ -93,17 +93,6 @@ def rewritten(layer, x, args, kwargs):
     return rule.forward(layer, call)
 
 
-def close(actual, expected, tol, msg=None):
-    """`assert_close`, with float32's absolute tolerance scaled by the largest magnitude of
-    `expected`: a float32 sum of terms of size s is only exact to about s * 2**-24 per term,
-    so an entry that cancels to near zero (an attention vector's gradient summed over edges)
-    differs between two summation orders by far more than a fixed ``atol`` where s is large
-    (seen: 1.3e-5 against ``atol`` 1e-5 on a gradient of magnitude 34)."""
-    if tol is F32 and expected.numel():
-        tol = dict(tol, atol=tol["atol"] * max(1.0, float(expected.abs().max())))
-    torch.testing.assert_close(actual, expected, **tol, msg=msg)
-
-
 def assert_same(layer, x, args=(), kwargs=None, tol=F64, seed=0):
     """The rewrite equals PyG: output (and attention weights), input and parameter grads."""
     kwargs = kwargs or {}
@@ -112,19 +101,19 @@ def assert_same(layer, x, args=(), kwargs=None, tol=F64, seed=0):
     out_b, gx_b, gp_b = run(b_layer, rewritten, x, args, kwargs, seed)
     if isinstance(out_a, tuple):
         assert torch.equal(out_a[1][0], out_b[1][0])
-        close(out_b[1][1], out_a[1][1], tol)
+        torch.testing.assert_close(out_a[1][1], out_b[1][1], **tol)
         out_a, out_b = out_a[0], out_b[0]
-    close(out_b, out_a, tol)
+    torch.testing.assert_close(out_b, out_a, **tol)
     for ga, gb in zip(gx_a, gx_b):
-        close(gb, ga, tol)
+        torch.testing.assert_close(gb, ga, **tol)
     assert gp_a.keys() == gp_b.keys()
     for name in gp_a:
         if gp_a[name] is None:
             assert gp_b[name] is None or not gp_b[name].any(), name
         else:
-            close(gp_b[name], gp_a[name], tol, msg=name)
+            torch.testing.assert_close(gp_b[name], gp_a[name], **tol, msg=name)
     for (name, buf_a), (_, buf_b) in zip(a_layer.named_buffers(), b_layer.named_buffers()):
-        close(buf_b, buf_a, tol, msg=name)
+        torch.testing.assert_close(buf_b, buf_a, **tol, msg=name)
 
 
 # --------------------------------------------------------------------------- property tests
