@@ -18,7 +18,7 @@ from .registry import Missing, Probe
 
 __all__ = ["disable_torch_function_subclass", "host_subclass_reason", "make_subclass",
            "disabled_torch_function_impl", "make_wrapper_subclass", "parse_to", "aten_to_copy",
-           "op_is_mutable", "tree_map", "parameter_versions", "tensor_version",
+           "op_is_mutable", "tree_map", "parameter_versions", "tensor_version", "tensor_versions",
            "tensor_private_properties",
            "is_fx_tracing", "in_activation_checkpoint", "batch_norm_types", "instance_norm_types",
            "hooks_reason"]
@@ -236,10 +236,15 @@ def tensor_version(tensor: Tensor) -> int | None:
 
 def parameter_versions(model: torch.nn.Module) -> tuple[int, ...] | None:
     """In-place version counters of the model's parameters; None when torch has none."""
+    return tensor_versions(tuple(model.parameters()))
+
+
+def tensor_versions(tensors: tuple[Tensor, ...]) -> tuple[int, ...] | None:
+    """In-place version counters of `tensors`; None when torch has none."""
     version = VERSION.get()
     if version is None:
         return None
-    return tuple(version(p) for p in model.parameters())
+    return tuple([version(t) for t in tensors])
 
 
 def tensor_private_properties() -> tuple[str, ...]:

@@ -20,7 +20,8 @@ from ..compat import torch as compat_torch
 from ..errors import TrimmingError, TrimmingWarning
 from .state import ModelState
 
-__all__ = ["parameter_versions", "parameter_snapshot", "materializer", "run_as"]
+__all__ = ["parameter_versions", "ParameterSnapshot", "parameter_snapshot", "materializer",
+           "run_as"]
 
 Rerun = Callable[[bool, bool, "dict[str, Tensor] | None"], Tensor]
 
@@ -31,31 +32,57 @@ def parameter_versions(model: torch.nn.Module) -> tuple[int, ...] | None:
     return compat_torch.parameter_versions(model)
 
 
-def _changed(model: torch.nn.Module, versions: tuple[int, ...] | None,
-             reference: "dict[str, Tensor] | None") -> bool:
-    """Whether the model's parameters changed in place since `versions` / `reference`."""
+def _changed(model: torch.nn.Module, params: tuple[Tensor, ...],
+             versions: tuple[int, ...] | None, reference: "ParameterSnapshot | None") -> bool:
+    """Whether the model's parameters changed since `params` were its parameters with
+    `versions` (or, without version counters, the values of `reference`): replaced, or
+    written in place."""
+    now = tuple(model.parameters())
+    if len(now) != len(params) or any(a is not b for a, b in zip(now, params)):
+        return True
     if versions is not None:
-        return parameter_versions(model) != versions
-    return any(not torch.equal(p.detach(), reference[name])
-               for name, p in model.named_parameters())
+        return compat_torch.tensor_versions(now) != versions
+    return any(not torch.equal(p.detach(), value)
+               for p, value in zip(now, reference.tensors().values()))
+
+
+class ParameterSnapshot:
+    """A detached copy of a model's parameters, taken at every training forward.
+
+    Taking it costs one copy per dtype and device (a concatenation of the flattened
+    parameters, under ``no_grad``), not one per parameter: on a GPU each copy is a kernel
+    launch, and on the trainer's thread each Python-level operation is host time. The
+    per-parameter tensors (views of the copy: leaves with the parameters' ``requires_grad``)
+    are built only when asked for (`tensors`): the rare recomputation path."""
+
+    __slots__ = ("_named", "_flat", "_tensors")
+
+    def __init__(self, named: list[tuple[str, Tensor]]) -> None:
+        self._named = [(name, p.shape, p.requires_grad, (p.dtype, p.device))
+                       for name, p in named]
+        groups: dict[tuple[torch.dtype, torch.device], list[Tensor]] = {}
+        for _, p in named:
+            groups.setdefault((p.dtype, p.device), []).append(p)
+        with torch.no_grad():
+            self._flat = {key: torch.cat([p.reshape(-1) for p in members])
+                          for key, members in groups.items()}
+        self._tensors: dict[str, Tensor] | None = None
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The copy by parameter name, in the model's parameter order."""
+        if self._tensors is None:
+            sizes: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+            for _, shape, _, key in self._named:
+                sizes.setdefault(key, []).append(shape.numel())
+            parts = {key: iter(flat.split(sizes[key])) for key, flat in self._flat.items()}
+            self._tensors = {name: next(parts[key]).view(shape).requires_grad_(requires_grad)
+                             for name, shape, requires_grad, key in self._named}
+        return self._tensors
 
 
 def parameter_snapshot(model: torch.nn.Module) -> dict[str, Tensor]:
-    """A detached copy of the model's parameters (leaves with the same `requires_grad`).
-
-    Taken at every training forward, so it costs one copy per dtype and device (a
-    concatenation, then views of it), not one per parameter: on a GPU each copy is a kernel
-    launch."""
-    named = list(model.named_parameters())
-    groups: dict[tuple[torch.dtype, torch.device], list[tuple[str, Tensor]]] = {}
-    for name, p in named:
-        groups.setdefault((p.dtype, p.device), []).append((name, p))
-    copies: dict[str, Tensor] = {}
-    for members in groups.values():
-        flat = torch.cat([p.detach().reshape(-1) for _, p in members])
-        for (name, p), part in zip(members, flat.split([p.numel() for _, p in members])):
-            copies[name] = part.view(p.shape).requires_grad_(p.requires_grad)
-    return {name: copies[name] for name, _ in named}
+    """A detached copy of the model's parameters (leaves with the same `requires_grad`)."""
+    return ParameterSnapshot(list(model.named_parameters())).tensors()
 
 
 def run_as(model: torch.nn.Module, grad: bool, training: bool,
@@ -84,12 +111,14 @@ def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,
     returned function takes the name of the reading operation (for the warning).
     """
     grad, training = torch.is_grad_enabled(), model.training
-    versions = parameter_versions(model)
-    snapshot = parameter_snapshot(model) if grad and training else None
-    reference = None if versions is not None else (snapshot or parameter_snapshot(model))
+    named = list(model.named_parameters())      # one walk of the model per forward
+    params = tuple(p for _, p in named)
+    versions = compat_torch.tensor_versions(params)
+    snapshot = ParameterSnapshot(named) if grad and training else None
+    reference = None if versions is not None else (snapshot or ParameterSnapshot(named))
 
     def materialize(reason: str) -> Tensor:
-        stale = _changed(model, versions, reference)
+        stale = _changed(model, params, versions, reference)
         if stale and snapshot is None:
             state.disable("output read beyond the seeds after a change")
             raise TrimmingError(
@@ -107,6 +136,6 @@ def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,
             f"is now off for this model. To keep trimming, read only out[:batch.batch_size] (of a "
             f"link batch: the rows at its edge_label_index); "
             f"to silence this, pass trim=False to gnnorch.Runtime."), stacklevel=4)
-        return rerun(grad, training, snapshot if stale else None)
+        return rerun(grad, training, snapshot.tensors() if stale else None)
 
     return materialize
