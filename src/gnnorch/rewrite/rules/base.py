@@ -37,8 +37,8 @@ from ...compat import torch as compat_torch
 from ..costmodel import Op
 from ..shapes import LayerShape
 
-__all__ = ["Call", "Rule", "hook_reason", "edge_index_reason", "linear_aggr_kind",
-           "requires_grad", "backward_expected"]
+__all__ = ["Call", "Rule", "bind_call", "hook_reason", "edge_index_reason",
+           "linear_aggr_kind", "requires_grad", "backward_expected"]
 
 #: The bound arguments of one layer call, by parameter name (defaults applied).
 Call = dict[str, Any]
@@ -46,6 +46,41 @@ Call = dict[str, Any]
 @functools.lru_cache(maxsize=None)
 def _forward_signature(layer_type: type[MessagePassing]) -> inspect.Signature:
     return inspect.signature(layer_type.forward)
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_parameters(layer_type: type[MessagePassing]
+                      ) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """(names, defaults) of ``forward``'s parameters after ``self`` when every one of them is
+    positional-or-keyword (PyG's layers); None otherwise."""
+    params = list(_forward_signature(layer_type).parameters.values())[1:]
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+        return None
+    return (tuple(p.name for p in params),
+            {p.name: p.default for p in params if p.default is not inspect.Parameter.empty})
+
+
+def bind_call(layer_type: type[MessagePassing], layer: MessagePassing, args: tuple,
+                   kwargs: dict) -> Call:
+    """``layer_type.forward``'s arguments for this call by name, defaults applied, in the
+    signature's order: what ``inspect.Signature.bind`` + ``apply_defaults`` give (without
+    ``self``), which it raises ``TypeError`` for. A call runs this once per layer call, so the
+    common case (positional-or-keyword parameters only, the call well formed) is assembled
+    directly; anything else goes to ``inspect``."""
+    plain = _plain_parameters(layer_type)
+    if plain is not None:
+        names, defaults = plain
+        free = names[len(args):]               # the parameters not given by position
+        if len(args) <= len(names) and all(k in free for k in kwargs):
+            given = dict(zip(names, args))
+            given.update(kwargs)
+            if all(n in given or n in defaults for n in names):
+                return {n: given[n] if n in given else defaults[n] for n in names}
+    bound = _forward_signature(layer_type).bind(layer, *args, **kwargs)
+    bound.apply_defaults()
+    call = dict(bound.arguments)
+    del call["self"]
+    return call
 
 
 def linear_aggr_kind(layer: MessagePassing) -> str | None:
@@ -145,12 +180,9 @@ class Rule(ABC):
     def bind(self, layer: MessagePassing, args: tuple, kwargs: dict) -> Call | str:
         """The call's arguments by name, or the reason this call is left to PyG."""
         try:
-            bound = _forward_signature(self.layer_type).bind(layer, *args, **kwargs)
+            call = bind_call(self.layer_type, layer, args, kwargs)
         except TypeError as error:
             return f"arguments do not match {self.layer_type.__name__}.forward: {error}"
-        bound.apply_defaults()
-        call = dict(bound.arguments)
-        del call["self"]
         return (edge_index_reason(call["edge_index"]) or _dense_reason(call.get("x"))
                 or self.call_reason(layer, call) or call)
 
