@@ -5,7 +5,10 @@ several microseconds, and every line of Python between them (PyG's and gnnorch's
 same thread, under the same GIL as the data path's producer. This measures that host cost where
 it can be isolated without a GPU: the CPU stands in for the device, and the tensors are tiny
 (8 features, hidden 8, batches of 4 seeds with fanout [3, 2, 2]) so that an operation costs its
-dispatch rather than its arithmetic: the regime of a GPU's trainer thread.
+dispatch rather than its arithmetic: the regime of a GPU's trainer thread. With ``--device
+cuda`` (a lent GPU) the same loop runs there, the data path's graph on the device, and each
+step is timed from a synchronised device to the end of its work on the device ("step ms"), and
+to the return of ``optimizer.step()`` ("host ms": what the trainer thread spends launching).
 
 Per row, the user's unchanged loop (GraphSAGE, 3 layers, Adam) runs on the data path
 (``data_path="device"``, one rank, one intra-op thread); before each step the loop sleeps long
@@ -58,18 +61,20 @@ class CallCounter:
         sys.setprofile(None)
 
 
-def train(data, batches: int, settle_s: float) -> dict:
+def train(data, batches: int, settle_s: float, device_name: str = "cpu") -> dict:
     """A PyG user's loop; returns per-step wall ms (epochs 2-3) and Python calls (epoch 4)."""
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.nn import GraphSAGE
 
     torch.set_num_threads(1)
-    device = torch.device("cpu")
+    device = torch.device(device_name)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     model = GraphSAGE(data.num_features, 8, 3, out_channels=int(data.y.max()) + 1).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = NeighborLoader(data, num_neighbors=[3, 2, 2], batch_size=4, shuffle=True,
                             input_nodes=data.train_mask)
     step_ms: list[float] = []
+    host_ms: list[float] = []
     calls: list[int] = []
     for epoch in range(4):
         iterator = iter(loader)
@@ -77,6 +82,7 @@ def train(data, batches: int, settle_s: float) -> dict:
             batch = next(iterator).to(device)
             time.sleep(settle_s)       # the producer fills its queue and blocks: the step is alone
             counter = CallCounter() if epoch == 3 else None
+            sync()
             began = time.perf_counter()
             if counter is not None:
                 counter.__enter__()
@@ -85,13 +91,17 @@ def train(data, batches: int, settle_s: float) -> dict:
             loss = F.cross_entropy(out, batch.y[:batch.batch_size])
             loss.backward()
             optimizer.step()
+            launched = time.perf_counter()
+            sync()
             if counter is not None:
                 counter.__exit__()
                 calls.append(counter.calls)
             elif epoch >= 1:
                 step_ms.append((time.perf_counter() - began) * 1e3)
+                host_ms.append((launched - began) * 1e3)
         del iterator
-    return {"step_ms": statistics.median(step_ms), "python_calls": statistics.median(calls)}
+    return {"step_ms": statistics.median(step_ms), "host_ms": statistics.median(host_ms),
+            "python_calls": statistics.median(calls)}
 
 
 def main() -> None:
@@ -100,6 +110,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settle-ms", type=float, default=30.0)
+    parser.add_argument("--device", default="cpu", help="cpu (the CPU as the device) or cuda")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import gnnorch
@@ -112,22 +123,25 @@ def main() -> None:
         for name, options in ROWS.items():
             torch.manual_seed(0)
             if options is None:
-                runs[name].append(train(data, args.batches, args.settle_ms / 1e3))
+                runs[name].append(train(data, args.batches, args.settle_ms / 1e3, args.device))
                 continue
             runtime = gnnorch.Runtime(train, processes=1, autotune=False, verbose=False,
-                                      data_path="device", **options)
-            runs[name].append(runtime(data, args.batches, args.settle_ms / 1e3))
+                                      device=args.device, data_path="device", **options)
+            runs[name].append(runtime(data, args.batches, args.settle_ms / 1e3, args.device))
     base = statistics.median(r["step_ms"] for r in runs["vanilla PyG (its loader, no seam)"])
     rows = {}
-    print("| row | step ms (rounds) | median | over vanilla ms | Python calls / step |")
-    print("|---|---|---|---|---|")
+    print(f"device: {args.device}")
+    print("| row | step ms (rounds) | median | over vanilla ms | host ms | Python calls / step |")
+    print("|---|---|---|---|---|---|")
     for name, results in runs.items():
         ms = [r["step_ms"] for r in results]
+        host = statistics.median(r["host_ms"] for r in results)
         calls = statistics.median(r["python_calls"] for r in results)
         rows[name] = {"step_ms_rounds": ms, "step_ms": statistics.median(ms),
-                      "over_vanilla_ms": statistics.median(ms) - base, "python_calls": calls}
+                      "over_vanilla_ms": statistics.median(ms) - base, "host_ms": host,
+                      "python_calls": calls}
         print(f"| {name} | {', '.join(f'{m:.2f}' for m in ms)} | {statistics.median(ms):.2f} "
-              f"| {statistics.median(ms) - base:+.2f} | {calls:.0f} |")
+              f"| {statistics.median(ms) - base:+.2f} | {host:.2f} | {calls:.0f} |")
     if args.out:
         result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                               "python": platform.python_version(), "torch": torch.__version__},

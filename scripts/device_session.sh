@@ -42,6 +42,9 @@
 #   hetero        HeteroData batches PyG builds, copied by the path (bench_hetero_feed.py: an
 #                 ogbn-mag-like graph, to_hetero SAGE; vanilla, gnnorch-host, gnnorch with
 #                 persistent workers, then gnnorch and vanilla without)
+#   step_host     what gnnorch's seams add to the trainer's step on the GPU, tiny tensors
+#                 (bench_step_host.py --device cuda: vanilla, gnnorch with trimming and
+#                 rewrites, each alone, neither; results/step_host_device.json); no graph
 #
 # Settings a later session may change (environment): SWEEP_WORKERS (the worker counts of the
 # vanilla and expert rows; one count: no screen), SAGE_CONFIGS (the sage unit's rows, measured
@@ -76,7 +79,7 @@ PIP_PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
 
 # The units of measurement, in the order of the default plan (issue 21's priorities). Each is
 # whole in itself: its ratios compare rows measured on the same machine in the same session.
-UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero gil refresh"
+UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero gil refresh step_host"
 DEFAULT_PLAN="sage,cpu_fastpath,gcn_gat,cpu_tuner,extra"
 
 # The plan's scale (DRY: tiny, on the CPU).
@@ -532,6 +535,14 @@ unit_hetero() {
 
 unit_tests() {
   run_step gpu_tests 150 bash "$SELF" _gpu_tests
+}
+
+unit_step_host() {
+  # the trainer's step with tensors so small that it costs its launches and its Python: the
+  # seams' share of the GPU step (session 23 measured it on the CPU only)
+  local args=(--rounds 2); [ "$DRY" = 1 ] && args=(--rounds 1 --batches 6)
+  (cd "$ROOT/cwd" && run_step step_host 240 "$PY" "$REPO/scripts/bench_step_host.py" \
+    --device "$DEVICE" "${args[@]}" --out "$ROOT/results/step_host_device.json")
 }
 
 unit_gcn_gat() {
