@@ -28,7 +28,10 @@ the loop, test accuracy with a NeighborLoader at the end) runs in every row:
   the exact path, the refreshes more than at 0.1); ``gnnorch-eager-sampler``: the ``gnnorch``
   row with the sampler's body run eagerly, as before session 22 (``sample_neighbors``'s
   ``compiled`` default set to False in that row's process only): the compiled body's effect
-  on the epoch, within one run.
+  on the epoch, within one run; ``gnnorch-notrim``, ``gnnorch-norewrite``, ``gnnorch-noseams``:
+  the ``gnnorch`` row without hop-aware trimming, without rewrites, without either (no layer
+  seam): whether the layer seams pay on a GPU, where the step is bound by the host's
+  launches and Python rather than by the arithmetic they save (`bench_step_host.py`).
 
 Each row runs in a fresh interpreter (`baselines.run_fresh`, which also samples the PSS of its
 process tree); the child times its own epochs with the GPU synchronised at each epoch's end,
@@ -91,7 +94,8 @@ GIL_ENV = "GNNORCH_BENCH_GIL_PROFILE"   # the parent's --gil-profile (a director
 MODELS = ("sage", "gcn", "gat")
 GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
                 "gnnorch-cache-features-host", "gnnorch-features-host-norewrite",
-                "gnnorch-cache-r0.3-features-host", "gnnorch-eager-sampler")
+                "gnnorch-cache-r0.3-features-host", "gnnorch-eager-sampler",
+                "gnnorch-notrim", "gnnorch-norewrite", "gnnorch-noseams")
 BASELINES = ("vanilla", "expert")
 
 
@@ -262,8 +266,10 @@ def gnnorch_options(config: str, device: str) -> dict:
         options["cache"] = {"hot_ratio": float(config.split("-cache-r")[1].split("-")[0])}
     elif "-cache" in config:
         options["cache"] = True
-    if config.endswith("-norewrite"):
+    if config.endswith("-norewrite") or config.endswith("-noseams"):
         options["rewrite"] = False
+    if config.endswith("-notrim") or config.endswith("-noseams"):
+        options["trim"] = False
     return options
 
 
