@@ -15,8 +15,10 @@ Per row, the user's unchanged loop (GraphSAGE, 3 layers, Adam) runs on the data 
 enough for the producer thread to fill its queue and block, so the step runs alone. Columns:
 the step's wall milliseconds (``zero_grad`` .. ``optimizer.step()``, median over the steps of
 epochs 2-3, then the median over ``--rounds`` rounds that alternate the rows), and the Python
-function calls a step makes (counted with ``sys.setprofile`` in a separate epoch, so the
-counting does not slow the timed ones). Vanilla PyG runs the same loop on PyG's loader.
+function calls a step makes, in all and by the code they belong to (gnnorch, PyG, torch,
+other; counted with ``sys.setprofile`` in a separate epoch, so the counting does not slow the
+timed ones). Calls count generator resumptions too; they do not depend on the machine.
+Vanilla PyG runs the same loop on PyG's loader.
 
     .venv/bin/python scripts/bench_step_host.py --out benchmarks/results/step_host.json
 """
@@ -43,15 +45,32 @@ ROWS = {
 }
 
 
+def _origin(filename: str) -> str:
+    """Which code a Python function belongs to: gnnorch, PyG, torch or anything else."""
+    for marker, name in (("/gnnorch/", "gnnorch"), ("torch_geometric", "pyg"),
+                         ("/torch/", "torch")):
+        if marker in filename:
+            return name
+    return "other"
+
+
 class CallCounter:
-    """Counts Python function calls (not C calls) made on this thread while active."""
+    """Counts Python function calls (not C calls) made on this thread while active, in all and
+    by the code they belong to (`_origin`)."""
 
     def __init__(self) -> None:
         self.calls = 0
+        self.by_origin: dict[str, int] = {}
+        self._origins: dict[str, str] = {}
 
     def _profile(self, frame, event, arg) -> None:
         if event == "call":
             self.calls += 1
+            filename = frame.f_code.co_filename
+            origin = self._origins.get(filename)
+            if origin is None:
+                origin = self._origins[filename] = _origin(filename)
+            self.by_origin[origin] = self.by_origin.get(origin, 0) + 1
 
     def __enter__(self) -> "CallCounter":
         sys.setprofile(self._profile)
@@ -76,6 +95,7 @@ def train(data, batches: int, settle_s: float, device_name: str = "cpu") -> dict
     step_ms: list[float] = []
     host_ms: list[float] = []
     calls: list[int] = []
+    origins: list[dict[str, int]] = []
     for epoch in range(4):
         iterator = iter(loader)
         for _ in range(batches):
@@ -96,12 +116,15 @@ def train(data, batches: int, settle_s: float, device_name: str = "cpu") -> dict
             if counter is not None:
                 counter.__exit__()
                 calls.append(counter.calls)
+                origins.append(counter.by_origin)
             elif epoch >= 1:
                 step_ms.append((time.perf_counter() - began) * 1e3)
                 host_ms.append((launched - began) * 1e3)
         del iterator
     return {"step_ms": statistics.median(step_ms), "host_ms": statistics.median(host_ms),
-            "python_calls": statistics.median(calls)}
+            "python_calls": statistics.median(calls),
+            "python_calls_by_origin": {k: statistics.median(o.get(k, 0) for o in origins)
+                                       for k in ("gnnorch", "pyg", "torch", "other")}}
 
 
 def main() -> None:
@@ -137,11 +160,19 @@ def main() -> None:
         ms = [r["step_ms"] for r in results]
         host = statistics.median(r["host_ms"] for r in results)
         calls = statistics.median(r["python_calls"] for r in results)
+        by_origin = results[0]["python_calls_by_origin"]   # counts do not vary by round
         rows[name] = {"step_ms_rounds": ms, "step_ms": statistics.median(ms),
                       "over_vanilla_ms": statistics.median(ms) - base, "host_ms": host,
-                      "python_calls": calls}
+                      "python_calls": calls, "python_calls_by_origin": by_origin}
         print(f"| {name} | {', '.join(f'{m:.2f}' for m in ms)} | {statistics.median(ms):.2f} "
               f"| {statistics.median(ms) - base:+.2f} | {host:.2f} | {calls:.0f} |")
+    print("\nPython calls per step by the code they belong to:")
+    print("| row | gnnorch | PyG | torch | other |")
+    print("|---|---|---|---|---|")
+    for name, row in rows.items():
+        o = row["python_calls_by_origin"]
+        print(f"| {name} | {o['gnnorch']:.0f} | {o['pyg']:.0f} | {o['torch']:.0f} "
+              f"| {o['other']:.0f} |")
     if args.out:
         result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                               "python": platform.python_version(), "torch": torch.__version__},
