@@ -6,7 +6,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch_geometric.loader import NeighborLoader
-from torch_geometric.nn import GraphSAGE, PNAConv
+from torch_geometric.data import HeteroData
+from torch_geometric.nn import GraphSAGE, PNAConv, SAGEConv
 
 import gnnorch
 from gnnorch.intercept.shard import ShardSampler
@@ -70,6 +71,58 @@ def test_two_ranks_train_an_unshuffled_loader_as_one_process_does():
         # epoch 1 ran before any model was seen (whole, in every rank); epochs 2-3 sharded
         assert [e["seeds"] for e in epochs] == [70, 70]
         assert [e["batches"] for e in epochs] == [7, 7]
+
+
+class PaperSAGE(torch.nn.Module):
+    """A hand-written model on one node type's tensors of HeteroData batches."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.conv1, self.conv2 = SAGEConv(channels, 32), SAGEConv(32, 7)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def unshuffled_hetero_sage(data, epochs, batch_size=20):
+    """`unshuffled_sage` on HeteroData batches (one node type, one edge type), whose batches
+    the layer seam announces no graph for (trimming is for homogeneous batches)."""
+    torch.manual_seed(0)
+    hetero = HeteroData()
+    hetero["paper"].x, hetero["paper"].y = data.x, data.y
+    hetero["paper", "cites", "paper"].edge_index = data.edge_index
+    loader = NeighborLoader(hetero, num_neighbors=[-1, -1],
+                            input_nodes=("paper", data.train_mask), batch_size=batch_size)
+    model = PaperSAGE(data.num_features)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            paper = batch["paper"]
+            optimizer.zero_grad()
+            out = model(paper.x, batch["paper", "cites", "paper"].edge_index)
+            F.cross_entropy(out[:paper.batch_size], paper.y[:paper.batch_size]).backward()
+            optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        evaluated = sum(int(batch["paper"].batch_size) for batch in loader)
+    return {"state": model.state_dict(), "evaluated": evaluated}
+
+
+def test_two_ranks_train_an_unshuffled_hetero_loader_as_one_process_does():
+    """A model the layer seam sees only through its layer calls (no batch graph announced)
+    counts as seen: the unshuffled loader is promoted and sharded as a homogeneous one is."""
+    data = cora()
+    ref = unshuffled_hetero_sage(data, 3)
+    runtime = gnnorch.Runtime(unshuffled_hetero_sage, processes=2, autotune=False)
+    got = runtime(data, 3)
+    for key, value in ref["state"].items():
+        torch.testing.assert_close(got["state"][key], value, atol=1e-5, rtol=1e-4)
+    assert got["evaluated"] == ref["evaluated"] == 140
+    for rank in range(2):
+        (record,) = runtime.last_run.stats[rank]["sampler"]["loaders"]
+        assert record["role"] == "train" and "trains from its epoch 2" in record["promoted"]
+        assert [e["seeds"] for e in runtime.last_run.epochs[rank]] == [70, 70]
 
 
 def test_one_process_times_and_tunes_on_an_unshuffled_loader():

@@ -18,7 +18,7 @@ from .registry import Missing, Probe
 
 __all__ = ["disable_torch_function_subclass", "host_subclass_reason", "make_subclass",
            "disabled_torch_function_impl", "make_wrapper_subclass", "parse_to", "aten_to_copy",
-           "op_is_mutable", "tree_map", "parameter_versions", "tensor_version", "tensor_versions",
+           "op_is_mutable", "tree_map", "tensor_version", "tensor_versions",
            "tensor_private_properties",
            "is_fx_tracing", "in_activation_checkpoint", "batch_norm_types", "instance_norm_types",
            "hooks_reason"]
@@ -232,11 +232,6 @@ def tensor_version(tensor: Tensor) -> int | None:
     of it); None when torch has none."""
     version = VERSION.get()
     return None if version is None else version(tensor)
-
-
-def parameter_versions(model: torch.nn.Module) -> tuple[int, ...] | None:
-    """In-place version counters of the model's parameters; None when torch has none."""
-    return tensor_versions(tuple(model.parameters()))
 
 
 def tensor_versions(tensors: tuple[Tensor, ...]) -> tuple[int, ...] | None:

@@ -46,7 +46,8 @@ disables trimming for that model. The one-off check's forwards bypass the outer 
 Activation checkpointing (`torch.utils.checkpoint`, e.g. PyG's `DeepGCNLayer(ckpt_grad=True)`):
 the backward pass recomputes a checkpointed region and needs every saved tensor back with the
 shape it had, so a layer call made under it runs past the seam (no hook, trimming or rewrite)
-in the forward and in the recomputation alike, and its model is never trimmed (`_past_seam`).
+in the forward and in the recomputation alike, and its model is never trimmed
+(`intercept.checkpointed`).
 
 The modes of a forward and every move between them are `gnnorch.trim.state`'s pure
 transition functions (`Mode`, `enter`, `forward_end`, ...); the hooks here are their adapter.
@@ -76,6 +77,7 @@ from ..trim.state import (CHECKPOINTED, SELF_TRIMMING, Action, Mode, ModelState,
 from ..trim.trusted import trusted_model
 from ..trim.verify import pad_compact
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
+from .checkpointed import runs_past_seam
 from .layer_calls import TrimAndRewrite
 from .trim_check import OneOffCheck
 
@@ -132,6 +134,7 @@ class LayerSeam:
         self._trace: Trace | None = None
         self._entry: Mode | None = None       # the mode the next model entry must take
         self._untraced: ModelState | None = None  # a model entered under checkpointing
+        self._outer: torch.nn.Module | None = None  # entered without a batch graph
         self.calls = TrimAndRewrite(rewrites)  # trim -> rewrite -> unpatched, row counts
         self.hooks: list[LayerHook] = list(hooks)  # the chain's outer links (module docstring)
         self._thread: int | None = None      # the thread the seam follows
@@ -167,6 +170,7 @@ class LayerSeam:
         self._trace = None
         self._entry = None
         self._untraced = None
+        self._outer = None
 
     @property
     def check_s(self) -> float:
@@ -193,14 +197,11 @@ class LayerSeam:
             self._named.add(module)  # the rewrite report names layers like convs.0
             self.rewrites.register_names(module)
         if self.batch is None:
+            self._outer = module   # a model if a layer call comes below it (`_on_layer`)
             return None
-        state = self.models.get(module)
-        if state is None:
-            state = ModelState(name=type(module).__name__)
-            self.models[module] = state
-            self.states.append(state)
+        state = self._state(module)
         if compat_torch.in_activation_checkpoint():  # checkpoint(model, ...): not traced, so
-            state.disable(CHECKPOINTED)   # its layer calls run past the seam (`_past_seam`)
+            state.disable(CHECKPOINTED)   # its layer calls run past the seam (`checkpointed`)
             self._untraced = state
             return None
         check, self._entry = self._entry, None
@@ -216,6 +217,15 @@ class LayerSeam:
             self._trace.rng = torch.get_rng_state()
         return None
 
+    def _state(self, module: torch.nn.Module) -> ModelState:
+        """The state of a model (an outermost module call, not a layer) the seam has seen."""
+        state = self.models.get(module)
+        if state is None:
+            state = ModelState(name=type(module).__name__)
+            self.models[module] = state
+            self.states.append(state)
+        return state
+
     def _may_speculate(self, module: torch.nn.Module, state: ModelState) -> bool:
         """Whether the model's first forward on a batch may run trimmed before the one-off
         check: no outer hooks, not tried before, and a model whose trimmed forward cannot fail
@@ -230,7 +240,7 @@ class LayerSeam:
             return None
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
-            self._untraced = None
+            self._untraced = self._outer = None
         trace = self._trace
         if self._depth != 0 or trace is None or trace.model is not module:
             return None
@@ -308,8 +318,13 @@ class LayerSeam:
             return original(layer, *args, **kwargs)
         trace = self._trace
         batch = self.batch
-        if compat_torch.in_activation_checkpoint() and self._past_seam(trace, batch, args,
-                                                                        kwargs):
+        if self._outer is not None:  # a layer call below a module entered without a batch
+            #   graph (e.g. on HeteroData batches): a model seen, whose training mode says
+            #   whether a loader's epoch trains (`epoch_role.training_now`)
+            self._state(self._outer)
+            self._outer = None
+        if compat_torch.in_activation_checkpoint() and runs_past_seam(
+                trace, batch, self._depth >= 1, self._untraced, args, kwargs):
             return original(layer, *args, **kwargs)
         if (trace is None or batch is None or self._depth < 1
                 or (trace.mode.untrimmed and not self.hooks and batch.extra_degree is None)):
@@ -330,25 +345,3 @@ class LayerSeam:
         return run_chain(self.hooks, functools.partial(
             HookedCall, trace.model, trace.state, trace.mode, index, layer, x, edge_index, args,
             kwargs, batch), run, original)
-
-    def _past_seam(self, trace: Trace | None, batch: BatchGraph | None, args: tuple,
-                   kwargs: dict) -> bool:
-        """Whether a layer call made under activation checkpointing runs past the seam: no
-        hook, trimming or rewrite, so that the forward and its recomputation in the backward
-        pass (which needs every saved tensor back with the shape it had) run it alike; its
-        model is then never trimmed (`CHECKPOINTED`). Inside a trimmed forward, whose inputs
-        may be compact, the call runs as planned and the problem has that forward redone
-        untrimmed (`forward_end`: RECOMPUTE or REPLAY_RELEARN)."""
-        edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
-        if batch is None or not batch.is_own(edge_index):
-            return True
-        if trace is None or self._depth < 1:  # checkpoint(model), or a layer's recomputation
-            if self._untraced is not None:
-                self._untraced.checkpointed_calls += 1
-            return True
-        trace.state.checkpointed_calls += 1
-        trace.problem = trace.problem or CHECKPOINTED
-        if trace.mode.untrimmed or trace.mode is Mode.CALIBRATE:
-            trace.calls += 1
-            return True
-        return False

@@ -29,7 +29,7 @@ Rerun = Callable[[bool, bool, "dict[str, Tensor] | None"], Tensor]
 def parameter_versions(model: torch.nn.Module) -> tuple[int, ...] | None:
     """In-place version counters of the model's parameters (an optimizer step bumps them);
     None when torch keeps none (`gnnorch.compat`: parameters are then compared by value)."""
-    return compat_torch.parameter_versions(model)
+    return compat_torch.tensor_versions(tuple(model.parameters()))
 
 
 def _changed(model: torch.nn.Module, params: tuple[Tensor, ...],
