@@ -9,6 +9,7 @@ beyond defining the probes.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
@@ -289,7 +290,7 @@ def _fx_tracing() -> Callable[[], bool]:
     from torch.fx import _symbolic_trace
 
     if isinstance(getattr(_symbolic_trace, "_is_fx_tracing_flag", None), bool):
-        return lambda: _symbolic_trace._is_fx_tracing_flag
+        return functools.partial(getattr, _symbolic_trace, "_is_fx_tracing_flag", False)
     # (not `is_fx_tracing()`: torch >= 2.11 logs a deprecation warning from it)
     check = getattr(_symbolic_trace, "is_fx_symbolic_tracing", None)
     if callable(check) and check() is False:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 from torch import Tensor
 
-from ..compat.torch import is_fx_tracing
+from ..compat.torch import FX_TRACING
 from ..trim.batch import BatchGraph
 from ..trim.state import Mode, ModelState
 
@@ -35,8 +35,10 @@ def tracing() -> bool:
     `torch.nn.Module.__call__` while they trace: that is detected too."""
     if torch.compiler.is_compiling():
         return True
+    # (FX_TRACING's reader, a C-level read of torch's flag, called directly: two Python frames
+    # fewer than `is_fx_tracing()`, at every module call of a run)
     return (torch.nn.Module.__call__ is not _MODULE_CALL
-            or is_fx_tracing() or torch.jit.is_scripting())
+            or FX_TRACING.get()() or torch.jit.is_scripting())
 
 
 @dataclasses.dataclass
