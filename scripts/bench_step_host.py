@@ -14,7 +14,9 @@ Per row, the user's unchanged loop (GraphSAGE, 3 layers, Adam) runs on the data 
 (``data_path="device"``, one rank, one intra-op thread); before each step the loop sleeps long
 enough for the producer thread to fill its queue and block, so the step runs alone. Columns:
 the step's wall milliseconds (``zero_grad`` .. ``optimizer.step()``, median over the steps of
-epochs 2-3, then the median over ``--rounds`` rounds that alternate the rows), and the Python
+epochs 2-3, then the median over ``--rounds`` rounds that alternate the rows), the trainer
+thread's CPU milliseconds for the same steps (not counting time the thread was preempted: the
+steadier figure on a shared machine), and the Python
 function calls a step makes, in all and by the code they belong to (gnnorch, PyG, torch,
 other; counted with ``sys.setprofile`` in a separate epoch, so the counting does not slow the
 timed ones). Calls count generator resumptions too; they do not depend on the machine.
@@ -94,6 +96,7 @@ def train(data, batches: int, settle_s: float, device_name: str = "cpu") -> dict
                             input_nodes=data.train_mask)
     step_ms: list[float] = []
     host_ms: list[float] = []
+    cpu_ms: list[float] = []
     calls: list[int] = []
     origins: list[dict[str, int]] = []
     for epoch in range(4):
@@ -103,7 +106,7 @@ def train(data, batches: int, settle_s: float, device_name: str = "cpu") -> dict
             time.sleep(settle_s)       # the producer fills its queue and blocks: the step is alone
             counter = CallCounter() if epoch == 3 else None
             sync()
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.thread_time()
             if counter is not None:
                 counter.__enter__()
             optimizer.zero_grad()
@@ -120,8 +123,10 @@ def train(data, batches: int, settle_s: float, device_name: str = "cpu") -> dict
             elif epoch >= 1:
                 step_ms.append((time.perf_counter() - began) * 1e3)
                 host_ms.append((launched - began) * 1e3)
+                cpu_ms.append((time.thread_time() - began_cpu) * 1e3)
         del iterator
     return {"step_ms": statistics.median(step_ms), "host_ms": statistics.median(host_ms),
+            "cpu_ms": statistics.median(cpu_ms),
             "python_calls": statistics.median(calls),
             "python_calls_by_origin": {k: statistics.median(o.get(k, 0) for o in origins)
                                        for k in ("gnnorch", "pyg", "torch", "other")}}
@@ -154,18 +159,22 @@ def main() -> None:
     base = statistics.median(r["step_ms"] for r in runs["vanilla PyG (its loader, no seam)"])
     rows = {}
     print(f"device: {args.device}")
-    print("| row | step ms (rounds) | median | over vanilla ms | host ms | Python calls / step |")
-    print("|---|---|---|---|---|---|")
+    print("| row | step ms (rounds) | median | over vanilla ms | host ms | thread CPU ms (rounds) "
+          "| Python calls / step |")
+    print("|---|---|---|---|---|---|---|")
     for name, results in runs.items():
         ms = [r["step_ms"] for r in results]
         host = statistics.median(r["host_ms"] for r in results)
+        cpu = [r["cpu_ms"] for r in results]
         calls = statistics.median(r["python_calls"] for r in results)
         by_origin = results[0]["python_calls_by_origin"]   # counts do not vary by round
         rows[name] = {"step_ms_rounds": ms, "step_ms": statistics.median(ms),
                       "over_vanilla_ms": statistics.median(ms) - base, "host_ms": host,
+                      "cpu_ms_rounds": cpu,
                       "python_calls": calls, "python_calls_by_origin": by_origin}
         print(f"| {name} | {', '.join(f'{m:.2f}' for m in ms)} | {statistics.median(ms):.2f} "
-              f"| {statistics.median(ms) - base:+.2f} | {host:.2f} | {calls:.0f} |")
+              f"| {statistics.median(ms) - base:+.2f} | {host:.2f} "
+              f"| {', '.join(f'{c:.2f}' for c in cpu)} | {calls:.0f} |")
     print("\nPython calls per step by the code they belong to:")
     print("| row | gnnorch | PyG | torch | other |")
     print("|---|---|---|---|---|")

@@ -71,9 +71,9 @@ def trimmed_call(call: Callable[..., Any], layer: Any, args: tuple, kwargs: dict
     rest_args = [_keep_edges(v, keep, num_edges) for v in rest_args]
     rest_kwargs = {k: _keep_edges(v, keep, num_edges) for k, v in rest_kwargs.items()}
     if isinstance(layer, _pair_types()):
-        inputs: Any = (x[:bounds.num_src], x[:bounds.num_dst])
+        inputs: Any = (_rows(x, bounds.num_src), _rows(x, bounds.num_dst))
     else:
-        inputs = x[:bounds.num_src]
+        inputs = _rows(x, bounds.num_src)
     if gcn:
         layer.normalize = False
     try:
@@ -81,11 +81,18 @@ def trimmed_call(call: Callable[..., Any], layer: Any, args: tuple, kwargs: dict
     finally:
         if gcn:
             layer.normalize = True
-    out = out[:bounds.num_dst]
+    out = _rows(out, bounds.num_dst)
     if compact:
         return out
     pad = [0, 0] * (out.dim() - 1) + [0, batch.num_nodes - bounds.num_dst]
     return F.pad(out, pad)
+
+
+def _rows(tensor: Tensor, n: int) -> Tensor:
+    """Rows [0, n) of `tensor`: itself when it has exactly n (in a compact forward each layer
+    receives the rows it reads), so that no slice is recorded whose backward (on a GPU: a
+    zero fill and a copy) would only hand the gradient through."""
+    return tensor if tensor.size(0) == n else tensor[:n]
 
 
 _PAIR: list[tuple[type, ...]] = []
