@@ -61,7 +61,7 @@ def _plain_parameters(layer_type: type[MessagePassing]
 
 
 def bind_call(layer_type: type[MessagePassing], layer: MessagePassing, args: tuple,
-                   kwargs: dict) -> Call:
+              kwargs: dict) -> Call:
     """``layer_type.forward``'s arguments for this call by name, defaults applied, in the
     signature's order: what ``inspect.Signature.bind`` + ``apply_defaults`` give (without
     ``self``), which it raises ``TypeError`` for. A call runs this once per layer call, so the
