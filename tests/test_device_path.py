@@ -18,6 +18,7 @@ from torch_geometric.nn import GraphSAGE
 import gnnorch
 from gnnorch.datasets.synthetic import power_law_graph
 from gnnorch.device.config import DataPathConfig
+from gnnorch.device.placement import structure_bytes
 from gnnorch.device.seeds import sampling_seed
 from gnnorch.device.twin import device_twin
 from gnnorch.intercept.device_path import DevicePath
@@ -41,6 +42,8 @@ def _graph(num_nodes=500, seed=0):
 
 
 DATA = _graph()
+#: a budget that holds the CSC and the 150 hottest rows of x, y and the masks: a split
+SPLIT_BUDGET = structure_bytes(DATA.num_nodes, DATA.edge_index.size(1)) + 150 * (16 * 4 + 8 + 3)
 
 
 def _ctx(config, **options):
@@ -133,9 +136,12 @@ def test_modes_that_do_not_serve():
     DataPathConfig(mode="device", prefetch=0),
     DataPathConfig(mode="device", features="host", prefetch=3),
     DataPathConfig(mode="device", budget_bytes=16),            # structure and features host
+    DataPathConfig(mode="device", budget_bytes=SPLIT_BUDGET),  # the hottest rows on the device
 ])
 def test_same_batches_as_the_plain_path(config):
     _, path, loader, state = _served(config)
+    split = config.budget_bytes == SPLIT_BUDGET
+    assert (state.device.features == "split") == split
     plain = _loader()
     for epoch in range(2):
         want = _plain_epoch(plain, epoch)

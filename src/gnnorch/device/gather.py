@@ -14,6 +14,9 @@ values live differs:
 
 * ``features="gpu"``: the gathered tensors have a device copy (`ResidentTensors`, one per run,
   so loaders over the same data share it) and are indexed there;
+* ``"split"``: the hottest rows (``hot_rows``) of every node-level tensor on the host have a
+  device copy, and a batch takes those rows from it and gathers only the others on the host
+  (`gnnorch.device.split_rows`); edge-level tensors stay on the host, as below;
 * ``"pinned"`` / ``"host"``: they stay on the host, as the user's tensors (a tensor the user
   already put on the device is indexed there); a batch's rows are gathered on the host
   straight into pinned memory when the device is CUDA and ``pin`` (the caching host
@@ -42,6 +45,7 @@ from torch import Tensor
 
 from ..compat.pyg import pyg_index_select, set_orig_edge_index
 from ..compat.torch import tensor_version
+from .split_rows import SplitCounts, SplitLookup, SplitRows
 from .transfer import to_device
 from .twin import concrete_device, twinned
 
@@ -155,6 +159,20 @@ class ResidentTensors:
     def on_device(self, tensor: Tensor, device: torch.device) -> Tensor:
         return self._get(tensor, str(device), lambda t: t.to(device))
 
+    def rows_on_device(self, tensor: Tensor, rows: Tensor, device: torch.device) -> Tensor:
+        """A device copy of ``tensor[rows]`` (a split placement's hot rows), shared by the
+        loaders that split `tensor` over the same rows; made again when `tensor` is written
+        in place or other rows are asked for."""
+        where = f"rows:{device}"
+        found = self._entry(tensor, where)
+        if (found is not None and found[1] == tensor_version(tensor)
+                and torch.equal(found[2][0], rows)):
+            return found[2][1]
+        copied = tensor.index_select(0, rows).to(device)
+        self.bytes_copied += copied.numel() * copied.element_size()
+        self._keep(tensor, where, tensor_version(tensor), (rows, copied))
+        return copied
+
     def has_on_device(self, tensor: Tensor, device: torch.device) -> bool:
         """Whether `tensor` is on `device` already: the user's, or a current copy made here
         (the CPU standing in for a device counts only the copies, so budgets behave as on a
@@ -179,11 +197,14 @@ class ResidentTensors:
 
 class GatherPlan:
     """Where each gathered attribute of one loader's data lives, and how a batch is built
-    (see the module docstring). ``features``: ``"gpu"``, ``"pinned"`` or ``"host"``."""
+    (see the module docstring). ``features``: ``"gpu"``, ``"split"`` (with ``hot_rows``, the
+    sorted ids of the rows kept on the device, and ``counts``, which hears every batch's
+    split), ``"pinned"`` or ``"host"``."""
 
     def __init__(self, data: Any, device: torch.device, features: str,
                  resident: ResidentTensors, pin: bool = True,
-                 defer: tuple[str, ...] = ()) -> None:
+                 defer: tuple[str, ...] = (), hot_rows: Tensor | None = None,
+                 counts: SplitCounts | None = None) -> None:
         self.data = data
         self.snapshot = data_snapshot(data)
         self.device = concrete_device(device)
@@ -205,6 +226,19 @@ class GatherPlan:
         self.defer = tuple(k for k in defer if k in self.node and k in on_host)
         # batches index sources on the device (the user's data may be there already)
         self.device_sources = self.device.type != "cpu" and len(on_host) < len(self.sources)
+        self.hot_rows, self.counts = hot_rows, counts if counts is not None else SplitCounts()
+        self.split: SplitRows | None = None
+        self.device_rows: dict[str, Tensor] = {}   # split tensors: their hot rows' copy
+        if features == "split" and hot_rows is not None:
+            # the user's host tensors (the CPU standing in for a device: all of them)
+            host = on_host if self.device.type != "cpu" else list(self.sources)
+            self.device_rows = {
+                k: resident.rows_on_device(self.sources[k], hot_rows, self.device)
+                for k in self.node if k in host and k not in self.defer
+                and k not in ID_FIELDS and isinstance(self.sources[k], Tensor)
+                and self.dims[k] == 0 and self.sources[k].dim() > 0}
+            self.split = SplitRows(hot_rows, int(data.num_nodes), self.device, self.pin,
+                                   self.counts)
 
     def current(self, data: Any) -> bool:
         """Whether batches of `data` built with this plan equal PyG's now: the same object,
@@ -214,7 +248,8 @@ class GatherPlan:
     def remade(self, data: Any, resident: ResidentTensors, pin: bool) -> "GatherPlan":
         """A plan over `data` as it is now, with this plan's device, placement and deferral."""
         return GatherPlan(data, self.device, self.features, resident, pin=pin,
-                          defer=self.requested_defer)
+                          defer=self.requested_defer, hot_rows=self.hot_rows,
+                          counts=self.counts)
 
     def batch(self, out: Any, perm: Tensor | None, transform: Callable | None = None) -> Any:
         """The batch of a node loader's sampler output `out` (PyG's ``SamplerOutput``; the
@@ -247,8 +282,9 @@ class GatherPlan:
         n_id = self._twin(n_id, node)
         e_host = self._twin(e_host, e_id) if e_host is not None else None
         batch = copy.copy(self.data)
+        split = self.split.lookup(n_id) if self.split is not None and self.device_rows else None
         for key in self.node:
-            batch[key] = self._gather(key, node, n_id)
+            batch[key] = self._gather(key, node, n_id, split)
         if "num_nodes" in self.data:
             batch.num_nodes = node.numel()
         batch.edge_index = torch.stack([out.row, out.col], dim=0)
@@ -286,10 +322,14 @@ class GatherPlan:
             device_copy = source.to(self.device, non_blocking=self.device.type == "cuda")
         return twinned(host, device_copy)
 
-    def _gather(self, key: str, index: Tensor, index_host: Tensor) -> Tensor:
+    def _gather(self, key: str, index: Tensor, index_host: Tensor,
+                split: SplitLookup | None = None) -> Tensor:
         """Rows `index` of attribute `key`: indexed where it lives; host rows go through
-        pinned memory to the device unless deferred."""
+        pinned memory to the device unless deferred; a split tensor's rows from both
+        (`split`: the batch's lookup)."""
         source, dim = self.sources[key], self.dims[key]
+        if split is not None and key in self.device_rows:
+            return self.split.gather(source, self.device_rows[key], split)
         if key in ID_FIELDS and isinstance(source, Tensor) and source.device.type == "cpu":
             # the user's own ids (``data.n_id = torch.arange(N)``): kept on the host too
             return self._twin(source.index_select(dim, index_host))

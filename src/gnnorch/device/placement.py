@@ -8,19 +8,27 @@ of the steps also need stays outside it).
 
 Rule, in order: the structure goes to the GPU when it fits the budget (GPU sampling needs it
 there; it is also the smaller of the two for feature-rich graphs); the features go to the GPU
-when they fit what is left (and ``features_host`` does not keep them on the host); otherwise
-features stay on the host, pinned when ``pin`` (copies then run asynchronously on a side
-stream) and pageable otherwise. A structure that does not fit keeps sampling on the host.
-Every choice carries its reason and the numbers behind it.
+when they fit what is left (and ``features_host`` does not keep them on the host); otherwise,
+when the hottest rows that fit what is left would serve at least `SPLIT_MIN_SHARE` of the rows
+batches gather (``device_share``: `gnnorch.device.hot_rows`), the features are *split*: those
+rows of every node-level tensor live on the GPU and the rest on the host; otherwise features
+stay on the host, pinned when ``pin`` (copies then run asynchronously on a side stream) and
+pageable otherwise. Host rows of a split are pinned or pageable alike. A structure that does
+not fit keeps sampling on the host. Every choice carries its reason and the numbers behind it.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["DataPlacement", "plan_data_placement", "structure_bytes", "feature_bytes"]
+__all__ = ["DataPlacement", "plan_data_placement", "structure_bytes", "feature_bytes",
+           "SPLIT_MIN_SHARE"]
 
-GPU, PINNED, HOST = "gpu", "pinned", "host"
+GPU, PINNED, HOST, SPLIT = "gpu", "pinned", "host", "split"
+
+#: the least expected share of gathered rows for which a split pays: below it each batch's
+#: extra work (looking its rows up, assembling them on the device) outweighs the host rows saved
+SPLIT_MIN_SHARE = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,11 +36,14 @@ class DataPlacement:
     """The decision for one loader's data (see the module docstring)."""
 
     structure: str                 # "gpu" | "host": where the CSC lives and sampling runs
-    features: str                  # "gpu" | "pinned" | "host"
+    features: str                  # "gpu" | "split" | "pinned" | "host"
     structure_bytes: int
     feature_bytes: int
     budget_bytes: int
     reasons: tuple[str, ...]
+    device_rows: int = 0           # "split": rows of the node-level tensors on the GPU
+    device_share: float = 0.0      # "split": expected share of gathered rows they serve
+    host_rows: str = HOST          # "split": where the other rows live ("pinned" | "host")
 
     @property
     def samples_on_gpu(self) -> bool:
@@ -59,7 +70,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
                         budget_fraction: float = 0.5, pin: bool = True,
                         features_host: bool | str = False,
                         host_sampling: str | None = None,
-                        resident_bytes: int = 0) -> DataPlacement:
+                        resident_bytes: int = 0, row_bytes: int = 0,
+                        device_share: Callable[[int], float] | None = None) -> DataPlacement:
     """Decide where the structure and the features live (the module docstring's rule).
 
     ``free_bytes``: the device's free memory (e.g. ``torch.cuda.mem_get_info()[0]``), used
@@ -70,6 +82,9 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     sampler has no device path): it stays on the host whatever the budget.
     ``resident_bytes``: bytes of these tensors already on the device (another loader's copy,
     or the user's own): they need no new memory, so the budget grows by them.
+    ``row_bytes``: bytes of one row of the node-level tensors a split would divide (0: no
+    split); ``device_share(k)``: the expected share of gathered rows that the k hottest rows
+    serve (None: no split). Called only when the features do not fit whole.
     """
     if budget_bytes is None:
         if free_bytes is None:
@@ -110,7 +125,20 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
                        f"({left / mib:.0f} MiB): gathered on the GPU")
     else:
         features = PINNED if pin else HOST
-        reasons.append(f"features ({f_bytes / mib:.0f} MiB) exceed the rest of the budget "
-                       f"({left / mib:.0f} MiB): gathered on the host "
-                       f"({'pinned, copied asynchronously' if pin else 'pageable'})")
+        how = "pinned, copied asynchronously" if pin else "pageable"
+        exceed = (f"features ({f_bytes / mib:.0f} MiB) exceed the rest of the budget "
+                  f"({left / mib:.0f} MiB)")
+        rows = min(left // row_bytes, num_nodes) if row_bytes > 0 else 0
+        share = device_share(rows) if rows > 0 and device_share is not None else 0.0
+        if share >= SPLIT_MIN_SHARE:
+            reasons.append(f"{exceed}: split, the {rows} hottest of {num_nodes} rows "
+                           f"({rows * row_bytes / mib:.0f} MiB) on the GPU, expected to serve "
+                           f"{100 * share:.1f} % of the rows batches gather; the rest gathered "
+                           f"on the host ({how})")
+            return DataPlacement(structure, SPLIT, s_bytes, f_bytes, budget_bytes,
+                                 tuple(reasons), rows, share, features)
+        why_whole = (f"; its {rows} hottest rows would serve {100 * share:.1f} % of the rows "
+                     f"batches gather, under the {100 * SPLIT_MIN_SHARE:.0f} % a split needs"
+                     if rows > 0 and device_share is not None else "")
+        reasons.append(f"{exceed}: gathered on the host ({how}){why_whole}")
     return DataPlacement(structure, features, s_bytes, f_bytes, budget_bytes, tuple(reasons))

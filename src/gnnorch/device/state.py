@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 from .placement import DataPlacement
+from .split_rows import SplitCounts
 
 __all__ = ["LoaderDevice"]
 
@@ -30,7 +31,7 @@ class LoaderDevice:
     reason: str = ""
     samples_on_device: bool = False
     placement: DataPlacement | None = None
-    features: str | None = None     # "gpu" | "pinned" | "host" (where batches gather from)
+    features: str | None = None     # "gpu" | "split" | "pinned" | "host" (where batches gather)
     deferred: tuple[str, ...] = ()  # attributes left in pinned host rows for DAHA
     num_workers: str | None = None  # what became of the user's num_workers
     prefetch: int = 0               # batches prepared ahead of the trainer (latest epoch)
@@ -41,6 +42,7 @@ class LoaderDevice:
     wait_s: float = 0.0             # consumer blocked waiting for a batch, all epochs
     bytes_on_device: int = 0        # structure and attributes this loader put on the device
     replans: int = 0                # gather plans made again: the user changed loader.data
+    split_rows: SplitCounts | None = None   # "split": rows taken from the device / the host
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -49,4 +51,5 @@ class LoaderDevice:
         out["structure"] = self.placement.structure if self.served and self.placement else "host"
         out["features"] = self.features if self.served and self.features else "host"
         out["deferred"] = list(self.deferred)
+        out["split_rows"] = self.split_rows.to_dict() if self.split_rows is not None else None
         return out

@@ -251,8 +251,16 @@ def _data_path(info: RunInfo, stats: dict) -> str | None:
     def place(value: Any) -> str:   # the placement's "gpu" is whatever device the path serves
         return {"gpu": str(where or "device"), "pinned": "pinned host"}.get(value, str(value))
 
+    def features(loader: dict) -> str:   # a split: the share of rows its batches took there
+        if loader.get("features") != "split":
+            return f"features on {place(loader.get('features', '?'))}"
+        rows = loader.get("split_rows") or {}
+        taken = (rows.get("device") or 0) + (rows.get("host") or 0)
+        share = f", {100 * rows['device'] / taken:.0f} % of rows read there" if taken else ""
+        return f"features split (hottest rows on {place('gpu')}{share})"
+
     entries = [f"{loader.get('role', 'loader')} sampled on {place(loader.get('structure', '?'))}"
-               f", features on {place(loader.get('features', '?'))}" for loader in served]
+               f", {features(loader)}" for loader in served]
     entries += [f"{loader.get('role', 'loader')} built by PyG, copied"
                 f"{' ahead' if loader.get('prefetch') else ''}"
                 for loader in _dicts(section.get("loaders"))

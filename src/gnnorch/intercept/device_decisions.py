@@ -12,7 +12,8 @@ the path's decisions, each a function of the loader, its data, the run's device 
 * `unservable_now`: why a served loader whose data the user changed is given back.
 * `data_placement`: where its structure and tensor attributes live, under the device's
   memory budget (`gnnorch.device.placement.plan_data_placement`), failing closed where torch
-  has no in-place version counters to keep device copies current.
+  has no in-place version counters to keep device copies current; `row_ranking`: its feature
+  rows by expected gathers, for a split placement (`gnnorch.device.hot_rows`).
 """
 from __future__ import annotations
 
@@ -24,17 +25,21 @@ import torch
 from ..compat.pyg import pyg_index_select
 from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
-from ..device.gather import (ResidentTensors, device_attributes, learnt_attributes,
-                             untensored_attributes)
+from ..device.gather import (ResidentTensors, device_attributes, gathered_attributes,
+                             learnt_attributes, untensored_attributes)
+from ..device.hot_rows import RowRanking, rank_rows
 from ..device.placement import DataPlacement, plan_data_placement
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
+    from torch_geometric.sampler import BaseSampler
+
+    from ..sampling.neighbor import FastNeighborSampler
 
     from .feeds import LoaderState
 
-__all__ = ["data_placement", "learnt_reason", "resolve_device", "unservable_now",
-           "why_not_drawn_ahead", "why_not_served"]
+__all__ = ["data_placement", "host_sampling_reason", "learnt_reason", "resolve_device",
+           "row_ranking", "unservable_now", "why_not_drawn_ahead", "why_not_served"]
 
 
 def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.device | None,
@@ -192,11 +197,15 @@ def resolve_device(config: DataPathConfig,
 
 
 def data_placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edges: int,
-                   resident: ResidentTensors, host_sampling: str | None) -> DataPlacement:
+                   resident: ResidentTensors, host_sampling: str | None,
+                   ranking: Callable[[], RowRanking] | None = None,
+                   defer: tuple[str, ...] = ()) -> DataPlacement:
     """Where one loader's structure and tensor attributes live (`plan_data_placement`): the
     budget from the device's free memory or ``budget_bytes``, bytes already resident there
     free of charge; features on the host where asked, or where torch has no in-place version
-    counters to keep device copies current (`device_path.DevicePath._replan`): failing closed."""
+    counters to keep device copies current (`device_path.DevicePath._replan`): failing closed.
+    Features that do not fit whole may be split (`ranking`: the loader's rows by expected
+    gathers, asked for only then; `defer`: attributes kept on the host whatever happens)."""
     free, budget = _budget(device, cfg)
     host_why: bool | str = cfg.features == "host"
     if not host_why and tensor_version(data.edge_index) is None:
@@ -204,10 +213,43 @@ def data_placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edg
     tensors = device_attributes(data)
     on_device = sum(t.numel() * t.element_size() for t in tensors.values()
                     if resident.has_on_device(t, device))
+    split = [t for k, t in tensors.items()
+             if k in gathered_attributes(data)[0] and k not in defer and t.dim() > 0
+             and data.__cat_dim__(k, t) == 0 and not resident.has_on_device(t, device)]
+    row_bytes = sum(t[:1].numel() * t.element_size() for t in split)
     return plan_data_placement(
         int(data.num_nodes), int(num_edges), tensors, free_bytes=free, budget_bytes=budget,
         budget_fraction=cfg.budget_fraction, pin=cfg.pin and device.type == "cuda",
-        features_host=host_why, host_sampling=host_sampling, resident_bytes=on_device)
+        features_host=host_why, host_sampling=host_sampling, resident_bytes=on_device,
+        row_bytes=row_bytes if ranking is not None else 0,
+        device_share=(lambda rows: ranking().share(rows)) if ranking is not None else None)
+
+
+def host_sampling_reason(sampler: BaseSampler) -> str | None:
+    """Why a served loader's `sampler` cannot sample on the device (only gnnorch's own
+    sampler, on its fast path, can), or None."""
+    from ..sampling.neighbor import FastNeighborSampler
+
+    if isinstance(sampler, FastNeighborSampler) and sampler.fallback_reason is None:
+        return None
+    why = f", {sampler.fallback_reason}" if isinstance(sampler, FastNeighborSampler) else ""
+    return f"its sampler ({type(sampler).__name__}{why}) has no device path"
+
+
+def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler) -> RowRanking:
+    """`loader`'s feature rows by expected gathers per epoch (`gnnorch.device.hot_rows`) on
+    its sampler's host CSC: its input nodes as seeds (a link loader's: both ends of its input
+    edges, so its batch size counts both ends), its fanouts and batch size."""
+    colptr, row = sampler.host_structure
+    node = getattr(loader.input_data, "node", None)
+    batch_size = int(loader.batch_size or 1)
+    if node is None and hasattr(loader.input_data, "row"):   # a link loader
+        node, batch_size = torch.cat([loader.input_data.row, loader.input_data.col]), \
+            2 * batch_size
+    if node is None:
+        node = torch.arange(colptr.numel() - 1)
+    fanouts = [int(k) for k in sampler.num_neighbors.get_mapped_values()]
+    return rank_rows(colptr, row, node, fanouts, batch_size, bool(sampler.replace))
 
 
 def _budget(device: torch.device, config: DataPathConfig) -> tuple[int | None, int | None]:

@@ -69,6 +69,7 @@ session's end) restores what serving changed on it.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -76,13 +77,13 @@ import torch
 
 from ..device.config import DataPathConfig
 from ..device.gather import GatherPlan, ResidentTensors
-from ..device.placement import GPU
+from ..device.placement import GPU, SPLIT
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
-from .device_decisions import (data_placement, resolve_device, unservable_now,
-                               why_not_drawn_ahead, why_not_served)
+from .device_decisions import (data_placement, host_sampling_reason, resolve_device,
+                               row_ranking, unservable_now, why_not_drawn_ahead, why_not_served)
 from .device_feed import PyGBatchesCopied, own_generators, pipelined
 from .model_watch import FirstModelWatch
 from .served_loader import LoaderUndo, ServedLoader, loader_sampler
@@ -134,21 +135,21 @@ class DevicePath:
 
     def _serve(self, loader: NeighborLoader, state: "LoaderState",
                record: LoaderDevice) -> None:
-        from ..sampling.neighbor import FastNeighborSampler
-
         assert self.device is not None
         cfg, data, sampler = self.config, loader.data, loader_sampler(loader)
         cuda = self.device.type == "cuda"
-        fast = isinstance(sampler, FastNeighborSampler) and sampler.fallback_reason is None
+        why_host = host_sampling_reason(sampler)
+        fast = why_host is None
         undo = LoaderUndo(loader)
         cached = (state.role == "train" and state.kind == "node"   # (no cache for links)
                   and self.ctx.options.cache_config is not None)
-        why_host = None if fast else (
-            f"its sampler ({type(sampler).__name__}"
-            f"{', ' + sampler.fallback_reason if isinstance(sampler, FastNeighborSampler) else ''}"
-            f") has no device path")
+        # DAHA's host transform (x left in pinned rows) only where x's copy is not prefetched
+        # anyway: a deferred x the engine does not transform is copied on the trainer's stream
+        defer = (("x",) if cuda and self.ctx.options.rewrite is not False and cfg.prefetch == 0
+                 else ())
+        ranking = functools.cache(functools.partial(row_ranking, loader, sampler))  # lazy
         placement = data_placement(self.device, cfg, data, sampler.row.numel(), self.resident,
-                                   why_host)
+                                   why_host, ranking if fast else None, defer)
         on_device = placement.structure == GPU
         generator, note = None, ""
         if on_device:
@@ -161,15 +162,13 @@ class DevicePath:
         if fast and not sampler.use_pyg:   # pyg-lib draws from its own RNG
             generator = SamplingGenerator(sampler.colptr.device, self.ctx.seed, self.ctx.rank,
                                           record.key)
-        # DAHA's host transform (x left in pinned rows) only where x's copy is not prefetched
-        # anyway: a deferred x the engine does not transform is copied on the trainer's stream
-        defer = (("x",) if cuda and self.ctx.options.rewrite is not False and cfg.prefetch == 0
-                 else ())
         before = self.resident.bytes_copied
+        hot = ranking().hottest(placement.device_rows) if placement.features == SPLIT else None
         plan = GatherPlan(data, self.device, placement.features, self.resident,
-                          pin=cfg.pin, defer=defer)
-        if placement.features == GPU:
+                          pin=cfg.pin, defer=defer, hot_rows=hot)
+        if placement.features in (GPU, SPLIT):
             record.bytes_on_device += self.resident.bytes_copied - before
+        record.split_rows = plan.counts if placement.features == SPLIT else None
         move = DeviceTransfer(self.device, pin=cfg.pin)
         served = ServedLoader(plan, move, generator, on_device, cached, undo)
         served.install(loader, record, state.user_num_workers)
@@ -278,7 +277,7 @@ class DevicePath:
             return
         before = self.resident.bytes_copied
         served.use_plan(loader, served.plan.remade(data, self.resident, self.config.pin))
-        if served.plan.features == GPU:
+        if served.plan.features in (GPU, SPLIT):
             record.bytes_on_device += self.resident.bytes_copied - before
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)   # the new copies precede every stream

@@ -1,0 +1,178 @@
+"""Split feature placement on the device data path: the hottest rows on the device, the rest on
+the host (`gnnorch.device.hot_rows`, `gnnorch.device.split_rows`, the placement rule), with
+the CPU as the device; batches equal to the plain path's are checked in
+`test_device_path.test_same_batches_as_the_plain_path`."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import GraphSAGE
+from torch_geometric.sampler.utils import to_csc
+
+import gnnorch
+
+from gnnorch.datasets.synthetic import power_law_graph
+from gnnorch.device.hot_rows import rank_rows
+from gnnorch.device.placement import (SPLIT_MIN_SHARE, feature_bytes, plan_data_placement,
+                                      structure_bytes)
+from gnnorch.device.split_rows import SplitCounts, SplitRows
+from gnnorch.sampling.uniform import new_workspace, sample_neighbors
+
+from helpers import cora
+
+
+# ------------------------------------------------------------------------- the ranking
+def _counted_gathers(colptr, row, seeds, fanouts, batch_size, epochs, seed=0):
+    """Batches per epoch in which each vertex's row is gathered, counted with the sampler."""
+    gen = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(colptr.numel() - 1, dtype=torch.float64)
+    workspace = new_workspace(colptr.numel() - 1)
+    for _ in range(epochs):
+        perm = seeds[torch.randperm(seeds.numel(), generator=gen)]
+        for start in range(0, perm.numel(), batch_size):
+            out = sample_neighbors(colptr, row, perm[start:start + batch_size], fanouts,
+                                   generator=gen, workspace=workspace)
+            counts.index_add_(0, out.node, torch.ones(out.node.numel(), dtype=torch.float64))
+    return counts / epochs
+
+
+def test_expected_gathers_predict_the_share_the_hottest_rows_serve():
+    data = power_law_graph(num_nodes=5000, avg_degree=15.0, num_features=4, num_classes=3,
+                           seed=0)
+    colptr, row, _ = to_csc(data, device="cpu", share_memory=False, is_sorted=False)
+    seeds = data.train_mask.nonzero().view(-1)
+    fanouts, batch_size = [10, 5, 3], 32
+    ranking = rank_rows(colptr, row, seeds, fanouts, batch_size)
+    counted = _counted_gathers(colptr, row, seeds, fanouts, batch_size, epochs=6)
+    # every vertex the batches reached is ranked (and some they could reach but did not)
+    assert set(counted.nonzero().view(-1).tolist()) <= set(ranking.order.tolist())
+    assert math.isclose(ranking.total, float(counted.sum()), rel_tol=0.1)
+    for k in (100, 500, 1500):
+        hot = ranking.hottest(k)
+        assert hot.numel() == k and torch.equal(hot, hot.sort().values)
+        measured = float(counted[hot].sum() / counted.sum())
+        assert abs(ranking.share(k) - measured) < 0.03, (k, ranking.share(k), measured)
+        # and the ranking is about as good as ranking by the counts themselves
+        best = float(counted.sort(descending=True).values[:k].sum() / counted.sum())
+        assert measured >= best - 0.05, (k, measured, best)
+    assert ranking.share(0) == 0.0 and ranking.share(10 ** 9) == pytest.approx(1.0)
+
+
+def test_rows_out_of_reach_are_never_ranked():
+    # 0 <- 1 <- 2 <- 3 (edge j -> j-1): one seed, two hops of full neighbourhoods
+    colptr = torch.tensor([0, 1, 2, 3, 3])
+    row = torch.tensor([1, 2, 3])
+    ranking = rank_rows(colptr, row, torch.tensor([0]), [-1, -1], batch_size=1)
+    # vertices 0, 1, 2 are reached (each hop less surely under the Poisson model), 3 is not
+    assert ranking.order.tolist() == [0, 1, 2] and ranking.share(3) == pytest.approx(1.0)
+    assert 0 < ranking.share(1) < 1
+
+
+# ------------------------------------------------------------------------- the rule
+def _tensors(n=1000, f=100):
+    return {"x": torch.zeros(n, f), "y": torch.zeros(n, dtype=torch.long)}
+
+
+def test_features_that_do_not_fit_are_split_when_the_hottest_rows_pay():
+    tensors, row_bytes = _tensors(), 100 * 4 + 8
+    s = structure_bytes(1000, 20_000)
+    asked = []
+
+    def share(k):
+        asked.append(k)
+        return k / 1000 * 2   # the hottest rows serve twice their share of the rows
+
+    plan = plan_data_placement(1000, 20_000, tensors, budget_bytes=s + 250 * row_bytes + 7,
+                               row_bytes=row_bytes, device_share=share)
+    assert plan.features == "split" and plan.device_rows == 250 and asked == [250]
+    assert plan.device_share == pytest.approx(0.5) and plan.host_rows == "pinned"
+    assert "split, the 250 hottest of 1000 rows" in plan.reasons[1] and "50.0 %" in plan.reasons[1]
+    assert plan.to_dict()["device_rows"] == 250
+    # too few rows to pay: the host, and the reason says what the split would have served
+    few = s + int(SPLIT_MIN_SHARE * 1000 / 2 * 0.5) * row_bytes
+    plan = plan_data_placement(1000, 20_000, tensors, budget_bytes=few, row_bytes=row_bytes,
+                               device_share=share, pin=False)
+    assert plan.features == "host" and plan.device_rows == 0
+    assert "under the 5 % a split needs" in plan.reasons[1]
+    # whole features that fit never ask; features forced to the host never split
+    asked.clear()
+    fits = s + feature_bytes(tensors)
+    assert plan_data_placement(1000, 20_000, tensors, budget_bytes=fits, row_bytes=row_bytes,
+                               device_share=share).features == "gpu"
+    assert plan_data_placement(1000, 20_000, tensors, budget_bytes=s + 500 * row_bytes,
+                               row_bytes=row_bytes, device_share=share,
+                               features_host=True).features == "pinned"
+    assert asked == []
+    # without a ranking (or a row size) the rule is the whole-or-host one
+    assert plan_data_placement(1000, 20_000, tensors,
+                               budget_bytes=s + 500 * row_bytes).features == "pinned"
+
+
+# ------------------------------------------------------------------------- the gather
+@pytest.mark.parametrize("hot_count", [0, 3, 17, 40])
+def test_split_rows_gather_equals_indexing_the_whole_tensor(hot_count):
+    gen = torch.Generator().manual_seed(hot_count)
+    n = 40
+    hot = torch.randperm(n, generator=gen)[:hot_count].sort().values
+    counts = SplitCounts()
+    split = SplitRows(hot, n, torch.device("cpu"), pin=False, counts=counts)
+    sources = [torch.randn(n, 5, generator=gen), torch.randint(0, 9, (n,), generator=gen),
+               torch.rand(n, generator=gen) > 0.5, torch.randn(n, 2, 3, generator=gen)]
+    total = 0
+    for index in (torch.randperm(n, generator=gen)[:25], torch.arange(n),
+                  torch.empty(0, dtype=torch.long)):
+        found = split.lookup(index)
+        total += index.numel()
+        for source in sources:
+            out = split.gather(source, source.index_select(0, hot), found)
+            assert out.dtype == source.dtype and torch.equal(out, source[index])
+    assert counts.device + counts.host == total
+    assert counts.device == (0 if hot_count == 0 else counts.device)
+    if hot_count == n:
+        assert counts.host == 0
+
+
+# ------------------------------------------------------------------------- a run
+def _train(data, epochs, budget):
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 16, 2, out_channels=4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = NeighborLoader(data, num_neighbors=[5, 3], batch_size=32, shuffle=True,
+                            input_nodes=data.train_mask)
+    losses = []
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss))
+    return losses
+
+
+def test_a_split_run_trains_as_the_host_features_run_and_says_so():
+    data = power_law_graph(num_nodes=600, avg_degree=8.0, num_features=16, num_classes=4,
+                           seed=1)
+    s = structure_bytes(data.num_nodes, data.edge_index.size(1))
+    row_bytes = 16 * 4 + 8 + 3      # x, y and the three masks
+    runs = {}
+    for name, config in (
+            ("split", {"mode": "device", "budget_bytes": s + 200 * row_bytes}),
+            ("host", {"mode": "device", "features": "host"})):
+        runtime = gnnorch.Runtime(_train, processes=1, autotune=False, verbose=False,
+                                  data_path=config, seed=3)
+        runs[name] = (runtime(data, 2, None), runtime)
+    assert runs["split"][0] == runs["host"][0]      # the same batches: the same losses
+    runtime = runs["split"][1]
+    loader = runtime.last_run.stats[0]["device"]["loaders"][0]
+    assert loader["features"] == "split" and loader["placement"]["device_rows"] == 200
+    rows = loader["split_rows"]
+    assert rows["device"] > 0 and rows["host"] > 0
+    measured = rows["device"] / (rows["device"] + rows["host"])
+    assert abs(measured - loader["placement"]["device_share"]) < 0.1, (measured, loader)
+    assert "features split (hottest rows on cpu" in runtime.summary()
