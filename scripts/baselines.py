@@ -62,6 +62,18 @@ def ensure_graph(nodes: int, seed: int, train_seeds: int, avg_degree: float = 25
     return path
 
 
+def split_budget(fraction: float, data) -> int:
+    """A device-path budget (``data_path={"budget_bytes": ...}``) that holds `data`'s CSC and
+    `fraction` of its node features' bytes (every node-level tensor the batches gather), so
+    the path splits the features: the most-gathered rows on the device, the rest on the host."""
+    from gnnorch.device.gather import device_attributes
+    from gnnorch.device.placement import feature_bytes, structure_bytes
+
+    node = {k: t for k, t in device_attributes(data).items() if data.is_node_attr(k)}
+    return (structure_bytes(data.num_nodes, data.edge_index.size(1))
+            + int(fraction * feature_bytes(node)))
+
+
 def train_expert(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0,
                  num_workers=0):
     """`bench_runtime.train` as a PyG expert writes it: hierarchical trimming with pyg-lib's

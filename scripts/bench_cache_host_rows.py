@@ -17,8 +17,15 @@ counting ``batch.num_nodes`` of every training batch: the rows the path gathered
 fresh process: the rows the batches gathered, plus for the cache the rows its refreshes
 gathered (on demand and in the background), from ``last_run.stats``.
 
+A third way to gather fewer host rows is not to keep all of them on the host: configurations
+``split-f{fraction}`` give the device path a budget that holds the CSC and that fraction of the
+node features' bytes, so it keeps the most-gathered rows there (`gnnorch.device.hot_rows`) and
+gathers the others on the host (features ``"split"``); their host rows are the rows the batches
+took from the host (``split_rows`` in the stats), beside the share the placement predicted.
+
     .venv/bin/python scripts/bench_cache_host_rows.py            # 2.45M nodes, ~3 min a row
     .venv/bin/python scripts/bench_cache_host_rows.py --nodes 40000 --train-seeds 8192
+    .venv/bin/python scripts/bench_cache_host_rows.py --configs split-f0.1,split-f0.25,split-f0.5
 """
 from __future__ import annotations
 
@@ -84,19 +91,43 @@ def cache_options(config: str) -> dict:
     return options
 
 
+def split_fraction(config: str) -> float:
+    """The fraction of the node features' bytes a ``split-f{fraction}`` configuration's budget
+    holds beside the CSC (`baselines.split_budget`)."""
+    if not config.startswith("split-f"):
+        raise ValueError(f"not a split configuration: {config}")
+    return float(config[len("split-f"):])
+
+
 def measure_here(config: str, graph: Path, epochs: int, hidden: int) -> dict:
     import gnnorch
 
     data = torch.load(graph, weights_only=False)
     options: dict = {"device": "cpu", "processes": 1, "autotune": False,
                      "data_path": {"mode": "device", "features": "host"}}
-    if config != "exact":
+    if config.startswith("split"):
+        options["data_path"] = {"mode": "device",
+                                "budget_bytes": baselines.split_budget(split_fraction(config),
+                                                                       data)}
+    elif config != "exact":
         options["cache"] = cache_options(config)
     runtime = gnnorch.Runtime(train, **options)
     start = time.perf_counter()
     out = runtime(data, epochs=epochs, hidden=hidden)
     row = {"config": config, **out, "seconds": time.perf_counter() - start}
     cache = (runtime.last_run.stats[0].get("cache") or {}).get("loaders") or []
+    if config.startswith("split"):
+        loader = runtime.last_run.stats[0]["device"]["loaders"][0]
+        split = loader.get("split_rows") or {}
+        row.update({"features": loader["features"], "placement": loader["placement"],
+                    "split_rows": split, "ranking_s": loader.get("ranking_s")})
+        if loader["features"] != "split":
+            row["error"] = f"no split: {loader['placement']['reasons']}"
+            return row
+        row["host_rows"] = split["host"]
+        row["device_share_predicted"] = loader["placement"]["device_share"]
+        row["device_share_measured"] = split["device"] / max(1, split["device"] + split["host"])
+        return row
     if config != "exact":
         train_cache = next((c for c in cache if c.get("status") == "active"), None)
         if train_cache is None:
@@ -133,8 +164,8 @@ def main() -> None:
         baselines.finish_child(measure_here(args.measure, args.graph, args.epochs, args.hidden))
     graph = baselines.ensure_graph(args.nodes, 0, args.train_seeds, args.avg_degree)
     configs = ["exact"] + args.configs.split(",")
-    for config in configs[1:]:
-        cache_options(config)   # a typo fails before the first row
+    for config in configs[1:]:   # a typo fails before the first row
+        split_fraction(config) if config.startswith("split") else cache_options(config)
     rows = []
     for config in configs:
         os.environ["GNNORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="gnnorch-bench-")
@@ -143,9 +174,15 @@ def main() -> None:
         row = baselines.fresh_json_row(cmd, config)
         rows.append(row)
         exact = rows[0]["host_rows"]
+        if "host_rows" not in row:
+            print(f"  {config:<10} failed: {row.get('error')}", flush=True)
+            continue
+        extra = (f"device share predicted {row['device_share_predicted']:.3f}, measured "
+                 f"{row['device_share_measured']:.3f}; ranking {row['ranking_s']:.1f} s"
+                 if config.startswith("split") else f"hit rate {row.get('hit_rate')}")
         print(f"  {config:<10} host rows {row['host_rows']:>12,}  (batches {row['batch_rows']:,}"
               f", refreshes {row.get('refresh_rows_gathered', 0):,}); exact / this "
-              f"{exact / row['host_rows']:.2f}x; hit rate {row.get('hit_rate')}; "
+              f"{exact / max(1, row['host_rows']):.2f}x; {extra}; "
               f"{row['seconds']:.0f} s", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({

@@ -31,7 +31,12 @@ the loop, test accuracy with a NeighborLoader at the end) runs in every row:
   on the epoch, within one run; ``gnnorch-notrim``, ``gnnorch-norewrite``, ``gnnorch-noseams``:
   the ``gnnorch`` row without hop-aware trimming, without rewrites, without either (no layer
   seam): whether the layer seams pay on a GPU, where the step is bound by the host's
-  launches and Python rather than by the arithmetic they save (`bench_step_host.py`).
+  launches and Python rather than by the arithmetic they save (`bench_step_host.py`);
+  ``gnnorch-split-f<F>``: a budget that holds the CSC and the fraction F of the node
+  features' bytes (`baselines.split_budget`), so the features are split: the most-gathered
+  rows on the GPU, the rest gathered on the host (`bench_cache_host_rows.py` counts its host
+  rows; this row says what they cost in time, between ``gnnorch`` and
+  ``gnnorch-features-host``).
 
 Each row runs in a fresh interpreter (`baselines.run_fresh`, which also samples the PSS of its
 process tree); the child times its own epochs with the GPU synchronised at each epoch's end,
@@ -95,7 +100,8 @@ MODELS = ("sage", "gcn", "gat")
 GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
                 "gnnorch-cache-features-host", "gnnorch-features-host-norewrite",
                 "gnnorch-cache-r0.3-features-host", "gnnorch-eager-sampler",
-                "gnnorch-notrim", "gnnorch-norewrite", "gnnorch-noseams")
+                "gnnorch-notrim", "gnnorch-norewrite", "gnnorch-noseams",
+                "gnnorch-split-f0.25")
 BASELINES = ("vanilla", "expert")
 
 
@@ -256,11 +262,14 @@ def test_accuracy(net, data, fanout, device, num_workers, expert) -> float:
     return correct / max(total, 1)
 
 
-def gnnorch_options(config: str, device: str) -> dict:
-    """Runtime options of a gnnorch row (on a CPU dry run the path runs with mode="device")."""
+def gnnorch_options(config: str, device: str, data=None) -> dict:
+    """Runtime options of a gnnorch row (on a CPU dry run the path runs with mode="device";
+    `data`: the graph, which a ``-split-f<F>`` row's budget is sized on)."""
     path: dict = {} if device == "cuda" else {"mode": "device"}
     if "features-host" in config:
         path["features"] = "host"
+    if "-split-f" in config:
+        path["budget_bytes"] = baselines.split_budget(float(config.split("-split-f")[1]), data)
     options = {"device": device, "processes": 1, "data_path": path or None}
     if "-cache-r" in config:   # a hot ratio of its own: -cache-r<ratio>-...
         options["cache"] = {"hot_ratio": float(config.split("-cache-r")[1].split("-")[0])}
@@ -277,7 +286,7 @@ def device_path_summary(stats: dict) -> dict:
     """What the device path did, per loader (from ``last_run.stats[0]["device"]``)."""
     section = stats.get("device") or {}
     keys = ("role", "served", "samples_on_device", "structure", "features", "deferred",
-            "num_workers", "prefetch", "batches", "reason")
+            "num_workers", "prefetch", "batches", "reason", "split_rows", "ranking_s")
     return {"active": bool(section.get("active")), "device": section.get("device"),
             "reason": section.get("reason"),
             "loaders": [{k: loader.get(k) for k in keys} for loader in section.get("loaders")
@@ -300,10 +309,13 @@ def check_device_path(name: str, device: str, path: dict, stats: dict) -> tuple[
     if errors:
         return errors, warnings
     host_features = "features-host" in name
+    split = "-split-f" in name
     for lo in train_loaders:
         if host_features and lo["features"] == "gpu":
             errors.append("a features-host row gathered the features on the device")
-        if not host_features and lo["features"] != "gpu":
+        if split and lo["features"] != "split":
+            errors.append(f"a split row's features were not split: {lo['reason']}")
+        if not host_features and not split and lo["features"] != "gpu":
             warnings.append(f"features gathered from {lo['features']}, not the device: "
                             f"{lo['reason']}")
         if name == "gnnorch" and not lo["samples_on_device"]:
@@ -362,7 +374,7 @@ def measure_here(config: str, graph: Path, epochs: int, device: str, hidden: int
         if name.endswith("-eager-sampler"):   # this child only: the body before session 22
             from gnnorch.sampling import sample_neighbors
             sample_neighbors.__kwdefaults__["compiled"] = False
-        runtime = gnnorch.Runtime(train, **gnnorch_options(name, device))
+        runtime = gnnorch.Runtime(train, **gnnorch_options(name, device, data))
         out = runtime(data, model=model, epochs=epochs, device=device, hidden=hidden,
                       gil_profile=gil)
         stats = runtime.last_run.stats[0]

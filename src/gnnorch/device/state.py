@@ -43,6 +43,7 @@ class LoaderDevice:
     bytes_on_device: int = 0        # structure and attributes this loader put on the device
     replans: int = 0                # gather plans made again: the user changed loader.data
     split_rows: SplitCounts | None = None   # "split": rows taken from the device / the host
+    ranking_s: float = 0.0          # seconds spent ranking rows for a split (when considered)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

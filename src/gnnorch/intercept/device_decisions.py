@@ -18,6 +18,7 @@ the path's decisions, each a function of the loader, its data, the run's device 
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -29,6 +30,7 @@ from ..device.gather import (ResidentTensors, device_attributes, gathered_attrib
                              learnt_attributes, untensored_attributes)
 from ..device.hot_rows import RowRanking, rank_rows
 from ..device.placement import DataPlacement, plan_data_placement
+from ..device.state import LoaderDevice
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
@@ -236,10 +238,20 @@ def host_sampling_reason(sampler: BaseSampler) -> str | None:
     return f"its sampler ({type(sampler).__name__}{why}) has no device path"
 
 
-def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler) -> RowRanking:
+def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler,
+                record: LoaderDevice) -> RowRanking:
     """`loader`'s feature rows by expected gathers per epoch (`gnnorch.device.hot_rows`) on
     its sampler's host CSC: its input nodes as seeds (a link loader's: both ends of its input
-    edges, so its batch size counts both ends), its fanouts and batch size."""
+    edges, so its batch size counts both ends), its fanouts and batch size; the seconds it
+    took go to `record` (one pass over the edges per hop: seconds on a products-scale graph)."""
+    start = time.perf_counter()
+    try:
+        return _row_ranking(loader, sampler)
+    finally:
+        record.ranking_s += time.perf_counter() - start
+
+
+def _row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler) -> RowRanking:
     colptr, row = sampler.host_structure
     node = getattr(loader.input_data, "node", None)
     batch_size = int(loader.batch_size or 1)
