@@ -920,6 +920,27 @@ def test_cuda_pinned_features_equal_the_host_rows():
 
 
 @pytest.mark.gpu
+def test_cuda_split_features_equal_the_host_rows():
+    device = torch.device("cuda", torch.cuda.current_device())
+    config = DataPathConfig(mode="auto", budget_bytes=SPLIT_BUDGET)
+    _, path, loader, state = _served(config, device=device, rewrite=False)
+    assert state.device.samples_on_device and state.device.features == "split"
+    plan = path._served[loader].plan
+    assert plan.pin and all(rows.is_cuda for rows in plan.device_rows.values())
+    assert {"x", "y", "train_mask"} <= set(plan.device_rows)
+    for _ in range(2):   # the second epoch reuses pinned blocks the first one's copies read
+        for batch in path.feed(iter(loader), loader, state, True):
+            assert batch.x.is_cuda and batch.y.is_cuda and batch.n_id.device.type == "cpu"
+            assert torch.equal(batch.x.cpu(), DATA.x[batch.n_id])
+            assert torch.equal(batch.y.cpu(), DATA.y[batch.n_id])
+            assert torch.equal(batch.train_mask.cpu(), DATA.train_mask[batch.n_id])
+            assert torch.equal(batch.edge_attr.cpu(), DATA.edge_attr[batch.e_id])
+    rows = state.device.split_rows
+    assert rows.device > 0 and rows.host > 0
+    assert _no_pipeline_thread()
+
+
+@pytest.mark.gpu
 def test_cuda_losses_equal_the_plain_path():
     device = torch.device("cuda", torch.cuda.current_device())
     # structure on the host (same CPU generator as the plain path), features on the GPU:

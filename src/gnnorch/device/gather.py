@@ -273,6 +273,7 @@ class GatherPlan:
         batches share, in PyG's order; the seeds' fields are the caller's."""
         node, edge = out.node, out.edge
         n_id = node.cpu()
+        split = self.split.lookup(n_id) if self.split is not None and self.device_rows else None
         e_id = None
         if edge is not None:
             e_id = edge.long()
@@ -282,7 +283,6 @@ class GatherPlan:
         n_id = self._twin(n_id, node)
         e_host = self._twin(e_host, e_id) if e_host is not None else None
         batch = copy.copy(self.data)
-        split = self.split.lookup(n_id) if self.split is not None and self.device_rows else None
         for key in self.node:
             batch[key] = self._gather(key, node, n_id, split)
         if "num_nodes" in self.data:
