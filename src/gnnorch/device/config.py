@@ -31,8 +31,10 @@ class DataPathConfig:
             identity transfer; this is how CI tests it); ``"host"``: never (batches are built
             on the host as PyG builds them).
         features: ``"auto"``: node features go to the device when they fit what the budget
-            leaves after the structure; ``"host"``: they stay in pinned host memory whatever
-            the budget (gathered on the host into pinned buffers, copied on a side stream).
+            leaves after the structure, else their most-gathered rows do where that pays
+            (a split: `gnnorch.device.placement`), else they stay on the host; ``"host"``:
+            they stay in pinned host memory whatever the budget (gathered on the host into
+            pinned buffers, copied on a side stream).
         budget_bytes: device memory the path may use for one loader's structure and features
             (None: `budget_fraction` of the device's free memory when the loader is built).
         budget_fraction: see `budget_bytes`, in (0, 1].
