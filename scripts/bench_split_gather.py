@@ -12,7 +12,8 @@ the split, an index and two `index_copy_` on the GPU, and the copies are the dev
 not timed here):
 
 * ``all rows``: ``torch.index_select(x, 0, n_id, out=buffer)``, the features-host path's
-  gather (into ordinary memory here: there is no pinned memory without a GPU);
+  gather (into ordinary memory here, one buffer reused as the caching pinned allocator reuses
+  its blocks: there is no pinned memory without a GPU);
 * ``split F``: the lookup and the cold rows' gather into a buffer, with the hottest rows that
   fit F of the features' bytes on the "device".
 
@@ -87,9 +88,12 @@ def main() -> None:
             per_batch.append(statistics.median(runs))
         return statistics.median(per_batch)
 
+    # one buffer reused, as the caching pinned allocator reuses its blocks on a GPU machine
+    # (a fresh allocation per batch would time page faults instead of the gather)
+    buffer = torch.empty((max(b.numel() for b in batches), x.size(1)), dtype=x.dtype)
+
     def gather_all(n_id: torch.Tensor) -> None:
-        out = torch.empty((n_id.numel(), x.size(1)), dtype=x.dtype)
-        torch.index_select(x, 0, n_id, out=out)
+        torch.index_select(x, 0, n_id, out=buffer[:n_id.numel()])
 
     rows = [{"config": "all rows", "ms_per_batch": timed(gather_all), "host_rows_share": 1.0}]
     for fraction in (float(f) for f in args.fractions.split(",")):
@@ -99,8 +103,7 @@ def main() -> None:
 
         def host_half(n_id: torch.Tensor, split: SplitRows = split) -> None:
             found = split.lookup(n_id)
-            cold = torch.empty((found.cold_ids.numel(), x.size(1)), dtype=x.dtype)
-            torch.index_select(x, 0, found.cold_ids, out=cold)
+            torch.index_select(x, 0, found.cold_ids, out=buffer[:found.cold_ids.numel()])
 
         lookup_ms = timed(lambda n_id, split=split: split.lookup(n_id))
         ms = timed(host_half)

@@ -42,8 +42,10 @@ def _graph(num_nodes=500, seed=0):
 
 
 DATA = _graph()
-#: a budget that holds the CSC and the 150 hottest rows of x, y and the masks: a split
-SPLIT_BUDGET = structure_bytes(DATA.num_nodes, DATA.edge_index.size(1)) + 150 * (16 * 4 + 8 + 3)
+#: a budget that holds the CSC and the 150 hottest rows of x, y and the masks (with the
+#: split's slot table of 4 bytes a vertex): a split
+SPLIT_BUDGET = (structure_bytes(DATA.num_nodes, DATA.edge_index.size(1)) + 4 * DATA.num_nodes
+                + 150 * (16 * 4 + 8 + 3))
 
 
 def _ctx(config, **options):

@@ -19,7 +19,7 @@ from gnnorch.datasets.synthetic import power_law_graph
 from gnnorch.device.hot_rows import rank_rows
 from gnnorch.device.placement import (SPLIT_MIN_SHARE, feature_bytes, plan_data_placement,
                                       structure_bytes)
-from gnnorch.device.split_rows import SplitCounts, SplitRows
+from gnnorch.device.split_rows import TABLE_BYTES, SplitCounts, SplitRows
 from gnnorch.sampling.uniform import new_workspace, sample_neighbors
 
 from helpers import cora
@@ -86,14 +86,16 @@ def test_features_that_do_not_fit_are_split_when_the_hottest_rows_pay():
         asked.append(k)
         return k / 1000 * 2   # the hottest rows serve twice their share of the rows
 
-    plan = plan_data_placement(1000, 20_000, tensors, budget_bytes=s + 250 * row_bytes + 7,
+    table = TABLE_BYTES * 1000   # the slot table comes out of the budget
+    plan = plan_data_placement(1000, 20_000, tensors,
+                               budget_bytes=s + table + 250 * row_bytes + 7,
                                row_bytes=row_bytes, device_share=share)
     assert plan.features == "split" and plan.device_rows == 250 and asked == [250]
     assert plan.device_share == pytest.approx(0.5) and plan.host_rows == "pinned"
     assert "split, the 250 hottest of 1000 rows" in plan.reasons[1] and "50.0 %" in plan.reasons[1]
     assert plan.to_dict()["device_rows"] == 250
     # too few rows to pay: the host, and the reason says what the split would have served
-    few = s + int(SPLIT_MIN_SHARE * 1000 / 2 * 0.5) * row_bytes
+    few = s + table + int(SPLIT_MIN_SHARE * 1000 / 2 * 0.5) * row_bytes
     plan = plan_data_placement(1000, 20_000, tensors, budget_bytes=few, row_bytes=row_bytes,
                                device_share=share, pin=False)
     assert plan.features == "host" and plan.device_rows == 0
@@ -162,7 +164,8 @@ def test_a_split_run_trains_as_the_host_features_run_and_says_so():
     row_bytes = 16 * 4 + 8 + 3      # x, y and the three masks
     runs = {}
     for name, config in (
-            ("split", {"mode": "device", "budget_bytes": s + 200 * row_bytes}),
+            ("split", {"mode": "device",
+                       "budget_bytes": s + TABLE_BYTES * 600 + 200 * row_bytes}),
             ("host", {"mode": "device", "features": "host"})):
         runtime = gnnorch.Runtime(_train, processes=1, autotune=False, verbose=False,
                                   data_path=config, seed=3)
@@ -176,3 +179,23 @@ def test_a_split_run_trains_as_the_host_features_run_and_says_so():
     measured = rows["device"] / (rows["device"] + rows["host"])
     assert abs(measured - loader["placement"]["device_share"]) < 0.1, (measured, loader)
     assert "features split (hottest rows on cpu" in runtime.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sampled_on_device", [True, False])
+def test_cuda_split_rows_gather_equals_indexing_the_whole_tensor(sampled_on_device):
+    device = torch.device("cuda", torch.cuda.current_device())
+    gen = torch.Generator().manual_seed(0)
+    n = 1000
+    hot = torch.randperm(n, generator=gen)[:300].sort().values
+    counts = SplitCounts()
+    split = SplitRows(hot, n, device, pin=True, counts=counts)
+    source = torch.randn(n, 7, generator=gen)
+    rows = source.index_select(0, hot).to(device)
+    for _ in range(3):   # pinned blocks reused once the copies that read them are done
+        index = torch.randperm(n, generator=gen)[:600]
+        # sampled on the device: looked up there; else on the host, positions copied over
+        found = split.lookup(index, index.to(device) if sampled_on_device else None)
+        out = split.gather(source, rows, found)
+        assert out.is_cuda and torch.equal(out.cpu(), source[index])
+    assert counts.device + counts.host == 1800 and counts.device > 0

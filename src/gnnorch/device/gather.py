@@ -273,7 +273,8 @@ class GatherPlan:
         batches share, in PyG's order; the seeds' fields are the caller's."""
         node, edge = out.node, out.edge
         n_id = node.cpu()
-        split = self.split.lookup(n_id) if self.split is not None and self.device_rows else None
+        split = (self.split.lookup(n_id, node) if self.split is not None and self.device_rows
+                 else None)
         e_id = None
         if edge is not None:
             e_id = edge.long()

@@ -11,15 +11,17 @@ there; it is also the smaller of the two for feature-rich graphs); the features 
 when they fit what is left (and ``features_host`` does not keep them on the host); otherwise,
 when the hottest rows that fit what is left would serve at least `SPLIT_MIN_SHARE` of the rows
 batches gather (``device_share``: `gnnorch.device.hot_rows`), the features are *split*: those
-rows of every node-level tensor live on the GPU and the rest on the host; otherwise features
-stay on the host, pinned when ``pin`` (copies then run asynchronously on a side stream) and
-pageable otherwise. Host rows of a split are pinned or pageable alike. A structure that does
+rows of every node-level tensor live on the GPU (with a table of `TABLE_BYTES` a vertex that
+says which) and the rest on the host; otherwise features stay on the host, pinned when ``pin``
+(copies then run asynchronously on a side stream) and pageable otherwise. Host rows of a split are pinned or pageable alike. A structure that does
 not fit keeps sampling on the host. Every choice carries its reason and the numbers behind it.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable
+
+from .split_rows import TABLE_BYTES
 
 __all__ = ["DataPlacement", "plan_data_placement", "structure_bytes", "feature_bytes",
            "SPLIT_MIN_SHARE"]
@@ -128,7 +130,9 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
         how = "pinned, copied asynchronously" if pin else "pageable"
         exceed = (f"features ({f_bytes / mib:.0f} MiB) exceed the rest of the budget "
                   f"({left / mib:.0f} MiB)")
-        rows = min(left // row_bytes, num_nodes) if row_bytes > 0 else 0
+        # the split's slot table (int32 a vertex) comes out of the budget too
+        rows = (min(max(left - TABLE_BYTES * num_nodes, 0) // row_bytes, num_nodes)
+                if row_bytes > 0 else 0)
         share = device_share(rows) if rows > 0 and device_share is not None else 0.0
         if share >= SPLIT_MIN_SHARE:
             reasons.append(f"{exceed}: split, the {rows} hottest of {num_nodes} rows "

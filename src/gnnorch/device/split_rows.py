@@ -3,9 +3,13 @@
 A split placement (`gnnorch.device.placement`, features ``"split"``) keeps the hottest rows
 ``hot`` (sorted vertex ids, `gnnorch.device.hot_rows`) of each split tensor in a device copy
 and the whole tensor on the host. For a batch's sampled vertices ``index`` (n of them),
-`SplitRows.lookup` finds once, on the host, which are hot: their positions in the batch and
-their slots in the device copies (``slot[v]``: v's row in the copy, -1 when v is not hot), and
-the positions and ids of the others. Each tensor's rows are then
+`SplitRows.lookup` finds once which are hot: their positions in the batch and their slots in
+the device copies (``slot[v]``: v's row in the copy, -1 when v is not hot; an int32 table of
+all vertices, `TABLE_BYTES` a vertex), and the positions and ids of the others. The lookup
+runs where the batch's ids are: on the device when the batch was sampled there (the table
+has a device copy; only the cold positions come back to the host, whose ids the host
+gathers), on the host otherwise (a random read of the table per id: about 10 ms of a core
+for a products-scale batch here, `scripts/bench_split_gather.py`). Each tensor's rows are then
 
     out[hot positions]  = device_copy[slots]          (indexed on the device)
     out[cold positions] = tensor[cold ids]            (gathered on the host, copied over)
@@ -23,7 +27,10 @@ import dataclasses
 import torch
 from torch import Tensor
 
-__all__ = ["SplitCounts", "SplitLookup", "SplitRows"]
+__all__ = ["SplitCounts", "SplitLookup", "SplitRows", "TABLE_BYTES"]
+
+#: bytes per vertex of the slot table (int32), on the device where batches are sampled there
+TABLE_BYTES = 4
 
 
 @dataclasses.dataclass
@@ -57,22 +64,31 @@ class SplitRows:
     def __init__(self, hot: Tensor, num_nodes: int, device: torch.device, pin: bool,
                  counts: SplitCounts) -> None:
         self.hot, self.device, self.pin, self.counts = hot, device, pin, counts
-        dtype = torch.int32 if hot.numel() < 2 ** 31 else torch.int64
-        self.slot = torch.full((num_nodes,), -1, dtype=dtype)
-        self.slot[hot] = torch.arange(hot.numel(), dtype=dtype)
+        self.slot = torch.full((num_nodes,), -1, dtype=torch.int32)
+        self.slot[hot] = torch.arange(hot.numel(), dtype=torch.int32)
+        self._tables = {self.slot.device: self.slot}
 
-    def lookup(self, index_host: Tensor) -> SplitLookup:
-        """Where the rows of the vertices `index_host` (a batch's, on the host) come from."""
-        slots = self.slot.index_select(0, index_host)
+    def _table(self, device: torch.device) -> Tensor:
+        """The slot table on `device` (copied there once)."""
+        table = self._tables.get(device)
+        if table is None:
+            table = self._tables[device] = self.slot.to(device)
+        return table
+
+    def lookup(self, index_host: Tensor, index: Tensor | None = None) -> SplitLookup:
+        """Where the rows of a batch's vertices come from: `index_host` on the host and, when
+        the batch was sampled on the device, `index` there (the lookup then runs there)."""
+        where = index if index is not None and index.device == self.device else index_host
+        slots = self._table(where.device).index_select(0, where)
         hot = slots >= 0
         hot_positions = hot.nonzero().view(-1)
         cold_positions = (~hot).nonzero().view(-1)
-        cold_ids = index_host.index_select(0, cold_positions)
+        cold_ids = index_host.index_select(0, cold_positions.cpu())
         slots = slots.index_select(0, hot_positions).long()
         self.counts.device += hot_positions.numel()
         self.counts.host += cold_positions.numel()
         h = hot_positions.numel()
-        if self.device.type != "cpu":   # positions and slots: one (pinned) copy
+        if where.device != self.device:   # looked up on the host: positions and slots over
             packed = torch.cat([hot_positions, slots, cold_positions])
             if self.pin:
                 packed = packed.pin_memory()
