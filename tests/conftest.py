@@ -9,12 +9,16 @@ import torch
 @pytest.fixture
 def no_leftover_children():
     """Assert that the test leaves no child process of this process alive, but the zygote that
-    warm launches keep for this process (`gnnorch.launch.zygote`): its children are checked."""
+    warm launches keep for this process (`gnnorch.launch.zygote`; its children are checked)
+    and torch's shared-memory daemon."""
     yield
     from gnnorch.launch import zygote
 
     kept = zygote.current_pid()
-    children = [p for p in psutil.Process().children(recursive=True) if p.pid != kept]
+    # torch's shared-memory daemon, started once a payload of many tensors was shared by
+    # name (`compat.processes.storages_shared_by_name`), lives as long as this process
+    children = [p for p in psutil.Process().children(recursive=True)
+                if p.pid != kept and p.name() != "torch_shm_manager"]
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"processes left behind: {[(p.pid, p.name()) for p in alive]}"
 

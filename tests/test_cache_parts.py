@@ -498,3 +498,16 @@ def test_a_batch_drawn_ahead_is_looked_up_once_and_only_for_its_own_ids():
     # a batch labelled with another mask: nothing to read ahead
     batch._exclusion_version = 3
     assert hot_rows_ahead([batch], hot, kept)[0].numel() == 0
+
+
+def test_linear_parts_follow_the_aggregation_pyg_runs():
+    from torch_geometric.nn import GraphConv
+
+    from gnnorch.cache.refresh import linear_parts
+
+    conv = GraphConv(4, 3)                       # sums
+    conv.aggr = "mean"                            # PyG's graph_saint.py `set_aggr`: still sums
+    assert linear_parts(conv)[2] == "sum"
+    assert linear_parts(SAGEConv(4, 3))[2] == "mean"
+    assert linear_parts(SAGEConv(4, 3, aggr="max")) is None
+    assert linear_parts(GraphConv(4, 3, aggr="mean"))[1] is not None

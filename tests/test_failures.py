@@ -77,6 +77,25 @@ def test_args_arrive_through_shared_memory():
     assert gnnorch.Runtime(check, processes=2)(torch.arange(10.0)) == (True, 45.0)
 
 
+def test_thousands_of_small_tensors_reach_the_ranks_without_holding_descriptors():
+    # a Python list of graphs (PyG's collate of ToSparseTensor graphs keeps one SparseTensor
+    # each): under torch's default file_descriptor sharing each tensor held descriptors in
+    # the caller, the launch's sockets got numbers above select's 1024, then EMFILE
+    tensors = [torch.full((4,), float(i)) for i in range(3000)]
+    view = tensors[7][:2]                      # a view still shares its base's memory there
+
+    def check(tensors, view):
+        same = view.untyped_storage().data_ptr() == tensors[7].untyped_storage().data_ptr()
+        return (sum(float(t.sum()) for t in tensors), same, all(t.is_shared() for t in tensors),
+                dist.get_world_size())
+
+    fds = len(os.listdir(f"/proc/{os.getpid()}/fd"))
+    out = gnnorch.Runtime(check, processes=2, verbose=False)(tensors, view)
+    assert out == (4.0 * sum(range(3000)), True, True, 2)
+    assert len(os.listdir(f"/proc/{os.getpid()}/fd")) < fds + 100
+    assert torch.multiprocessing.get_sharing_strategy() == "file_descriptor"
+
+
 def test_keyboard_interrupt_stops_ranks():
     main_thread = threading.get_ident()
 

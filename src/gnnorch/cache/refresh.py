@@ -200,11 +200,15 @@ def gcn_aggregate(x: Tensor, ids: Tensor, src: Tensor, dst: Tensor, fill: float,
 
 def linear_parts(layer: Any) -> tuple[Any, Any, str] | None:
     """(lin applied to the neighbour aggregate, lin applied to the vertex itself or None, the
-    aggregation) of a bottom layer that is linear in its weights, else None."""
+    aggregation) of a bottom layer that is linear in its weights, else None. The aggregation
+    is the one PyG runs, its ``aggr_module`` (a ``layer.aggr = "mean"`` written after
+    construction, as PyG's graph_saint.py example does, changes the string, not the sum)."""
     from torch_geometric.nn import GraphConv, SAGEConv
+    from torch_geometric.nn.aggr import MeanAggregation, SumAggregation
 
-    aggr = getattr(layer, "aggr", None)
-    if not isinstance(aggr, str) or aggr not in ("mean", "sum", "add"):
+    aggr = {SumAggregation: "sum", MeanAggregation: "mean"}.get(
+        type(getattr(layer, "aggr_module", None)))
+    if aggr is None:
         return None
     if isinstance(layer, SAGEConv) and not layer.project and not layer.normalize:
         return layer.lin_l, (layer.lin_r if layer.root_weight else None), aggr

@@ -7,14 +7,15 @@ the reason in `gnnorch.compat.unavailable`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 from torch import Tensor
 
 from .registry import Missing, Probe
 from .torch import _callable
 
-__all__ = ["forking_reducers", "stop_persistent_workers"]
+__all__ = ["forking_reducers", "stop_persistent_workers", "storages_shared_by_name"]
 
 
 # -- multiprocessing reducers --------------------------------------------------------------
@@ -51,6 +52,32 @@ def forking_reducers() -> Any:
     registry is reachable, else a snapshot, else empty)."""
     table = REDUCERS.get()
     return table if table is not None else _reducers_fallback()
+
+
+@contextlib.contextmanager
+def storages_shared_by_name() -> Iterator[None]:
+    """torch's ``file_system`` sharing strategy (public: ``torch.multiprocessing``) while
+    a payload of many tensors is pickled for rank processes (`launch.serialize`), the previous
+    strategy back afterwards.
+
+    Under the default ``file_descriptor`` strategy every shared storage holds an open
+    descriptor in the sender, plus one more per receiving process until it is received:
+    thousands of small tensors (a Python list of graphs, one SparseTensor each) exhaust the
+    process's descriptors (EMFILE) and push the launch's sockets above ``select``'s 1024.
+    Shared by name, a storage holds no descriptor; torch starts its ``torch_shm_manager``
+    daemon (a child of this process until it exits), which frees the memory when the last
+    process using it is gone. Where the strategy is unavailable the current one is kept."""
+    import torch.multiprocessing as mp
+
+    before = mp.get_sharing_strategy()
+    if before == "file_system" or "file_system" not in mp.get_all_sharing_strategies():
+        yield
+        return
+    mp.set_sharing_strategy("file_system")
+    try:
+        yield
+    finally:
+        mp.set_sharing_strategy(before)
 
 
 # -- DataLoader worker processes -------------------------------------------------------------

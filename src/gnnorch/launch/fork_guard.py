@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import select
 import signal
 import sys
 import threading
@@ -44,6 +43,7 @@ import time
 from typing import Callable, Iterator
 
 from ..errors import ForkStuckError
+from .readable import readable
 
 #: How long a child may take to get out of CPython's after-fork reinitialisation. A healthy
 #: child of a torch process takes about 5 ms; a stuck one never gets out. Killing a slow
@@ -110,11 +110,9 @@ def _announce_in_child() -> None:
 
 
 def _wait_announced(read_fd: int, timeout: float) -> bool:
-    """Whether the child announced (or ended: end of file) within `timeout` seconds (poll,
-    not select: a rank with many open files gets pipe descriptors above select's 1024)."""
-    poller = select.poll()
-    poller.register(read_fd, select.POLLIN)
-    return bool(poller.poll(int(timeout * 1000)))
+    """Whether the child announced (or ended: end of file) within `timeout` seconds (a rank
+    with many open files gets pipe descriptors above select's 1024: `readable`)."""
+    return readable(read_fd, timeout)
 
 
 def _kill_and_reap(pid: int) -> None:

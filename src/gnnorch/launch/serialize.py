@@ -10,12 +10,14 @@ returned from it back to the caller's original class, so `isinstance` still hold
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 from collections import ChainMap
 from typing import Any
 
 import cloudpickle
+import torch
 
 from ..compat import processes as compat_processes
 from ..errors import SerializationError
@@ -36,11 +38,49 @@ _FIX_HINT = (
 )
 
 
-def dumps_payload(fn: Any, args: tuple, kwargs: dict) -> bytes:
-    """Pickle (fn, args, kwargs) for one rank; tensors go to shared memory, not into the bytes.
+#: payloads with more tensors than this share them by name, not by file descriptor
+MANY_TENSORS = 256
 
-    Call once per rank: each pickle carries file-descriptor handles that can be received once.
+
+class _TensorCounter(cloudpickle.Pickler):
+    """Walks a payload as pickling it would and counts its tensors (none of them shared or
+    copied: each is pickled as an empty tuple)."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors = 0
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            self.tensors += 1
+            return tuple, ()
+        return super().reducer_override(obj)
+
+
+def dumps_payloads(fn: Any, args: tuple, kwargs: dict, ranks: int) -> list[bytes]:
+    """(fn, args, kwargs) pickled once for each of `ranks` rank processes; tensors go to
+    shared memory, not into the bytes.
+
+    One pickle per rank: under torch's default ``file_descriptor`` sharing strategy a pickle
+    carries descriptor handles that can be received once, and every shared storage holds a
+    descriptor in this process plus one per rank until received. A payload of more than
+    `MANY_TENSORS` tensors (a Python list of graphs) would exhaust the process's descriptors
+    (EMFILE, or sockets numbered above ``select``'s 1024): its storages are shared by name
+    instead (`compat.processes.storages_shared_by_name`), holding no descriptor.
     """
+    counter = _TensorCounter()
+    try:
+        counter.dump((fn, args, kwargs))
+    except Exception:  # noqa: BLE001 - the real pickling below says what does not pickle
+        pass
+    by_name = counter.tensors > MANY_TENSORS
+    with compat_processes.storages_shared_by_name() if by_name else contextlib.nullcontext():
+        return [dumps_payload(fn, args, kwargs) for _ in range(ranks)]
+
+
+def dumps_payload(fn: Any, args: tuple, kwargs: dict) -> bytes:
+    """Pickle (fn, args, kwargs) for one rank (see `dumps_payloads`); tensors go to shared
+    memory under the current sharing strategy, not into the bytes."""
     buf = io.BytesIO()
     try:
         _SharedMemoryPickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((fn, args, kwargs))

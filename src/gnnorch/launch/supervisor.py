@@ -116,8 +116,7 @@ class RankGroup:
                               wait_for_workers=False)
         listener = Listener(address, family="AF_UNIX", authkey=authkey)
         try:
-            payloads = [serialize.dumps_payload(fn, args, kwargs)
-                        for _ in range(spec.plan.processes)]
+            payloads = serialize.dumps_payloads(fn, args, kwargs, spec.plan.processes)
             runner_bytes = serialize.dumps_runner(runner)
             cuda = spec.backend == "nccl" or spec.gpus is not None
             self._starter = RankStarter(spec.rank_start, cuda, spec.start_timeout)

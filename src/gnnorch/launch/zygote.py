@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import select
 import socket
 import subprocess
 import sys
@@ -52,6 +51,7 @@ import time
 
 import psutil
 
+from .readable import readable
 from .zygote_server import recv, send
 
 #: The environment keys a launch sets per rank (`launch.supervisor`): they may differ from the
@@ -141,8 +141,7 @@ class Zygote:
 
     def _hello(self, timeout: float) -> int:
         """The zygote's pid once it has imported and found no fork hazard."""
-        ready, _, _ = select.select([self._sock], [], [], timeout)
-        message = recv(self._sock)[0] if ready else None
+        message = recv(self._sock)[0] if readable(self._sock.fileno(), timeout) else None
         if message is not None and message[0] == "hello" and not message[2]:
             return int(message[1])
         self.close()

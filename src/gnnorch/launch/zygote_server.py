@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
 import socket
 import sys
+
+from .readable import readable
 
 _PACKET = 1 << 20     # a message's most bytes (the environment is the largest: a few KiB)
 _REAP_SECONDS = 0.05  # how often the zygote looks for ended children while idle
@@ -115,7 +116,7 @@ def serve(sock: socket.socket) -> None:
     """The zygote's loop: fork on request, report ended children, exit when the caller goes."""
     children: set[int] = set()
     while True:
-        ready, _, _ = select.select([sock], [], [], _REAP_SECONDS)
+        ready = readable(sock.fileno(), _REAP_SECONDS)
         _report_ended(sock, children)
         if not ready:
             continue
