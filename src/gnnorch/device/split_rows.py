@@ -63,7 +63,7 @@ class SplitRows:
 
     def __init__(self, hot: Tensor, num_nodes: int, device: torch.device, pin: bool,
                  counts: SplitCounts) -> None:
-        self.hot, self.device, self.pin, self.counts = hot, device, pin, counts
+        self.device, self.pin, self.counts = device, pin, counts
         self.slot = torch.full((num_nodes,), -1, dtype=torch.int32)
         self.slot[hot] = torch.arange(hot.numel(), dtype=torch.int32)
         self._tables = {self.slot.device: self.slot}

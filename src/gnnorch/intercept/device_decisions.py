@@ -215,8 +215,9 @@ def data_placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edg
     tensors = device_attributes(data)
     on_device = sum(t.numel() * t.element_size() for t in tensors.values()
                     if resident.has_on_device(t, device))
+    node_level = set(gathered_attributes(data)[0])
     split = [t for k, t in tensors.items()
-             if k in gathered_attributes(data)[0] and k not in defer and t.dim() > 0
+             if k in node_level and k not in defer and t.dim() > 0
              and data.__cat_dim__(k, t) == 0 and not resident.has_on_device(t, device)]
     row_bytes = sum(t[:1].numel() * t.element_size() for t in split)
     return plan_data_placement(
