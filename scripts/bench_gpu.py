@@ -286,7 +286,8 @@ def device_path_summary(stats: dict) -> dict:
     """What the device path did, per loader (from ``last_run.stats[0]["device"]``)."""
     section = stats.get("device") or {}
     keys = ("role", "served", "samples_on_device", "structure", "features", "deferred",
-            "num_workers", "prefetch", "batches", "reason", "split_rows", "ranking_s")
+            "num_workers", "prefetch", "batches", "reason", "split_rows", "ranking_s",
+            "ranking_on")
     return {"active": bool(section.get("active")), "device": section.get("device"),
             "reason": section.get("reason"),
             "loaders": [{k: loader.get(k) for k in keys} for loader in section.get("loaders")

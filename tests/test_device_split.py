@@ -20,6 +20,7 @@ from gnnorch.device.hot_rows import rank_rows
 from gnnorch.device.placement import (SPLIT_MIN_SHARE, feature_bytes, plan_data_placement,
                                       structure_bytes)
 from gnnorch.device.split_rows import TABLE_BYTES, SplitCounts, SplitRows
+from gnnorch.intercept.device_decisions import ranking_device
 from gnnorch.sampling.uniform import new_workspace, sample_neighbors
 
 from helpers import cora
@@ -60,6 +61,39 @@ def test_expected_gathers_predict_the_share_the_hottest_rows_serve():
         best = float(counted.sort(descending=True).values[:k].sum() / counted.sum())
         assert measured >= best - 0.05, (k, measured, best)
     assert ranking.share(0) == 0.0 and ranking.share(10 ** 9) == pytest.approx(1.0)
+
+
+def _float64_gathers(colptr, row, seeds, fanouts, batch_size):
+    """The module docstring's g(v) with every quantity in float64 (the reference for the
+    float32 flows the module uses)."""
+    deg = (colptr[1:] - colptr[:-1]).double()
+    owner = torch.repeat_interleave(torch.arange(colptr.numel() - 1), colptr[1:] - colptr[:-1])
+    batches = math.ceil(seeds.numel() / batch_size)
+    events = torch.zeros(deg.numel(), dtype=torch.float64).index_add_(
+        0, seeds, torch.ones(seeds.numel(), dtype=torch.float64))
+    before, within = torch.zeros_like(events), events
+    for k in fanouts:
+        expanded = batches * (torch.exp(-before / batches) - torch.exp(-within / batches))
+        flow = (expanded * (k / deg.clamp_min(1.0)).clamp_max(1.0))[owner]
+        events = torch.zeros_like(deg).index_add_(0, row, flow)
+        before, within = within, within + events
+    return batches * -torch.expm1(-within / batches)
+
+
+def test_float32_flows_rank_as_float64_does():
+    data = power_law_graph(num_nodes=20000, avg_degree=20.0, num_features=4, num_classes=3,
+                           seed=4)
+    colptr, row, _ = to_csc(data, device="cpu", share_memory=False, is_sorted=False)
+    seeds = data.train_mask.nonzero().view(-1)
+    ranking = rank_rows(colptr, row, seeds, [15, 10, 5], 256)
+    reference = _float64_gathers(colptr, row, seeds, [15, 10, 5], 256)
+    assert ranking.total == pytest.approx(float(reference.sum()), rel=1e-6)
+    best = reference.sort(descending=True).values.cumsum(0) / reference.sum()
+    for k in (50, 1000, 5000):
+        assert ranking.share(k) == pytest.approx(float(best[k - 1]), abs=1e-6)
+        # the rows kept serve the reference's share: near-ties may swap, nothing else
+        kept = float(reference[ranking.hottest(k)].sum() / reference.sum())
+        assert kept == pytest.approx(float(best[k - 1]), abs=1e-6)
 
 
 def test_rows_out_of_reach_are_never_ranked():
@@ -179,6 +213,22 @@ def test_a_split_run_trains_as_the_host_features_run_and_says_so():
     measured = rows["device"] / (rows["device"] + rows["host"])
     assert abs(measured - loader["placement"]["device_share"]) < 0.1, (measured, loader)
     assert "features split (hottest rows on cpu" in runtime.summary()
+    assert loader["ranking_on"] == "cpu" and loader["ranking_s"] > 0   # the host ranks for it
+
+
+@pytest.mark.gpu
+def test_cuda_ranking_equals_the_hosts():
+    device = torch.device("cuda", torch.cuda.current_device())
+    data = power_law_graph(num_nodes=20000, avg_degree=20.0, num_features=4, num_classes=3,
+                           seed=4)
+    colptr, row, _ = to_csc(data, device="cpu", share_memory=False, is_sorted=False)
+    seeds = data.train_mask.nonzero().view(-1)
+    assert ranking_device(device, colptr.numel() - 1, row) == device   # room to spare
+    host = rank_rows(colptr, row, seeds, [15, 10, 5], 256)
+    cuda = rank_rows(colptr.to(device), row.to(device), seeds, [15, 10, 5], 256)
+    assert not cuda.order.is_cuda and cuda.total == pytest.approx(host.total, rel=1e-6)
+    for k in (50, 1000, 5000):   # atomics add in another order: near-ties may swap
+        assert cuda.share(k) == pytest.approx(host.share(k), abs=1e-6)
 
 
 @pytest.mark.gpu

@@ -44,6 +44,7 @@ class LoaderDevice:
     replans: int = 0                # gather plans made again: the user changed loader.data
     split_rows: SplitCounts | None = None   # "split": rows taken from the device / the host
     ranking_s: float = 0.0          # seconds spent ranking rows for a split (when considered)
+    ranking_on: str | None = None   # where that ranking ran ("cuda:0", "cpu")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

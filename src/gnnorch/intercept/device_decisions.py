@@ -28,7 +28,7 @@ from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
 from ..device.gather import (ResidentTensors, device_attributes, gathered_attributes,
                              learnt_attributes, untensored_attributes)
-from ..device.hot_rows import RowRanking, rank_rows
+from ..device.hot_rows import RowRanking, rank_rows, working_bytes
 from ..device.placement import DataPlacement, plan_data_placement
 from ..device.state import LoaderDevice
 
@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from .feeds import LoaderState
 
 __all__ = ["data_placement", "host_sampling_reason", "learnt_reason", "resolve_device",
-           "row_ranking", "unservable_now", "why_not_drawn_ahead", "why_not_served"]
+           "ranking_device", "row_ranking", "unservable_now", "why_not_drawn_ahead",
+           "why_not_served"]
 
 
 def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.device | None,
@@ -239,21 +240,40 @@ def host_sampling_reason(sampler: BaseSampler) -> str | None:
     return f"its sampler ({type(sampler).__name__}{why}) has no device path"
 
 
-def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler,
+def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler, device: torch.device,
                 record: LoaderDevice) -> RowRanking:
-    """`loader`'s feature rows by expected gathers per epoch (`gnnorch.device.hot_rows`) on
-    its sampler's host CSC: its input nodes as seeds (a link loader's: both ends of its input
-    edges, so its batch size counts both ends), its fanouts and batch size; the seconds it
-    took go to `record` (one pass over the edges per hop: seconds on a products-scale graph)."""
+    """`loader`'s feature rows by expected gathers per epoch (`gnnorch.device.hot_rows`): its
+    input nodes as seeds (a link loader's: both ends of its input edges, so its batch size
+    counts both ends), its fanouts and batch size; on `ranking_device` (one pass over the
+    edges per hop: seconds on a products-scale graph on the host, a copy of the CSC and
+    milliseconds on a GPU). Where it ran and the seconds it took go to `record`."""
     start = time.perf_counter()
+    colptr, row = sampler.host_structure
+    where = ranking_device(device, colptr.numel() - 1, row)
+    record.ranking_on = str(where)
     try:
-        return _row_ranking(loader, sampler)
+        return _row_ranking(loader, sampler, colptr.to(where), row.to(where))
     finally:
+        if where.type == "cuda":   # the working set is gone: give its cached blocks back
+            torch.cuda.synchronize(where)
+            torch.cuda.empty_cache()
         record.ranking_s += time.perf_counter() - start
 
 
-def _row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler) -> RowRanking:
-    colptr, row = sampler.host_structure
+def ranking_device(device: torch.device, num_nodes: int, row: torch.Tensor) -> torch.device:
+    """Where a split's ranking runs: on `device` when it is a GPU with twice the bytes free
+    that a copy of the CSC and `working_bytes` take there (the copy and the working set are
+    freed once the ranking is made), else on the host."""
+    if device.type != "cuda":
+        return torch.device("cpu")
+    need = 8 * (num_nodes + 1) + row.numel() * row.element_size() \
+        + working_bytes(num_nodes, row.numel())
+    return device if int(torch.cuda.mem_get_info(device)[0]) >= 2 * need \
+        else torch.device("cpu")
+
+
+def _row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler, colptr: torch.Tensor,
+                 row: torch.Tensor) -> RowRanking:
     node = getattr(loader.input_data, "node", None)
     batch_size = int(loader.batch_size or 1)
     if node is None and hasattr(loader.input_data, "row"):   # a link loader

@@ -147,7 +147,8 @@ class DevicePath:
         # anyway: a deferred x the engine does not transform is copied on the trainer's stream
         defer = (("x",) if cuda and self.ctx.options.rewrite is not False and cfg.prefetch == 0
                  else ())
-        ranking = functools.cache(functools.partial(row_ranking, loader, sampler, record))
+        ranking = functools.cache(functools.partial(row_ranking, loader, sampler, self.device,
+                                                    record))
         placement = data_placement(self.device, cfg, data, sampler.row.numel(), self.resident,
                                    why_host, ranking if fast else None, defer)
         on_device = placement.structure == GPU
