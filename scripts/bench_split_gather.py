@@ -20,7 +20,9 @@ not timed here):
 Workload: the GPU table's products-like graph (2.45M nodes, 123.7M edges, 100 float32
 features, 196,615 seeds), fanout [15, 10, 5], batch 1024; ``--batches`` batches drawn with
 gnnorch's sampler, each timed ``--repeats`` times (the median per batch, then the median over
-batches); the ranking's own time is reported once. Intra-op threads: ``--threads``.
+batches); the ranking's own time is reported once, and with ``--ranking-float64`` again with
+float64 flows (otherwise the same passes), with the two rankings' shares at each fraction.
+Intra-op threads: ``--threads``.
 
     .venv/bin/python scripts/bench_split_gather.py --out benchmarks/results/split_gather.json
 """
@@ -56,6 +58,8 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--ranking-float64", action="store_true",
+                    help="also rank with float64 flows and compare time and shares")
     ap.add_argument("--out", type=Path, default=Path("bench-results/split_gather.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -68,6 +72,11 @@ def main() -> None:
     start = time.perf_counter()
     ranking = rank_rows(colptr, row, seeds, fanouts, batch_size)
     ranking_s = time.perf_counter() - start
+    reference = None
+    if args.ranking_float64:
+        start = time.perf_counter()
+        ranking64 = rank_rows(colptr, row, seeds, fanouts, batch_size, flow_dtype=torch.float64)
+        reference = {"ranking_seconds": time.perf_counter() - start, "shares": {}}
     gen = torch.Generator().manual_seed(0)
     perm = seeds[torch.randperm(seeds.numel(), generator=gen)]
     workspace = new_workspace(data.num_nodes)
@@ -105,6 +114,11 @@ def main() -> None:
             found = split.lookup(n_id)
             torch.index_select(x, 0, found.cold_ids, out=buffer[:found.cold_ids.numel()])
 
+        if reference is not None:
+            reference["shares"][str(fraction)] = {"float32": ranking.share(k),
+                                                  "float64": ranking64.share(k),
+                                                  "same_rows": bool(torch.equal(
+                                                      ranking.hottest(k), ranking64.hottest(k)))}
         lookup_ms = timed(lambda n_id, split=split: split.lookup(n_id))
         ms = timed(host_half)
         rows.append({"config": f"split {fraction}", "device_rows": k,
@@ -114,6 +128,9 @@ def main() -> None:
     base = rows[0]["ms_per_batch"]
     print(f"ranking: {ranking_s:.1f} s; {args.batches} batches of "
           f"{statistics.mean(b.numel() for b in batches):,.0f} rows; {args.threads} threads")
+    if reference is not None:
+        print(f"ranking with float64 flows: {reference['ranking_seconds']:.1f} s; shares "
+              f"{reference['shares']}")
     print("| host work per batch | ms | of which the lookup | host rows | all rows / this |")
     print("|---|---|---|---|---|")
     for r in rows:
@@ -130,7 +147,7 @@ def main() -> None:
                      "avg_degree": args.avg_degree, "fanout": fanouts,
                      "batch_size": batch_size, "batches": args.batches,
                      "repeats": args.repeats},
-        "ranking_seconds": ranking_s, "rows": rows}, indent=1))
+        "ranking_seconds": ranking_s, "ranking_float64": reference, "rows": rows}, indent=1))
     print(f"wrote {args.out}")
 
 
