@@ -16,7 +16,7 @@ from torch_geometric.sampler.utils import to_csc
 import gnnorch
 
 from gnnorch.datasets.synthetic import power_law_graph
-from gnnorch.device.hot_rows import rank_rows
+from gnnorch.device.hot_rows import expected_gathers, rank_rows
 from gnnorch.device.placement import (SPLIT_MIN_SHARE, feature_bytes, plan_data_placement,
                                       structure_bytes)
 from gnnorch.device.split_rows import TABLE_BYTES, SplitCounts, SplitRows
@@ -63,30 +63,14 @@ def test_expected_gathers_predict_the_share_the_hottest_rows_serve():
     assert ranking.share(0) == 0.0 and ranking.share(10 ** 9) == pytest.approx(1.0)
 
 
-def _float64_gathers(colptr, row, seeds, fanouts, batch_size):
-    """The module docstring's g(v) with every quantity in float64 (the reference for the
-    float32 flows the module uses)."""
-    deg = (colptr[1:] - colptr[:-1]).double()
-    owner = torch.repeat_interleave(torch.arange(colptr.numel() - 1), colptr[1:] - colptr[:-1])
-    batches = math.ceil(seeds.numel() / batch_size)
-    events = torch.zeros(deg.numel(), dtype=torch.float64).index_add_(
-        0, seeds, torch.ones(seeds.numel(), dtype=torch.float64))
-    before, within = torch.zeros_like(events), events
-    for k in fanouts:
-        expanded = batches * (torch.exp(-before / batches) - torch.exp(-within / batches))
-        flow = (expanded * (k / deg.clamp_min(1.0)).clamp_max(1.0))[owner]
-        events = torch.zeros_like(deg).index_add_(0, row, flow)
-        before, within = within, within + events
-    return batches * -torch.expm1(-within / batches)
-
-
 def test_float32_flows_rank_as_float64_does():
     data = power_law_graph(num_nodes=20000, avg_degree=20.0, num_features=4, num_classes=3,
                            seed=4)
     colptr, row, _ = to_csc(data, device="cpu", share_memory=False, is_sorted=False)
     seeds = data.train_mask.nonzero().view(-1)
     ranking = rank_rows(colptr, row, seeds, [15, 10, 5], 256)
-    reference = _float64_gathers(colptr, row, seeds, [15, 10, 5], 256)
+    reference = expected_gathers(colptr, row, seeds, [15, 10, 5], 256,
+                                 flow_dtype=torch.float64)
     assert ranking.total == pytest.approx(float(reference.sum()), rel=1e-6)
     best = reference.sort(descending=True).values.cumsum(0) / reference.sum()
     for k in (50, 1000, 5000):
