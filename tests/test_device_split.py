@@ -233,3 +233,52 @@ def test_cuda_split_rows_gather_equals_indexing_the_whole_tensor(sampled_on_devi
         out = split.gather(source, rows, found)
         assert out.is_cuda and torch.equal(out.cpu(), source[index])
     assert counts.device + counts.host == 1800 and counts.device > 0
+
+
+def _train_and_test(data, epochs):
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 16, 2, out_channels=4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = NeighborLoader(data, num_neighbors=[5, 3], batch_size=32, shuffle=True,
+                            input_nodes=data.train_mask)
+    test_loader = NeighborLoader(data, num_neighbors=[5, 3], batch_size=64,
+                                 input_nodes=data.test_mask)
+    out = []
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(batch.x, batch.edge_index)[:batch.batch_size],
+                                   batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+            out.append(float(loss))
+        model.eval()
+        with torch.no_grad():
+            correct = sum(int((model(b.x, b.edge_index)[:b.batch_size].argmax(-1)
+                               == b.y[:b.batch_size]).sum()) for b in test_loader)
+        out.append(correct)
+    return out
+
+
+def test_loaders_over_the_same_features_share_one_split():
+    data = power_law_graph(num_nodes=600, avg_degree=8.0, num_features=16, num_classes=4,
+                           seed=1)
+    s = structure_bytes(data.num_nodes, data.edge_index.size(1))
+    row_bytes = 16 * 4 + 8 + 3
+    budget = s + TABLE_BYTES * 600 + 200 * row_bytes
+    runs = {}
+    for name, config in (("split", {"mode": "device", "budget_bytes": budget}),
+                         ("host", {"mode": "device", "features": "host"})):
+        runtime = gnnorch.Runtime(_train_and_test, processes=1, autotune=False,
+                                  verbose=False, data_path=config, seed=3)
+        runs[name] = (runtime(data, 2), runtime)
+    assert runs["split"][0] == runs["host"][0]   # the same batches: losses and counts
+    train, test = runs["split"][1].last_run.stats[0]["device"]["loaders"]
+    assert train["features"] == test["features"] == "split"
+    # the test loader ranked nothing and copied no rows: it reads the training loader's
+    assert train["ranking_on"] == "cpu" and test["ranking_on"] is None
+    assert test["ranking_s"] == 0.0 and test["bytes_on_device"] < train["bytes_on_device"]
+    assert test["placement"]["device_rows"] == train["placement"]["device_rows"] == 200
+    assert "split as another loader split them" in test["placement"]["reasons"][-1]
+    assert test["split_rows"]["device"] > 0 and test["split_rows"]["host"] > 0

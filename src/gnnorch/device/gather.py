@@ -173,6 +173,13 @@ class ResidentTensors:
         self._keep(tensor, where, tensor_version(tensor), (rows, copied))
         return copied
 
+    def split_rows(self, tensor: Tensor, device: torch.device) -> Tensor | None:
+        """The rows of `tensor`'s current split copy on `device` (`rows_on_device`), if any."""
+        found = self._entry(tensor, f"rows:{device}")
+        if found is None or found[1] != tensor_version(tensor):
+            return None
+        return found[2][0]
+
     def has_on_device(self, tensor: Tensor, device: torch.device) -> bool:
         """Whether `tensor` is on `device` already: the user's, or a current copy made here
         (the CPU standing in for a device counts only the copies, so budgets behave as on a

@@ -13,8 +13,11 @@ when the hottest rows that fit what is left would serve at least `SPLIT_MIN_SHAR
 batches gather (``device_share``: `gnnorch.device.hot_rows`), the features are *split*: those
 rows of every node-level tensor live on the GPU (with a table of `TABLE_BYTES` a vertex that
 says which) and the rest on the host; otherwise features stay on the host, pinned when ``pin``
-(copies then run asynchronously on a side stream) and pageable otherwise. Host rows of a split are pinned or pageable alike. A structure that does
-not fit keeps sampling on the host. Every choice carries its reason and the numbers behind it.
+(copies then run asynchronously on a side stream) and pageable otherwise. Host rows of a split
+are pinned or pageable alike. Features another loader split already (``shared_rows``) are
+split the same way: those rows are on the GPU already, so the split costs no budget and no
+ranking. A structure that does not fit keeps sampling on the host. Every choice carries its
+reason and the numbers behind it.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ class DataPlacement:
     reasons: tuple[str, ...]
     device_rows: int = 0           # "split": rows of the node-level tensors on the GPU
     device_share: float = 0.0      # "split": expected share of gathered rows they serve
+                                   # (0.0 when shared with another loader: not predicted)
     host_rows: str = HOST          # "split": where the other rows live ("pinned" | "host")
 
     @property
@@ -73,7 +77,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
                         features_host: bool | str = False,
                         host_sampling: str | None = None,
                         resident_bytes: int = 0, row_bytes: int = 0,
-                        device_share: Callable[[int], float] | None = None) -> DataPlacement:
+                        device_share: Callable[[int], float] | None = None,
+                        shared_rows: int = 0) -> DataPlacement:
     """Decide where the structure and the features live (the module docstring's rule).
 
     ``free_bytes``: the device's free memory (e.g. ``torch.cuda.mem_get_info()[0]``), used
@@ -87,6 +92,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     ``row_bytes``: bytes of one row of the node-level tensors a split would divide (0: no
     split); ``device_share(k)``: the expected share of gathered rows that the k hottest rows
     serve (None: no split). Called only when the features do not fit whole.
+    ``shared_rows``: rows of these tensors another loader keeps on the device for its split
+    (0: none); features that do not fit whole are then split over those rows.
     """
     if budget_bytes is None:
         if free_bytes is None:
@@ -130,6 +137,12 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
         how = "pinned, copied asynchronously" if pin else "pageable"
         exceed = (f"features ({f_bytes / mib:.0f} MiB) exceed the rest of the budget "
                   f"({left / mib:.0f} MiB)")
+        if shared_rows > 0:
+            reasons.append(f"{exceed}: split as another loader split them, its {shared_rows} "
+                           f"hottest of {num_nodes} rows on the GPU already (no new copy, no "
+                           f"ranking); the rest gathered on the host ({how})")
+            return DataPlacement(structure, SPLIT, s_bytes, f_bytes, budget_bytes,
+                                 tuple(reasons), shared_rows, 0.0, features)
         # the split's slot table (int32 a vertex) comes out of the budget too
         rows = (min(max(left - TABLE_BYTES * num_nodes, 0) // row_bytes, num_nodes)
                 if row_bytes > 0 else 0)

@@ -13,7 +13,9 @@ the path's decisions, each a function of the loader, its data, the run's device 
 * `data_placement`: where its structure and tensor attributes live, under the device's
   memory budget (`gnnorch.device.placement.plan_data_placement`), failing closed where torch
   has no in-place version counters to keep device copies current; `row_ranking`: its feature
-  rows by expected gathers, for a split placement (`gnnorch.device.hot_rows`).
+  rows by expected gathers, for a split placement (`gnnorch.device.hot_rows`), on the device
+  `ranking_device` picks; `shared_split`: the rows of a split another loader made of the same
+  tensors, which a loader shares instead of ranking and copying its own.
 """
 from __future__ import annotations
 
@@ -41,8 +43,8 @@ if TYPE_CHECKING:
     from .feeds import LoaderState
 
 __all__ = ["data_placement", "host_sampling_reason", "learnt_reason", "resolve_device",
-           "ranking_device", "row_ranking", "unservable_now", "why_not_drawn_ahead",
-           "why_not_served"]
+           "ranking_device", "row_ranking", "shared_split", "unservable_now",
+           "why_not_drawn_ahead", "why_not_served"]
 
 
 def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.device | None,
@@ -202,13 +204,15 @@ def resolve_device(config: DataPathConfig,
 def data_placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edges: int,
                    resident: ResidentTensors, host_sampling: str | None,
                    ranking: Callable[[], RowRanking] | None = None,
-                   defer: tuple[str, ...] = ()) -> DataPlacement:
+                   defer: tuple[str, ...] = (),
+                   shared_rows: torch.Tensor | None = None) -> DataPlacement:
     """Where one loader's structure and tensor attributes live (`plan_data_placement`): the
     budget from the device's free memory or ``budget_bytes``, bytes already resident there
     free of charge; features on the host where asked, or where torch has no in-place version
     counters to keep device copies current (`device_path.DevicePath._replan`): failing closed.
     Features that do not fit whole may be split (`ranking`: the loader's rows by expected
-    gathers, asked for only then; `defer`: attributes kept on the host whatever happens)."""
+    gathers, asked for only then; `shared_rows`: another loader's split rows, `shared_split`,
+    used instead; `defer`: attributes kept on the host whatever happens)."""
     free, budget = _budget(device, cfg)
     host_why: bool | str = cfg.features == "host"
     if not host_why and tensor_version(data.edge_index) is None:
@@ -216,17 +220,34 @@ def data_placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edg
     tensors = device_attributes(data)
     on_device = sum(t.numel() * t.element_size() for t in tensors.values()
                     if resident.has_on_device(t, device))
-    node_level = set(gathered_attributes(data)[0])
-    split = [t for k, t in tensors.items()
-             if k in node_level and k not in defer and t.dim() > 0
-             and data.__cat_dim__(k, t) == 0 and not resident.has_on_device(t, device)]
+    split = _splittable(data, device, resident, defer)
     row_bytes = sum(t[:1].numel() * t.element_size() for t in split)
     return plan_data_placement(
         int(data.num_nodes), int(num_edges), tensors, free_bytes=free, budget_bytes=budget,
         budget_fraction=cfg.budget_fraction, pin=cfg.pin and device.type == "cuda",
         features_host=host_why, host_sampling=host_sampling, resident_bytes=on_device,
         row_bytes=row_bytes if ranking is not None else 0,
-        device_share=(lambda rows: ranking().share(rows)) if ranking is not None else None)
+        device_share=(lambda rows: ranking().share(rows)) if ranking is not None else None,
+        shared_rows=int(shared_rows.numel()) if shared_rows is not None else 0)
+
+
+def _splittable(data: Any, device: torch.device, resident: ResidentTensors,
+                defer: tuple[str, ...]) -> list[torch.Tensor]:
+    """The tensors a split would divide by rows: node-level, gathered, not deferred, not on
+    `device` already."""
+    node_level = set(gathered_attributes(data)[0])
+    return [t for k, t in device_attributes(data).items()
+            if k in node_level and k not in defer and t.dim() > 0
+            and data.__cat_dim__(k, t) == 0 and not resident.has_on_device(t, device)]
+
+
+def shared_split(data: Any, device: torch.device, resident: ResidentTensors,
+                 defer: tuple[str, ...] = ()) -> torch.Tensor | None:
+    """The hot rows of a split another loader made of `data`'s tensors on `device` (one
+    loader ranks; the others over the same tensors share its rows and device copies, so
+    loaders do not multiply the budget), or None."""
+    return next((rows for t in _splittable(data, device, resident, defer)
+                 if (rows := resident.split_rows(t, device)) is not None), None)
 
 
 def host_sampling_reason(sampler: BaseSampler) -> str | None:

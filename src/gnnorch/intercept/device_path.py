@@ -83,7 +83,8 @@ from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
 from .device_decisions import (data_placement, host_sampling_reason, resolve_device,
-                               row_ranking, unservable_now, why_not_drawn_ahead, why_not_served)
+                               row_ranking, shared_split, unservable_now, why_not_drawn_ahead,
+                               why_not_served)
 from .device_feed import PyGBatchesCopied, own_generators, pipelined
 from .model_watch import FirstModelWatch
 from .served_loader import LoaderUndo, ServedLoader, loader_sampler
@@ -149,8 +150,9 @@ class DevicePath:
                  else ())
         ranking = functools.cache(functools.partial(row_ranking, loader, sampler, self.device,
                                                     record))
+        shared = shared_split(data, self.device, self.resident, defer) if fast else None
         placement = data_placement(self.device, cfg, data, sampler.row.numel(), self.resident,
-                                   why_host, ranking if fast else None, defer)
+                                   why_host, ranking if fast else None, defer, shared)
         on_device = placement.structure == GPU
         generator, note = None, ""
         if on_device:
@@ -164,7 +166,8 @@ class DevicePath:
             generator = SamplingGenerator(sampler.colptr.device, self.ctx.seed, self.ctx.rank,
                                           record.key)
         before = self.resident.bytes_copied
-        hot = ranking().hottest(placement.device_rows) if placement.features == SPLIT else None
+        hot = None if placement.features != SPLIT else \
+            shared if shared is not None else ranking().hottest(placement.device_rows)
         plan = GatherPlan(data, self.device, placement.features, self.resident,
                           pin=cfg.pin, defer=defer, hot_rows=hot)
         if placement.features in (GPU, SPLIT):
