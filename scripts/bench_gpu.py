@@ -36,7 +36,10 @@ the loop, test accuracy with a NeighborLoader at the end) runs in every row:
   features' bytes (`baselines.split_budget`), so the features are split: the most-gathered
   rows on the GPU, the rest gathered on the host (`bench_cache_host_rows.py` counts its host
   rows; this row says what they cost in time, between ``gnnorch`` and
-  ``gnnorch-features-host``).
+  ``gnnorch-features-host``); ``gnnorch-cache-split-f0.25``: that row with ``cache=True``
+  (the cache's background refreshes still gather every row they read on the host: whether
+  routing them through the split is worth building is what this row against the two
+  features-host rows says).
 
 Each row runs in a fresh interpreter (`baselines.run_fresh`, which also samples the PSS of its
 process tree); the child times its own epochs with the GPU synchronised at each epoch's end,
@@ -101,7 +104,7 @@ GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
                 "gnnorch-cache-features-host", "gnnorch-features-host-norewrite",
                 "gnnorch-cache-r0.3-features-host", "gnnorch-eager-sampler",
                 "gnnorch-notrim", "gnnorch-norewrite", "gnnorch-noseams",
-                "gnnorch-split-f0.25")
+                "gnnorch-split-f0.25", "gnnorch-cache-split-f0.25")
 BASELINES = ("vanilla", "expert")
 
 
