@@ -80,6 +80,12 @@ def test_float32_flows_rank_as_float64_does():
         assert kept == pytest.approx(float(best[k - 1]), abs=1e-6)
 
 
+def test_a_non_float_flow_dtype_is_refused_with_what_to_pass():
+    colptr, row = torch.tensor([0, 1, 2]), torch.tensor([1, 0])
+    with pytest.raises(ValueError, match="torch.float32 or torch.float64"):
+        rank_rows(colptr, row, torch.tensor([0]), [1], 1, flow_dtype=torch.int64)
+
+
 def test_rows_out_of_reach_are_never_ranked():
     # 0 <- 1 <- 2 <- 3 (edge j -> j-1): one seed, two hops of full neighbourhoods
     colptr = torch.tensor([0, 1, 2, 3, 3])

@@ -77,6 +77,9 @@ def expected_gathers(colptr: Tensor, row: Tensor, seeds: Tensor, fanouts: list[i
     """g(v) for every vertex (float64, module docstring): the batches per epoch that gather
     v's row, for a loader with these seeds, fanouts and batch size on the CSC (``colptr``,
     ``row``), computed on the CSC's device, the per-edge flows in ``flow_dtype``."""
+    if not flow_dtype.is_floating_point:
+        raise ValueError(f"flow_dtype must be a floating-point dtype (torch.float32 or "
+                         f"torch.float64), got {flow_dtype}")
     device = colptr.device
     num_nodes = colptr.numel() - 1
     counts = colptr[1:] - colptr[:-1]
