@@ -3,7 +3,10 @@
 Seams (installed for one run, removed afterwards):
 * `MessagePassing.__call__` is patched at the class, so every PyG layer (and user subclasses)
   is seen with its real arguments, however the model is written (BasicGNN or a custom stack).
-* Global forward pre/post hooks track the *outermost* module call on a batch (the "model").
+* Module forward hooks track the *outermost* module call on a batch (the "model"): global
+  ones while no model runs, only the model's own exit while it runs (`intercept.module_calls`),
+  so the modules nested in a model take torch's hook-free path. PyG's `TrimToLayer` is seen at
+  its class (`__call__` patched), like the layers.
 * While a program is traced rather than run (torch.compile / dynamo, torch.fx including PyG's
   `to_hetero`, TorchScript: `tracing()`), both step aside as their first statement, so compiled
   models get no graph break and fx records PyG's own modules.
@@ -64,8 +67,6 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 from torch import Tensor
-from torch.nn.modules.module import (register_module_forward_hook,
-                                     register_module_forward_pre_hook)
 
 from ..compat import pyg as compat_pyg
 from ..compat import torch as compat_torch
@@ -79,6 +80,7 @@ from ..trim.verify import pad_compact
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .checkpointed import runs_past_seam
 from .layer_calls import TrimAndRewrite
+from .module_calls import ModuleCalls
 from .trim_check import OneOffCheck
 
 if TYPE_CHECKING:
@@ -88,9 +90,9 @@ __all__ = ["LayerSeam", "BatchGraph", "HookedCall", "LayerHook", "ModelState", "
 
 
 def _self_trimming(module: torch.nn.Module, args: tuple) -> bool:
-    """Whether this module call is PyG's `TrimToLayer` trimming with hop counts (checked on
-    every nested module call of a traced forward: the class is looked up once; when it cannot
-    be recognised every call counts, so gnnorch never trims a model that may trim itself)."""
+    """Whether this module call is PyG's `TrimToLayer` trimming with hop counts: checked at
+    `TrimToLayer`'s class when it is recognised, else on every nested module call of a traced
+    forward, where every call counts (gnnorch never trims a model that may trim itself)."""
     return compat_pyg.self_trimming(module, args)
 
 
@@ -138,6 +140,8 @@ class LayerSeam:
         self.calls = TrimAndRewrite(rewrites)  # trim -> rewrite -> unpatched, row counts
         self.hooks: list[LayerHook] = list(hooks)  # the chain's outer links (module docstring)
         self._thread: int | None = None      # the thread the seam follows
+        self.module_calls = ModuleCalls(self._on_enter, self._on_exit)
+        self._narrows = False    # TrimToLayer seen at its class: nested calls need no hooks
         self.check = OneOffCheck(self)       # the one-off check (its forwards come through here)
 
     def one_off_seconds(self) -> float:
@@ -150,14 +154,12 @@ class LayerSeam:
     @contextlib.contextmanager
     def installed(self) -> Iterator["LayerSeam"]:
         self._thread = threading.get_ident()
-        with patched_call(self.cls, self._on_layer):
-            h1 = register_module_forward_pre_hook(self._on_enter)
-            h2 = register_module_forward_hook(self._on_exit, with_kwargs=True, always_call=True)
-            try:
-                yield self
-            finally:
-                h1.remove()
-                h2.remove()
+        trim_type = compat_pyg.trim_to_layer_type()
+        self._narrows = trim_type is not None
+        trim_calls = (patched_call(trim_type, self._on_trim_to_layer) if self._narrows
+                      else contextlib.nullcontext())
+        with patched_call(self.cls, self._on_layer), trim_calls, self.module_calls.installed():
+            yield self
 
     def set_batch(self, batch: BatchGraph | None) -> None:
         """Announce the batch the user's next forwards work on (None: no sampled batch)."""
@@ -171,6 +173,7 @@ class LayerSeam:
         self._entry = None
         self._untraced = None
         self._outer = None
+        self.module_calls.reset()
 
     @property
     def check_s(self) -> float:
@@ -189,10 +192,14 @@ class LayerSeam:
         if tracing() or threading.get_ident() != self._thread:
             return None
         self._depth += 1
-        if self._depth > 1 and self._trace is not None and _self_trimming(module, args):
-            _left_to_pyg(self._trace)
-        if self._depth != 1 or isinstance(module, self.cls):
+        if self._depth > 1:
+            if self._trace is not None and not self._narrows and _self_trimming(module, args):
+                _left_to_pyg(self._trace)
             return None
+        if isinstance(module, self.cls):
+            return None
+        if self._narrows:
+            self.module_calls.narrow_to(module)   # nested calls unseen until its exit
         if self.rewrites is not None and module not in self._named:
             self._named.add(module)  # the rewrite report names layers like convs.0
             self.rewrites.register_names(module)
@@ -307,12 +314,22 @@ class LayerSeam:
         self.batch, self._depth, self._trace = batch, 0, None
         self._entry = non_seed_read(Mode.TRIM).mode
         try:
-            return run_as(model, grad, training, parameters, args, kwargs)
+            with self.module_calls.widened():   # maybe inside another model's call
+                return run_as(model, grad, training, parameters, args, kwargs)
         finally:
             self._entry = None
             self.batch, self._depth, self._trace = saved
 
     # -- layer calls ----------------------------------------------------------------------
+    def _on_trim_to_layer(self, module: Any, original: LayerCall, args: tuple,
+                          kwargs: dict) -> Any:
+        """A call of PyG's `TrimToLayer` (seen at its class): inside a traced forward with hop
+        counts, the model trims itself (`_left_to_pyg`)."""
+        if (threading.get_ident() == self._thread and self._depth >= 1
+                and self._trace is not None and _self_trimming(module, args)):
+            _left_to_pyg(self._trace)
+        return original(module, *args, **kwargs)
+
     def _on_layer(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
         if threading.get_ident() != self._thread:  # other threads (cache refresh): untouched
             return original(layer, *args, **kwargs)
