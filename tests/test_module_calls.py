@@ -165,3 +165,18 @@ def test_without_trim_to_layer_the_global_hooks_stay_and_see_every_call(monkeypa
     finally:
         monkeypatch.undo()
         compat.reset()
+
+
+def test_a_torchscript_model_keeps_the_global_hooks():
+    """A scripted model refuses forward hooks: its calls stay seen by the global hooks."""
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    model = torch.nn.Sequential(torch.nn.Linear(1433, 7)).double()
+    scripted = torch.jit.script(model)
+    before = _global_hooks()
+    seam = LayerSeam(trim=True)
+    with seam.installed(), torch.no_grad():
+        seam.set_batch(BatchGraph(edge_index, x.size(0), seeds, layout))
+        torch.testing.assert_close(scripted(x), model(x))
+        assert _global_hooks() == before + 2
+    assert seam.module_calls.narrowed_calls == 1      # the plain model only
+    assert _global_hooks() == before

@@ -81,7 +81,10 @@ class ModuleCalls:
 
     def narrow_to(self, module: torch.nn.Module) -> None:
         """An outermost model call of `module` has been entered (its pre-hook is running):
-        until it ends, see only its end."""
+        until it ends, see only its end. A module that takes no forward hook (a TorchScript
+        module: its nested calls run in TorchScript, unseen either way) keeps every call seen."""
+        if isinstance(module, torch.jit.ScriptModule):
+            return
         handle: RemovableHandle | None = None
 
         def exit_hook(mod: torch.nn.Module, args: tuple, kwargs: Any = None,
@@ -92,7 +95,10 @@ class ModuleCalls:
             self.attach()
             return self._on_exit(mod, args, kwargs, output)
 
-        handle = module.register_forward_hook(exit_hook, with_kwargs=True, always_call=True)
+        try:
+            handle = module.register_forward_hook(exit_hook, with_kwargs=True, always_call=True)
+        except (RuntimeError, TypeError, NotImplementedError):   # refuses hooks: stay global
+            return
         self._open[handle.id] = handle
         self.narrowed_calls += 1
         self.detach()
