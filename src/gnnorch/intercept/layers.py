@@ -156,9 +156,9 @@ class LayerSeam:
         self._thread = threading.get_ident()
         trim_type = compat_pyg.trim_to_layer_type()
         self._narrows = trim_type is not None
-        trim_calls = (patched_call(trim_type, self._on_trim_to_layer) if self._narrows
-                      else contextlib.nullcontext())
-        with patched_call(self.cls, self._on_layer), trim_calls, self.module_calls.installed():
+        with patched_call(self.cls, self._on_layer), self.module_calls.installed(), (
+                patched_call(trim_type, self._on_trim) if self._narrows
+                else contextlib.nullcontext()):
             yield self
 
     def set_batch(self, batch: BatchGraph | None) -> None:
@@ -192,11 +192,10 @@ class LayerSeam:
         if tracing() or threading.get_ident() != self._thread:
             return None
         self._depth += 1
-        if self._depth > 1:
-            if self._trace is not None and not self._narrows and _self_trimming(module, args):
-                _left_to_pyg(self._trace)
-            return None
-        if isinstance(module, self.cls):
+        if (self._depth > 1 and self._trace is not None and not self._narrows
+                and _self_trimming(module, args)):
+            _left_to_pyg(self._trace)
+        if self._depth != 1 or isinstance(module, self.cls):
             return None
         if self._narrows:
             self.module_calls.narrow_to(module)   # nested calls unseen until its exit
@@ -321,14 +320,12 @@ class LayerSeam:
             self.batch, self._depth, self._trace = saved
 
     # -- layer calls ----------------------------------------------------------------------
-    def _on_trim_to_layer(self, module: Any, original: LayerCall, args: tuple,
-                          kwargs: dict) -> Any:
-        """A call of PyG's `TrimToLayer` (seen at its class): inside a traced forward with hop
-        counts, the model trims itself (`_left_to_pyg`)."""
+    def _on_trim(self, trim: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
+        """PyG's `TrimToLayer` called with hop counts in a traced forward: `_left_to_pyg`."""
         if (threading.get_ident() == self._thread and self._depth >= 1
-                and self._trace is not None and _self_trimming(module, args)):
+                and self._trace is not None and _self_trimming(trim, args)):
             _left_to_pyg(self._trace)
-        return original(module, *args, **kwargs)
+        return original(trim, *args, **kwargs)
 
     def _on_layer(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
         if threading.get_ident() != self._thread:  # other threads (cache refresh): untouched
