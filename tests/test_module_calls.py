@@ -180,3 +180,40 @@ def test_a_torchscript_model_keeps_the_global_hooks():
         assert _global_hooks() == before + 2
     assert seam.module_calls.narrowed_calls == 1      # the plain model only
     assert _global_hooks() == before
+
+
+def test_a_raising_forward_with_a_hook_after_the_seams_raises_the_users_error():
+    """When forward raises, torch runs a module's always-called hooks over its live hook dict:
+    the seam's exit hook must not remove itself from under a hook the user registered after
+    it (during the forward); it is removed, inert, at the next model call."""
+    x, edge_index, layout, seeds = sampled_batch([5, 5])
+    sage = _model()
+    user_calls = []
+
+    class RegistersAHookThenFails(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sage = sage
+            self.fail = True
+
+        def forward(self, x, edge_index):
+            if self.fail:
+                self.fail = False
+                self.register_forward_hook(lambda *a: user_calls.append(1), always_call=True)
+                raise ValueError("the user's own error")
+            return self.sage(x, edge_index)
+
+    model = RegistersAHookThenFails()
+    seam = LayerSeam(trim=True)
+    before = _global_hooks()
+    with seam.installed(), torch.no_grad():
+        seam.set_batch(BatchGraph(edge_index, x.size(0), seeds, layout))
+        with pytest.raises(ValueError, match="the user's own error") as raised:
+            model(x, edge_index)
+        assert raised.value.__context__ is None and user_calls == [1]
+        assert _global_hooks() == before + 2
+        assert len(model._forward_hooks) == 2     # the seam's, inert, and the user's
+        model(x, edge_index)
+        assert len(model._forward_hooks) == 1 and len(user_calls) >= 2   # (+ the check's)
+        assert seam.models[model].untrimmed_forwards == 1
+    assert _global_hooks() == before and len(model._forward_hooks) == 1

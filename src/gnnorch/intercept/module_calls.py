@@ -48,6 +48,7 @@ class ModuleCalls:
         self._on_exit = on_exit
         self._global: tuple[RemovableHandle, RemovableHandle] | None = None
         self._open: dict[int, RemovableHandle] = {}   # transient exit hooks not yet run
+        self._spent: list[RemovableHandle] = []       # run, inert, removal deferred
         self._active = False     # between `installed()`'s entry and exit
         self.narrowed_calls = 0
 
@@ -85,13 +86,14 @@ class ModuleCalls:
         module: its nested calls run in TorchScript, unseen either way) keeps every call seen."""
         if isinstance(module, torch.jit.ScriptModule):
             return
+        self._drop_spent()
         handle: RemovableHandle | None = None
 
         def exit_hook(mod: torch.nn.Module, args: tuple, kwargs: Any = None,
                       output: Any = None) -> Any:
-            # (torch calls an always-called hook with (module, args, None) when forward raised)
-            self._open.pop(handle.id, None)
-            handle.remove()
+            if self._open.pop(handle.id, None) is None:
+                return None      # ran already, its removal deferred (`_release`)
+            self._release(handle)
             self.attach()
             return self._on_exit(mod, args, kwargs, output)
 
@@ -121,7 +123,24 @@ class ModuleCalls:
             if was_narrowed:
                 self.detach()
 
+    def _release(self, handle: RemovableHandle) -> None:
+        """Remove a transient hook that has run. When forward raised, torch runs the module's
+        always-called hooks while iterating its live hook dict: removing an entry that another
+        follows would fail that iteration, so such a hook stays, inert, until the next
+        `narrow_to`, `reset` or the run's end."""
+        hooks = handle.hooks_dict_ref()
+        if hooks is not None and next(reversed(hooks), None) != handle.id:
+            self._spent.append(handle)
+        else:
+            handle.remove()
+
+    def _drop_spent(self) -> None:
+        for handle in self._spent:
+            handle.remove()
+        self._spent.clear()
+
     def _close_open(self) -> None:
         for handle in self._open.values():
             handle.remove()
         self._open.clear()
+        self._drop_spent()
