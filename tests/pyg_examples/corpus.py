@@ -124,6 +124,25 @@ class Case:
     needs: tuple[str, ...] = ()   # modules the example itself needs (PyG's HGTLoader: torch_sparse)
 
 
+class TransformedGraph:
+    """Stands in for a one-graph PyG dataset built with ``transform=`` (``DBLP(path,
+    transform=...)``): ``dataset[0]`` is a copy of the graph with the transform applied, as
+    PyG's ``InMemoryDataset`` returns it."""
+
+    def __init__(self, data, transform=None) -> None:
+        self._data = data
+        self.transform = transform
+
+    def __getitem__(self, idx: int):
+        if idx != 0:
+            raise IndexError(idx)
+        data = self._data.clone()
+        return data if self.transform is None else self.transform(data)
+
+    def __len__(self) -> int:
+        return 1
+
+
 class OfflineDataset:
     """Stands in for a PyG dataset object (``Reddit(path)``, ``PygNodePropPredDataset``...)
     around one offline graph, so the examples' ``dataset[0]``, ``dataset.num_features``,

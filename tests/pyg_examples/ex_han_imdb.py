@@ -35,24 +35,12 @@ import torch_geometric.transforms as T
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import HANConv
 
-from corpus import PYG_REV, Case, acc, loss
+from corpus import PYG_REV, Case, TransformedGraph, acc, loss
 
 
-class IMDBLike:
+def IMDBLike(seed, transform=None):
     """Stands in for ``IMDB(path, transform=...)``: ``dataset[0]`` is the transformed graph."""
-
-    def __init__(self, seed, transform=None):
-        self._data = imdb_like(seed)
-        self.transform = transform
-
-    def __getitem__(self, idx):
-        if idx != 0:
-            raise IndexError(idx)
-        data = self._data.clone()
-        return data if self.transform is None else self.transform(data)
-
-    def __len__(self):
-        return 1
+    return TransformedGraph(imdb_like(seed), transform)
 
 
 def imdb_like(seed, num_movies=400, num_directors=80, num_actors=400, num_features=64,

@@ -22,24 +22,12 @@ import torch_geometric.transforms as T
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import HGTConv, Linear
 
-from corpus import PYG_REV, Case, acc, loss
+from corpus import PYG_REV, Case, TransformedGraph, acc, loss
 
 
-class DBLPLike:
+def DBLPLike(seed, transform=None):
     """Stands in for ``DBLP(path, transform=...)``: ``dataset[0]`` is the transformed graph."""
-
-    def __init__(self, seed, transform=None):
-        self._data = dblp_like(seed)
-        self.transform = transform
-
-    def __getitem__(self, idx):
-        if idx != 0:
-            raise IndexError(idx)
-        data = self._data.clone()
-        return data if self.transform is None else self.transform(data)
-
-    def __len__(self):
-        return 1
+    return TransformedGraph(dblp_like(seed), transform)
 
 
 def dblp_like(seed, num_authors=800, num_papers=1600, num_terms=300, num_conferences=20,
