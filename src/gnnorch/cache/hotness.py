@@ -32,6 +32,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..sampling.law import edge_draw_probability
 from ..sampling.uniform import new_workspace, sample_neighbors
 
 
@@ -51,12 +52,7 @@ def expected_events(colptr: Tensor, row: Tensor, seeds: Tensor, fanouts: list[in
     level.index_add_(0, seeds.long(), torch.ones(seeds.numel(), dtype=torch.float64))
     hops = [level]
     for k in fanouts[:-1]:  # hops 1..L-1 come from expanding hops 0..L-2
-        if k < 0:
-            q = torch.ones_like(degf)
-        elif replace:
-            q = 1.0 - torch.pow(1.0 - 1.0 / degf.clamp_min(1.0), k)
-        else:
-            q = (k / degf.clamp_min(1.0)).clamp_max(1.0)
+        q = edge_draw_probability(degf, k, replace)
         flow = (level * q)[owner]
         level = torch.zeros(num_nodes, dtype=torch.float64).index_add_(0, row, flow)
         hops.append(level)

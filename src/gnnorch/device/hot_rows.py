@@ -44,6 +44,8 @@ import math
 import torch
 from torch import Tensor
 
+from ..sampling.law import edge_draw_probability
+
 __all__ = ["RowRanking", "expected_gathers", "rank_rows", "working_bytes"]
 
 
@@ -92,12 +94,7 @@ def expected_gathers(colptr: Tensor, row: Tensor, seeds: Tensor, fanouts: list[i
     before, within = torch.zeros_like(events), events
     for k in fanouts:
         expanded = batches * (torch.exp(-before / batches) - torch.exp(-within / batches))
-        if k < 0:
-            q = torch.ones_like(deg)
-        elif replace:
-            q = 1.0 - torch.pow(1.0 - 1.0 / deg.clamp_min(1.0), k)
-        else:
-            q = (k / deg.clamp_min(1.0)).clamp_max(1.0)
+        q = edge_draw_probability(deg, k, replace)
         out_flow = (expanded * q).to(flow_dtype)
         active = out_flow.nonzero().view(-1)
         lengths = counts.index_select(0, active)
