@@ -943,6 +943,22 @@ def test_cuda_split_features_equal_the_host_rows():
 
 
 @pytest.mark.gpu
+def test_cuda_split_under_deterministic_algorithms_ranks_on_the_host():
+    # the ranking's weighted bincount and float cumsum have no deterministic CUDA kernel
+    device = torch.device("cuda", torch.cuda.current_device())
+    config = DataPathConfig(mode="auto", budget_bytes=SPLIT_BUDGET)
+    torch.use_deterministic_algorithms(True)
+    try:
+        _, path, loader, state = _served(config, device=device, rewrite=False)
+        assert state.device.features == "split" and state.device.ranking_on == "cpu"
+        for batch in path.feed(iter(loader), loader, state, True):
+            assert torch.equal(batch.x.cpu(), DATA.x[batch.n_id])
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert _no_pipeline_thread()
+
+
+@pytest.mark.gpu
 def test_cuda_losses_equal_the_plain_path():
     device = torch.device("cuda", torch.cuda.current_device())
     # structure on the host (same CPU generator as the plain path), features on the GPU:

@@ -16,9 +16,10 @@ from torch_geometric.sampler.utils import to_csc
 import gnnorch
 
 from gnnorch.datasets.synthetic import power_law_graph
+from gnnorch.device.gather import GatherPlan, ResidentTensors
 from gnnorch.device.hot_rows import expected_gathers, rank_rows
-from gnnorch.device.placement import (SPLIT_MIN_SHARE, feature_bytes, plan_data_placement,
-                                      structure_bytes)
+from gnnorch.device.placement import (SPLIT, SPLIT_MIN_SHARE, feature_bytes,
+                                      plan_data_placement, structure_bytes)
 from gnnorch.device.split_rows import TABLE_BYTES, SplitCounts, SplitRows
 from gnnorch.intercept.device_decisions import ranking_device
 from gnnorch.sampling.uniform import new_workspace, sample_neighbors
@@ -206,6 +207,17 @@ def test_a_split_run_trains_as_the_host_features_run_and_says_so():
     assert loader["ranking_on"] == "cpu" and loader["ranking_s"] > 0   # the host ranks for it
 
 
+def test_deterministic_algorithms_keep_the_ranking_on_the_host():
+    # decided before any CUDA call: runs without a GPU too
+    row = torch.zeros(10, dtype=torch.long)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert ranking_device(torch.device("cuda", 0), 10, row) == torch.device("cpu")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert ranking_device(torch.device("cpu"), 10, row) == torch.device("cpu")
+
+
 @pytest.mark.gpu
 def test_cuda_ranking_equals_the_hosts():
     device = torch.device("cuda", torch.cuda.current_device())
@@ -288,3 +300,19 @@ def test_loaders_over_the_same_features_share_one_split():
     assert test["placement"]["device_rows"] == train["placement"]["device_rows"] == 200
     assert "split as another loader split them" in test["placement"]["reasons"][-1]
     assert test["split_rows"]["device"] > 0 and test["split_rows"]["host"] > 0
+
+
+def test_plans_over_one_split_share_its_slot_table():
+    # one table (and one device copy of it) however many loaders share the split: the
+    # placement's budget counts it once
+    data = power_law_graph(num_nodes=300, avg_degree=6.0, num_features=8, num_classes=3,
+                           seed=2)
+    resident, hot = ResidentTensors(), torch.arange(0, 300, 3)
+    first, second = (GatherPlan(data, torch.device("cpu"), SPLIT, resident, pin=False,
+                                hot_rows=hot) for _ in range(2))
+    assert first.split is not second.split and first.split._tables is second.split._tables
+    table = first.split._table(torch.device("cpu"))
+    assert table[hot].tolist() == list(range(hot.numel())) and int((table >= 0).sum()) == 100
+    index = torch.tensor([3, 4, 0, 299, 297])
+    assert torch.equal(second.split.gather(data.x, second.device_rows["x"],
+                                           second.split.lookup(index)), data.x[index])

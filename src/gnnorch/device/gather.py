@@ -45,7 +45,7 @@ from torch import Tensor
 
 from ..compat.pyg import pyg_index_select, set_orig_edge_index
 from ..compat.torch import tensor_version
-from .split_rows import SplitCounts, SplitLookup, SplitRows
+from .split_rows import SplitCounts, SplitLookup, SplitRows, slot_tables
 from .transfer import to_device
 from .twin import concrete_device, twinned
 
@@ -173,6 +173,17 @@ class ResidentTensors:
         self._keep(tensor, where, tensor_version(tensor), (rows, copied))
         return copied
 
+    def slot_tables(self, rows: Tensor, num_nodes: int) -> dict[torch.device, Tensor]:
+        """The slot tables of a split over the hot `rows` (`split_rows.slot_tables`), one
+        per rows tensor: the loaders sharing a split (`rows_on_device`'s rows) share its
+        table and the table's device copy."""
+        found = self._entry(rows, f"slots:{num_nodes}")
+        if found is None:
+            tables = slot_tables(rows, num_nodes)
+            self._keep(rows, f"slots:{num_nodes}", None, tables)
+            return tables
+        return found[2]
+
     def split_rows(self, tensor: Tensor, device: torch.device) -> Tensor | None:
         """The rows of `tensor`'s current split copy on `device` (`rows_on_device`), if any."""
         found = self._entry(tensor, f"rows:{device}")
@@ -245,7 +256,8 @@ class GatherPlan:
                 and k not in ID_FIELDS and isinstance(self.sources[k], Tensor)
                 and self.dims[k] == 0 and self.sources[k].dim() > 0}
             self.split = SplitRows(hot_rows, int(data.num_nodes), self.device, self.pin,
-                                   self.counts)
+                                   self.counts,
+                                   resident.slot_tables(hot_rows, int(data.num_nodes)))
 
     def current(self, data: Any) -> bool:
         """Whether batches of `data` built with this plan equal PyG's now: the same object,

@@ -27,7 +27,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-__all__ = ["SplitCounts", "SplitLookup", "SplitRows", "TABLE_BYTES"]
+__all__ = ["SplitCounts", "SplitLookup", "SplitRows", "TABLE_BYTES", "slot_tables"]
 
 #: bytes per vertex of the slot table (int32), on the device where batches are sampled there
 TABLE_BYTES = 4
@@ -57,16 +57,26 @@ class SplitLookup:
     cold_ids: Tensor
 
 
+def slot_tables(hot: Tensor, num_nodes: int) -> dict[torch.device, Tensor]:
+    """The slot table of the hot rows `hot` (``slot[hot[i]] = i``, -1 elsewhere; int32) on
+    the host, in a dict that `SplitRows` fills with its device copies."""
+    slot = torch.full((num_nodes,), -1, dtype=torch.int32)
+    slot[hot] = torch.arange(hot.numel(), dtype=torch.int32)
+    return {slot.device: slot}
+
+
 class SplitRows:
     """The slot map of the hot rows ``hot`` among ``num_nodes`` vertices (module docstring),
     for batches built on `device`; `counts` hears every lookup."""
 
     def __init__(self, hot: Tensor, num_nodes: int, device: torch.device, pin: bool,
-                 counts: SplitCounts) -> None:
+                 counts: SplitCounts, tables: dict[torch.device, Tensor] | None = None) -> None:
+        """`tables`: the slot table by device, shared by the loaders that split over the same
+        `hot` rows (`slot_tables`; `gnnorch.device.gather.ResidentTensors.slot_tables`), so
+        they hold one table on the device, as the placement's budget counts; by default this
+        object's own."""
         self.device, self.pin, self.counts = device, pin, counts
-        self.slot = torch.full((num_nodes,), -1, dtype=torch.int32)
-        self.slot[hot] = torch.arange(hot.numel(), dtype=torch.int32)
-        self._tables = {self.slot.device: self.slot}
+        self._tables = tables if tables is not None else slot_tables(hot, num_nodes)
 
     def _table(self, device: torch.device) -> Tensor:
         """The slot table on `device` (copied there once)."""

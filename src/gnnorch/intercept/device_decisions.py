@@ -273,7 +273,12 @@ def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler, device: to
     where = ranking_device(device, colptr.numel() - 1, row)
     record.ranking_on = str(where)
     try:
-        return _row_ranking(loader, sampler, colptr.to(where), row.to(where))
+        if where.type == "cuda":
+            try:
+                return _row_ranking(loader, sampler, colptr.to(where), row.to(where))
+            except torch.OutOfMemoryError:   # another process took the room since the check
+                record.ranking_on = f"cpu (out of memory on {where})"
+        return _row_ranking(loader, sampler, colptr, row)
     finally:
         if where.type == "cuda":   # the working set is gone: give its cached blocks back
             torch.cuda.synchronize(where)
@@ -284,8 +289,11 @@ def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler, device: to
 def ranking_device(device: torch.device, num_nodes: int, row: torch.Tensor) -> torch.device:
     """Where a split's ranking runs: on `device` when it is a GPU with twice the bytes free
     that a copy of the CSC and `working_bytes` take there (the copy and the working set are
-    freed once the ranking is made), else on the host."""
-    if device.type != "cuda":
+    freed once the ranking is made), else on the host. Under
+    `torch.use_deterministic_algorithms(True)` always on the host: the ranking's weighted
+    `bincount` and floating-point `cumsum` have no deterministic CUDA kernel, and torch
+    raises rather than run them there."""
+    if device.type != "cuda" or torch.are_deterministic_algorithms_enabled():
         return torch.device("cpu")
     need = 8 * (num_nodes + 1) + row.numel() * row.element_size() \
         + working_bytes(num_nodes, row.numel())
