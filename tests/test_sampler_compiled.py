@@ -140,11 +140,29 @@ def test_an_error_inside_the_compiled_body_resets_the_workspace(graph):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["floyd", "wide"])
-def test_cuda_compiled_equals_eager(graph, method):
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("directed", [True, False])
+def test_cuda_compiled_equals_eager(graph, method, replace, directed):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     _, colptr, row = graph
     dev = torch.device("cuda")
     seeds = torch.arange(0, 3000, 13, device=dev)
-    eager, compiled = _both(colptr.to(dev), row.to(dev), seeds, [15, 10, 5], method=method)
+    eager, compiled = _both(colptr.to(dev), row.to(dev), seeds, [15, 10, 5], method=method,
+                            replace=replace, directed=directed)
+    _assert_same(eager, compiled)
+
+
+@pytest.mark.gpu
+def test_cuda_compiled_equals_eager_with_exclusion(graph):
+    """The cache's pruning mask on the device (a CUDA run's cache loaders sample with it)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    _, colptr, row = graph
+    dev = torch.device("cuda")
+    exclude = torch.zeros(3000, dtype=torch.bool, device=dev)
+    exclude[::3] = True
+    seeds = torch.arange(0, 3000, 37, device=dev)
+    eager, compiled = _both(colptr.to(dev), row.to(dev), seeds, [10, 5, 5], exclude=exclude,
+                            exclude_hops=[1, 2], method="wide")
     _assert_same(eager, compiled)
