@@ -1033,6 +1033,24 @@ def test_cuda_features_host_leave_x_pinned_for_the_host_transform():
 
 
 @pytest.mark.gpu
+def test_cuda_split_leaves_x_pinned_for_the_host_transform():
+    # a split with rewrites on and no prefetching: x is deferred (DAHA's host transform
+    # reads its pinned rows) and only the other node tensors are split
+    device = torch.device("cuda", torch.cuda.current_device())
+    config = DataPathConfig(mode="auto", budget_bytes=SPLIT_BUDGET, prefetch=0)
+    _, path, loader, state = _served(config, device=device)      # rewrites on
+    assert state.device.deferred == ("x",) and state.device.features == "split"
+    plan = path._served[loader].plan
+    assert "x" not in plan.device_rows and {"y", "train_mask"} <= set(plan.device_rows)
+    for batch in path.feed(iter(loader), loader, state, True):
+        assert batch.x.device.type == "cpu" and batch.x.is_pinned()
+        assert torch.equal(batch.x, DATA.x[batch.n_id])
+        assert batch.y.is_cuda and torch.equal(batch.y.cpu(), DATA.y[batch.n_id])
+        assert torch.equal(batch.edge_attr.cpu(), DATA.edge_attr[batch.e_id])
+    assert _no_pipeline_thread()
+
+
+@pytest.mark.gpu
 def test_cuda_loaders_kept_after_the_run_hold_no_device_tensor():
     """After a CUDA run (its CSC sampled on the GPU), a loader the user kept has its sampler
     back on the host and builds its batches as PyG does: every tensor on the host."""
