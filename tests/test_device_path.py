@@ -1033,6 +1033,31 @@ def test_cuda_features_host_leave_x_pinned_for_the_host_transform():
 
 
 @pytest.mark.gpu
+def test_cuda_split_ranking_falls_back_to_the_host(monkeypatch):
+    from gnnorch.intercept import device_decisions
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    config = DataPathConfig(mode="auto", budget_bytes=SPLIT_BUDGET)
+    _, path, loader, state = _served(config, device=device, rewrite=False)
+    assert state.device.features == "split" and state.device.ranking_on == str(device)
+    # out of memory while ranking on the GPU (another process took the room): the host ranks
+    original = device_decisions._row_ranking
+
+    def out_of_memory(loader, sampler, colptr, row):
+        if colptr.is_cuda:
+            raise torch.OutOfMemoryError("CUDA out of memory (a test)")
+        return original(loader, sampler, colptr, row)
+
+    monkeypatch.setattr(device_decisions, "_row_ranking", out_of_memory)
+    _, path, loader, state = _served(config, device=device, rewrite=False)
+    assert state.device.features == "split"
+    assert state.device.ranking_on == f"cpu (out of memory on {device})"
+    for batch in path.feed(iter(loader), loader, state, True):
+        assert torch.equal(batch.x.cpu(), DATA.x[batch.n_id])
+    assert _no_pipeline_thread()
+
+
+@pytest.mark.gpu
 def test_cuda_split_leaves_x_pinned_for_the_host_transform():
     # a split with rewrites on and no prefetching: x is deferred (DAHA's host transform
     # reads its pinned rows) and only the other node tensors are split
