@@ -49,7 +49,7 @@ def test_gpu_example_runs_through_the_data_path_on_the_cpu():
 @pytest.mark.gpu
 def test_gpu_example_is_served_on_cuda():
     example = load_example("train_gpu")
-    runtime = gnnorch.Runtime(example.train, device="auto")
+    runtime = gnnorch.Runtime(example.train, processes=1, device="auto")
     accuracy = runtime(cora(), epochs=10)
     loaders = runtime.last_run.stats[0]["device"]["loaders"]
     assert all(d["served"] and d["samples_on_device"] and d["device"].startswith("cuda")
