@@ -17,7 +17,10 @@ modes: this machine has no network):
   random with the seed;
 * ``runtime``: the same call as the body of a function run by
   ``gnnorch.Runtime(body, **options)()`` (default options: the runtime exactly as a new user
-  writes it), the same seeding before it.
+  writes it), the same seeding before it;
+* ``plain-tuned-malloc`` (``--tuned-malloc``): ``plain`` after only the runtime's glibc malloc
+  settings (`gnnorch.launch.allocator.tune_allocator`), for scripts that are not deterministic:
+  memory layout moves their floating-point rounding.
 
 Every number the script prints on its last lines as ``Name: value`` is parsed; the table lists
 the exit status of both runs, the wall time and the printed test metrics (keys containing
@@ -67,6 +70,7 @@ DEFAULT_EXAMPLES = [
     "benchmark/citation/appnp.py --dataset=Cora --alpha=0.1 --runs=2",
 ]
 LAST_LINES = 30
+TUNED = "plain-tuned-malloc"
 NUMBER = re.compile(r"([A-Za-z][A-Za-z0-9 _\-]*?)\s*[:=]\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
 
 
@@ -120,7 +124,12 @@ def child(mode: str, path: str, seed: int, options: dict, argv: list[str]) -> No
     folder = Path(path).parent
     sys.path.insert(0, str(folder.parent if (folder / "__init__.py").exists() else folder))
     _seed(seed)
-    if mode == "plain":
+    if mode == "plain-tuned-malloc":   # vanilla, with only the runtime's glibc malloc settings
+        from gnnorch.launch.allocator import tune_allocator
+
+        if not tune_allocator():
+            raise SystemExit("glibc's mallopt is not available here: nothing to compare")
+    if mode in ("plain", "plain-tuned-malloc"):
         run_script(path, argv)
         return
     import gnnorch
@@ -187,8 +196,7 @@ def run_one(python: str, script: Path, mode: str, seed: int, options: dict, argv
         if line.startswith("[gnnorch] last_run: "):
             facts = json.loads(line[len("[gnnorch] last_run: "):])
     metrics = printed_metrics(out)
-    warnings = sorted({m.group(0) for m in re.finditer(r"gnnorch[^\n]{0,160}", err)
-                       if "Warning" in err})[:5]
+    warnings = [line for line in err.splitlines() if "gnnorch" in line and "Warning" in line][:5]
     return {"rc": rc, "seconds": round(seconds, 1), "metrics": metrics,
             "compared": compared(metrics), "facts": facts,
             "stderr_tail": err.strip().splitlines()[-3:], "gnnorch_lines": warnings}
@@ -214,9 +222,12 @@ def markdown(rows: list[dict], header: str) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         fmt = lambda m: ", ".join(f"{k} {v:g}" for k, v in m.items()) or "-"   # noqa: E731
+        tuned = r.get(TUNED)
+        note = f" (vanilla with the runtime's malloc settings: {fmt(tuned['compared'])})" \
+            if tuned else ""
         lines.append(f"| `{r['example']}` | {r['seed']} | {r['plain']['seconds']} | "
                      f"{r['runtime']['seconds']} | {fmt(r['plain']['compared'])} | "
-                     f"{fmt(r['runtime']['compared'])} | {r['verdict']} |")
+                     f"{fmt(r['runtime']['compared'])} | {r['verdict']}{note} |")
     return "\n".join(lines) + "\n"
 
 
@@ -237,6 +248,10 @@ def main() -> None:
     p.add_argument("--python", default=str(DEFAULT_PYTHON if DEFAULT_PYTHON.exists()
                                            else sys.executable))
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per script run")
+    p.add_argument("--tuned-malloc", action="store_true",
+                   help="also run each script plainly with only the runtime's glibc malloc "
+                        "settings (gnnorch.launch.allocator): tells layout noise from the "
+                        "runtime's own effect on a script that is not deterministic")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--md", type=Path, default=None)
     args = p.parse_args()
@@ -262,7 +277,7 @@ def main() -> None:
         script = work / path
         for seed in args.seeds:
             row = {"example": name, "seed": seed}
-            for mode in ("plain", "runtime"):
+            for mode in ("plain", "runtime") + ((TUNED,) if args.tuned_malloc else ()):
                 row[mode] = run_one(args.python, script, mode, seed, args.options, argv,
                                     args.timeout, env)
                 print(f"[pyg-examples] {name} seed {seed} {mode}: rc {row[mode]['rc']} "
