@@ -164,6 +164,16 @@ def test_split_rows_gather_equals_indexing_the_whole_tensor(hot_count):
 
 
 # ------------------------------------------------------------------------- a run
+def _split_graph():
+    """A graph and a budget that holds its CSC, the split's slot table and 200 rows of x, y
+    and the three masks: its features split."""
+    data = power_law_graph(num_nodes=600, avg_degree=8.0, num_features=16, num_classes=4,
+                           seed=1)
+    row_bytes = 16 * 4 + 8 + 3
+    return data, (structure_bytes(data.num_nodes, data.edge_index.size(1))
+                  + TABLE_BYTES * 600 + 200 * row_bytes)
+
+
 def _train(data, epochs, budget):
     torch.manual_seed(0)
     model = GraphSAGE(data.num_features, 16, 2, out_channels=4)
@@ -183,14 +193,10 @@ def _train(data, epochs, budget):
 
 
 def test_a_split_run_trains_as_the_host_features_run_and_says_so():
-    data = power_law_graph(num_nodes=600, avg_degree=8.0, num_features=16, num_classes=4,
-                           seed=1)
-    s = structure_bytes(data.num_nodes, data.edge_index.size(1))
-    row_bytes = 16 * 4 + 8 + 3      # x, y and the three masks
+    data, budget = _split_graph()
     runs = {}
     for name, config in (
-            ("split", {"mode": "device",
-                       "budget_bytes": s + TABLE_BYTES * 600 + 200 * row_bytes}),
+            ("split", {"mode": "device", "budget_bytes": budget}),
             ("host", {"mode": "device", "features": "host"})):
         runtime = gnnorch.Runtime(_train, processes=1, autotune=False, verbose=False,
                                   data_path=config, seed=3)
@@ -253,9 +259,9 @@ def test_cuda_split_rows_gather_equals_indexing_the_whole_tensor(sampled_on_devi
     assert counts.device + counts.host == 1800 and counts.device > 0
 
 
-def _train_and_test(data, epochs):
+def _train_and_test(data, epochs, device=None):
     torch.manual_seed(0)
-    model = GraphSAGE(data.num_features, 16, 2, out_channels=4)
+    model = GraphSAGE(data.num_features, 16, 2, out_channels=4).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = NeighborLoader(data, num_neighbors=[5, 3], batch_size=32, shuffle=True,
                             input_nodes=data.train_mask)
@@ -265,6 +271,7 @@ def _train_and_test(data, epochs):
     for _ in range(epochs):
         model.train()
         for batch in loader:
+            batch = batch.to(device) if device is not None else batch
             optimizer.zero_grad()
             loss = F.cross_entropy(model(batch.x, batch.edge_index)[:batch.batch_size],
                                    batch.y[:batch.batch_size])
@@ -280,11 +287,7 @@ def _train_and_test(data, epochs):
 
 
 def test_loaders_over_the_same_features_share_one_split():
-    data = power_law_graph(num_nodes=600, avg_degree=8.0, num_features=16, num_classes=4,
-                           seed=1)
-    s = structure_bytes(data.num_nodes, data.edge_index.size(1))
-    row_bytes = 16 * 4 + 8 + 3
-    budget = s + TABLE_BYTES * 600 + 200 * row_bytes
+    data, budget = _split_graph()
     runs = {}
     for name, config in (("split", {"mode": "device", "budget_bytes": budget}),
                          ("host", {"mode": "device", "features": "host"})):
@@ -301,6 +304,29 @@ def test_loaders_over_the_same_features_share_one_split():
     assert "split as another loader split them" in test["placement"]["reasons"][-1]
     assert test["split_rows"]["device"] > 0 and test["split_rows"]["host"] > 0
 
+
+
+@pytest.mark.gpu
+def test_cuda_loaders_over_the_same_features_share_one_split():
+    """On CUDA through the runtime: the training loader ranks its rows on the GPU, the test
+    loader reads its split (one slot table, no second ranking), and training matches the run
+    with every feature row on the host (the same batches; the GPU's atomics add in their own
+    order, so losses agree to rounding)."""
+    data, budget = _split_graph()
+    runs = {}
+    for name, config in (("split", {"mode": "auto", "budget_bytes": budget}),
+                         ("host", {"mode": "auto", "features": "host"})):
+        runtime = gnnorch.Runtime(_train_and_test, processes=1, autotune=False,
+                                  verbose=False, data_path=config, seed=3, device="cuda")
+        runs[name] = (runtime(data, 2, "cuda"), runtime)
+    split, host = runs["split"][0], runs["host"][0]
+    assert split == pytest.approx(host, rel=1e-3, abs=2)   # losses, then correct counts
+    train, test = runs["split"][1].last_run.stats[0]["device"]["loaders"]
+    assert train["samples_on_device"] and test["samples_on_device"]
+    assert train["features"] == test["features"] == "split"
+    assert train["ranking_on"].startswith("cuda") and test["ranking_on"] is None
+    assert test["bytes_on_device"] < train["bytes_on_device"]
+    assert test["split_rows"]["device"] > 0 and test["split_rows"]["host"] > 0
 
 def test_plans_over_one_split_share_its_slot_table():
     # one table (and one device copy of it) however many loaders share the split: the

@@ -88,9 +88,11 @@ def test_a_stuck_child_is_killed_reaped_and_forked_again(tmp_path):
     assert result["waited_seconds"] >= ANNOUNCE
 
 
+@pytest.mark.slow
 @needs_guard
 def test_without_the_guard_the_same_child_hangs(tmp_path):
-    """The scenario above is a real hang for a plain fork (so the test above can fail)."""
+    """The scenario above is a real hang for a plain fork (so the test above can fail): a
+    check of the test, not of gnnorch, so `slow` (11 s; `-m ''` runs it)."""
     result = _run(tmp_path, """
         pid = os.fork()
         if pid == 0:

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import torch_geometric.typing as pyg_typing
+from torch_geometric.data import HeteroData
 from torch_geometric.loader import LinkNeighborLoader
 from torch_geometric.nn import GraphSAGE
 from torch_geometric.sampler import NegativeSampling
@@ -20,6 +21,8 @@ import gnnorch
 from gnnorch.compat import pyg as compat_pyg
 from gnnorch.datasets.synthetic import power_law_graph
 from gnnorch.device.config import DataPathConfig
+from gnnorch.device.placement import structure_bytes
+from gnnorch.device.split_rows import TABLE_BYTES
 from gnnorch.device.seeds import sampling_seed
 from gnnorch.intercept.device_path import DevicePath
 from gnnorch.launch.context import RankContext
@@ -117,6 +120,49 @@ def test_device_path_link_batches_equal_pygs_filter_fn(negatives):
         assert set(map(tuple, last.n_id[pos].t().tolist())) <= edges
 
 
+@pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_link_batches_over_split_features_equal_the_whole_features(where):
+    """A link loader whose node features do not fit the budget whole: its hottest rows (both
+    ends of its input edges as seeds) on the device, the others gathered on the host. Its
+    batches are the batches of the same loader with every row on the device (and, with the CPU
+    as the device, PyG's own filter_fn's)."""
+    device = torch.device(where) if where == "cpu" else \
+        torch.device("cuda", torch.cuda.current_device())
+    row_bytes = 16 * 4 + 8 + 3          # x, y and the three masks
+    split = (structure_bytes(DATA.num_nodes, DATA.edge_index.size(1))
+             + TABLE_BYTES * DATA.num_nodes + 120 * row_bytes)
+    epochs = {}
+    for name, budget in (("split", split), ("whole", None)):
+        config = DataPathConfig(mode="device", prefetch=2, budget_bytes=budget)
+        ctx = RankContext(rank=0, world_size=1, plan=CorePlan(1, 0, 1), cores=None,
+                          seed=SEED, options=RunOptions(data_path=config, rewrite=False))
+        path, (loader, state) = DevicePath(ctx, config, device), (_link_loader("binary"),
+                                                                  _state())
+        path.adopt(loader, state)
+        assert state.device.samples_on_device
+        assert state.device.features == ("split" if budget else "gpu"), state.device.reasons
+        epochs[name] = []
+        for _ in range(2):
+            torch.manual_seed(11)
+            epochs[name].append(list(path.feed(iter(loader), loader, state, True)))
+        if budget:
+            record = state.device
+            assert record.ranking_on == str(device) and record.ranking_s > 0
+            assert record.split_rows.device > 0 and record.split_rows.host > 0
+        path.close()
+    for split_epoch, whole_epoch in zip(epochs["split"], epochs["whole"]):
+        assert len(split_epoch) == len(whole_epoch) > 1
+        for a, b in zip(split_epoch, whole_epoch):
+            assert_same_batch(a, b)
+            assert torch.equal(a.x.cpu(), DATA.x[a.n_id]) and a.x.device == device
+            assert torch.equal(a.edge_attr.cpu(), DATA.edge_attr[a.e_id])
+    if where == "cpu":    # the same batches as PyG's own link loader
+        plain = _link_loader("binary")
+        for epoch, got in enumerate(epochs["split"]):
+            for a, b in zip(got, _plain_epoch(plain, epoch)):
+                assert_same_batch(a, b)
+
+
 def test_negatives_drawn_ahead_leave_the_users_random_stream_alone():
     """Sampling ahead in the producer thread takes no number from torch's global RNG: after
     an epoch the global state is the same with negatives as without (the shuffle's draw
@@ -165,27 +211,55 @@ def test_seeded_negatives_fail_closed_on_another_shape(monkeypatch):
 # ------------------------------------------------------------------------------ runtime
 def _record_link_epochs(data, out_dir, epochs=2):
     rank = dist.get_rank() if dist.is_initialized() else 0
+    hetero = isinstance(data, HeteroData)
+    label = dict(edge_label_index=(RATES, None)) if hetero else {}
     train = LinkNeighborLoader(data, num_neighbors=[3], batch_size=40, shuffle=True,
-                               neg_sampling_ratio=1.0)
-    evaluate = LinkNeighborLoader(data, num_neighbors=[3], batch_size=500)
+                               neg_sampling_ratio=1.0, **label)
+    evaluate = LinkNeighborLoader(data, num_neighbors=[3], batch_size=500, **label)
     torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)   # a training function's
+
+    def ids(batch):
+        return (batch[RATES] if hetero else batch).input_id.tolist()
+
     seen = {"batch_size": train.batch_size, "epochs": [], "eval": [],
             "sampler": type(train.link_sampler).__name__}
     for _ in range(epochs):
-        seen["epochs"].append([b.input_id.tolist() for b in train])
-    seen["eval"] = [i for b in evaluate for i in b.input_id.tolist()]
+        seen["epochs"].append([ids(b) for b in train])
+    seen["eval"] = [i for b in evaluate for i in ids(b)]
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(seen, f)
 
 
-def test_training_link_loader_sharded_over_ranks(tmp_path):
-    data = _graph(num_nodes=200)
+#: the edge type a HeteroData link loader below trains on (bipartite, as PyG's
+#: examples/hetero/bipartite_sage_unsup.py)
+RATES = ("user", "rates", "item")
+
+
+def _bipartite(num_users=120, num_items=80, per_user=4, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.arange(num_users).repeat_interleave(per_user)
+    dst = torch.randint(0, num_items, (src.numel(),), generator=gen)
+    data = HeteroData()
+    data["user"].x = torch.randn(num_users, 8, generator=gen)
+    data["item"].x = torch.randn(num_items, 8, generator=gen)
+    data[RATES].edge_index = torch.unique(torch.stack([src, dst]), dim=1)
+    data[RATES[::-1]].edge_index = data[RATES].edge_index.flip(0)
+    return data
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+def test_training_link_loader_sharded_over_ranks(tmp_path, hetero):
+    """Each rank's training epoch takes a disjoint half of the input edges (of a HeteroData's
+    edge type too), evaluation loaders every edge on every rank."""
+    data = _bipartite() if hetero else _graph(num_nodes=200)
     runtime = gnnorch.Runtime(_record_link_epochs, processes=2)
     runtime(data, str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    edges = set(range(data.edge_index.size(1)))
+    edges = set(range((data[RATES] if hetero else data).edge_index.size(1)))
     for seen in ranks:
-        assert seen["batch_size"] == 20 and seen["sampler"] == "FastNeighborSampler"
+        # gnnorch's sampler serves homogeneous graphs; a HeteroData's keeps PyG's
+        assert seen["batch_size"] == 20
+        assert seen["sampler"] == ("NeighborSampler" if hetero else "FastNeighborSampler")
         assert sorted(seen["eval"]) == sorted(edges)   # evaluation: every edge, every rank
     for epoch in range(2):
         a = [i for b in ranks[0]["epochs"][epoch] for i in b]
@@ -195,7 +269,8 @@ def test_training_link_loader_sharded_over_ranks(tmp_path):
     loaders = runtime.last_run.stats[0]["sampler"]["loaders"]
     assert [(s["kind"], s["role"]) for s in loaders] == [("link", "train"), ("link", "eval")]
     # sampler="auto": gnnorch's, unless pyg-lib is installed and measured faster here
-    assert all(s["backend"] in AUTO_BACKENDS for s in loaders), loaders
+    if not hetero:
+        assert all(s["backend"] in AUTO_BACKENDS for s in loaders), loaders
     assert all(e["seeds"] > 0 for e in runtime.last_run.epochs[0])
 
 

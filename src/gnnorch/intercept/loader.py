@@ -92,7 +92,8 @@ def _loader_seed(ctx: RankContext, index: int) -> int:
 
 
 def _seeds_in(batch: Any) -> int:
-    """The batch's seeds: its seed nodes, or the supervision edges of a link batch."""
+    """The batch's seeds: its seed nodes, or the supervision edges of a link batch (of a
+    HeteroData's edge type too)."""
     size = stored_batch_size(batch)
     if size is not None:
         return size
@@ -100,9 +101,13 @@ def _seeds_in(batch: Any) -> int:
     if isinstance(input_id, torch.Tensor):
         return int(input_id.numel())
     input_type = getattr(batch, "input_type", None)  # HeteroData batches
-    if input_type is not None:
-        return int(getattr(batch[input_type], "batch_size", 0))
-    return 0
+    if input_type is None:
+        return 0
+    store = batch[input_type]   # a node type's (batch_size) or a link batch's edge type's
+    if isinstance(store.get("batch_size"), int):
+        return store["batch_size"]
+    input_id = store.get("input_id")
+    return int(input_id.numel()) if isinstance(input_id, torch.Tensor) else 0
 
 
 class _Originals:
