@@ -268,6 +268,7 @@ def test_training_link_loader_sharded_over_ranks(tmp_path, hetero):
         assert not set(a) & set(b) and set(a) | set(b) == edges
     loaders = runtime.last_run.stats[0]["sampler"]["loaders"]
     assert [(s["kind"], s["role"]) for s in loaders] == [("link", "train"), ("link", "eval")]
+    assert {s["graph"] for s in loaders} == {"HeteroData" if hetero else "Data"}
     # sampler="auto": gnnorch's, unless pyg-lib is installed and measured faster here
     if not hetero:
         assert all(s["backend"] in AUTO_BACKENDS for s in loaders), loaders

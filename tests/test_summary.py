@@ -163,3 +163,16 @@ def test_fork_guard_line_only_when_a_stuck_child_was_killed():
             "forked again") in render_summary(info)
     info.stats = {0: {"fork_guard": {"stuck_killed": "x"}}, 1: {"fork_guard": None}}
     assert "fork guard" not in render_summary(info)
+
+
+def test_trim_says_hetero_batches_run_untrimmed():
+    hetero = {"sampler": {"loaders": [{"role": "train", "backend": "pyg", "graph": "HeteroData"}]},
+              "trim": {"enabled": True, "models": []}}
+    assert ("trim: no model ran on a homogeneous NeighborLoader batch (HeteroData batches run "
+            "as PyG runs them, untrimmed)") in render_summary(_info(hetero))
+    plain = {"sampler": {"loaders": [{"role": "train", "backend": "gnnorch", "graph": "Data"}]},
+             "trim": {"enabled": True, "models": []}}
+    assert "trim: no MessagePassing model ran on a NeighborLoader batch" in \
+        render_summary(_info(plain))
+    odd = {"sampler": "?", "trim": {"enabled": True, "models": []}}   # never raises
+    assert "trim: no MessagePassing model ran" in render_summary(_info(odd))

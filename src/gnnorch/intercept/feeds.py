@@ -73,6 +73,7 @@ class LoaderState:
     partition: Feed | None = None  # set when its features come from the partitioned store
     device: DeviceDecision | None = None  # set by the device path's `adopt`
     kind: str = "node"             # "node" (NeighborLoader) or "link" (LinkNeighborLoader)
+    graph: str | None = None       # its input's type: "Data", "HeteroData", a feature/graph store
 
     @property
     def samples_on_device(self) -> bool:
@@ -80,7 +81,7 @@ class LoaderState:
         return self.device is not None and self.device.samples_on_device
 
     def to_dict(self) -> dict:
-        out = {"kind": self.kind, "role": self.role, "index": self.index,
+        out = {"kind": self.kind, "graph": self.graph, "role": self.role, "index": self.index,
                "backend": self.backend,
                "reason": self.backend_reason, "directional": self.directional,
                "num_hops": self.num_hops, "transform": self.transform,

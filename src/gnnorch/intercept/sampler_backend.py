@@ -45,12 +45,13 @@ def choose_backend(choice: str, state: LoaderState, init: Any, args: tuple, kwar
 
     bound = compat_pyg.loader_arguments(init, args, kwargs)  # {}: PyG samples
     data = bound.get("data")
+    state.graph = "feature/graph store" if isinstance(data, tuple) else type(data).__name__
     if choice == "pyg":
         state.backend_reason = "sampler='pyg'"
     elif bound.get("neighbor_sampler") is not None:
         state.backend_reason = "the loader was given its own neighbor_sampler"
     elif not isinstance(data, Data):
-        state.backend_reason = f"{type(data).__name__} input is sampled by PyG"
+        state.backend_reason = f"{state.graph} input is sampled by PyG"
     else:
         from ..sampling.neighbor import FastNeighborSampler
 
