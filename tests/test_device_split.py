@@ -239,6 +239,18 @@ def test_cuda_ranking_equals_the_hosts():
         assert cuda.share(k) == pytest.approx(host.share(k), abs=1e-6)
 
 
+def test_the_ranking_runs_on_the_gpu_only_with_room_for_it(monkeypatch):
+    # decided from the GPU's free memory alone (faked here: runs without a GPU): twice the
+    # CSC copy and the working set, else the host ranks
+    from gnnorch.device.hot_rows import working_bytes
+
+    device, row = torch.device("cuda", 0), torch.zeros(1000, dtype=torch.long)
+    need = 8 * 101 + row.numel() * 8 + working_bytes(100, row.numel())
+    for free, where in ((2 * need, device), (2 * need - 1, torch.device("cpu"))):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None, f=free: (f, 10 * need))
+        assert ranking_device(device, 100, row) == where
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("sampled_on_device", [True, False])
 def test_cuda_split_rows_gather_equals_indexing_the_whole_tensor(sampled_on_device):
