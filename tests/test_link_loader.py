@@ -209,6 +209,23 @@ def test_seeded_negatives_fail_closed_on_another_shape(monkeypatch):
 
 
 # ------------------------------------------------------------------------------ runtime
+#: the edge type a HeteroData link loader below trains on (bipartite, as PyG's
+#: examples/hetero/bipartite_sage_unsup.py)
+RATES = ("user", "rates", "item")
+
+
+def _bipartite(num_users=120, num_items=80, per_user=4, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.arange(num_users).repeat_interleave(per_user)
+    dst = torch.randint(0, num_items, (src.numel(),), generator=gen)
+    data = HeteroData()
+    data["user"].x = torch.randn(num_users, 8, generator=gen)
+    data["item"].x = torch.randn(num_items, 8, generator=gen)
+    data[RATES].edge_index = torch.unique(torch.stack([src, dst]), dim=1)
+    data[RATES[::-1]].edge_index = data[RATES].edge_index.flip(0)
+    return data
+
+
 def _record_link_epochs(data, out_dir, epochs=2):
     rank = dist.get_rank() if dist.is_initialized() else 0
     hetero = isinstance(data, HeteroData)
@@ -228,23 +245,6 @@ def _record_link_epochs(data, out_dir, epochs=2):
     seen["eval"] = [i for b in evaluate for i in ids(b)]
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(seen, f)
-
-
-#: the edge type a HeteroData link loader below trains on (bipartite, as PyG's
-#: examples/hetero/bipartite_sage_unsup.py)
-RATES = ("user", "rates", "item")
-
-
-def _bipartite(num_users=120, num_items=80, per_user=4, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    src = torch.arange(num_users).repeat_interleave(per_user)
-    dst = torch.randint(0, num_items, (src.numel(),), generator=gen)
-    data = HeteroData()
-    data["user"].x = torch.randn(num_users, 8, generator=gen)
-    data["item"].x = torch.randn(num_items, 8, generator=gen)
-    data[RATES].edge_index = torch.unique(torch.stack([src, dst]), dim=1)
-    data[RATES[::-1]].edge_index = data[RATES].edge_index.flip(0)
-    return data
 
 
 @pytest.mark.parametrize("hetero", [False, True])
