@@ -480,9 +480,9 @@ def test_pickle_drops_scratch_and_keeps_exclusion(medium):
     sampler = FastNeighborSampler(data, num_neighbors=[5, 3])
     sampler.set_exclusion(torch.zeros(3000, dtype=torch.bool), hops=[1])
     next(iter(_loader(data, sampler)))
-    assert any(sampler._workspaces.values())
+    assert any(sampler._workspaces.pools().values())
     copy = pickle.loads(pickle.dumps(sampler))
-    assert copy._workspaces == {} and copy.exclusion[1] == frozenset({1})
+    assert copy._workspaces.pools() == {} and copy.exclusion[1] == frozenset({1})
     _check_batch(data, next(iter(_loader(data, copy))))
     with pytest.raises(ValueError):
         sampler.set_exclusion(torch.zeros(10, dtype=torch.bool))
@@ -558,7 +558,7 @@ def test_cuda_workspaces_are_kept_per_stream(medium):
         sampler.sample_ours(seeds)
     with torch.cuda.stream(b):
         sampler.sample_ours(seeds)
-    pools = [pool for pool in sampler._workspaces.values() if pool]
+    pools = [pool for pool in sampler._workspaces.pools().values() if pool]
     assert len(pools) == 2 and pools[0][0] is not pools[1][0]
     torch.cuda.synchronize()
 

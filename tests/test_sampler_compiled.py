@@ -96,8 +96,8 @@ def test_compiled_sampler_is_what_fast_neighbor_sampler_runs(graph, monkeypatch)
     data, _, _ = graph
     assert uniform.compiled_sampler() is not None
     calls = []
-    relabel = uniform._relabel
-    monkeypatch.setattr(uniform, "_relabel", lambda *a: calls.append(1) or relabel(*a))
+    relabel = uniform.relabel
+    monkeypatch.setattr(uniform, "relabel", lambda *a: calls.append(1) or relabel(*a))
     sampler = FastNeighborSampler(data, [5, 5])
     sampler.sample_ours(torch.arange(10))
     assert calls == []

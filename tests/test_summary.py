@@ -168,8 +168,8 @@ def test_fork_guard_line_only_when_a_stuck_child_was_killed():
 def test_trim_says_hetero_batches_run_untrimmed():
     hetero = {"sampler": {"loaders": [{"role": "train", "backend": "pyg", "graph": "HeteroData"}]},
               "trim": {"enabled": True, "models": []}}
-    assert ("trim: no model ran on a homogeneous NeighborLoader batch (HeteroData batches run "
-            "as PyG runs them, untrimmed)") in render_summary(_info(hetero))
+    assert ("trim: no model ran on a homogeneous NeighborLoader batch (HeteroData batches are "
+            "not trimmed)") in render_summary(_info(hetero))
     plain = {"sampler": {"loaders": [{"role": "train", "backend": "gnnorch", "graph": "Data"}]},
              "trim": {"enabled": True, "models": []}}
     assert "trim: no MessagePassing model ran on a NeighborLoader batch" in \

@@ -149,7 +149,7 @@ def _trim(info: RunInfo, stats: dict) -> str | None:
         loaders = _dicts(sampler.get("loaders")) if isinstance(sampler, dict) else []
         if any(loader.get("graph") == "HeteroData" for loader in loaders):
             return ("trim: no model ran on a homogeneous NeighborLoader batch (HeteroData "
-                    "batches run as PyG runs them, untrimmed)")
+                    "batches are not trimmed)")
         return "trim: no MessagePassing model ran on a NeighborLoader batch"
     entries = []
     for m in models:

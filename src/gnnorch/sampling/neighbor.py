@@ -25,11 +25,12 @@ from torch_geometric.sampler.base import DataType, SubgraphType
 from gnnorch.compat import pyg as compat_pyg
 from gnnorch.sampling.csc import SHARED_CSC
 from gnnorch.sampling.uniform import new_workspace, sample_neighbors
+from gnnorch.sampling.workspace_pool import WorkspacePool
 
-__all__ = ["FastNeighborSampler"]
+__all__ = ["FastNeighborSampler", "PYG_LIB_WARNING", "supported_options"]
 
 # PyG warns that sampling without pyg-lib is deprecated; it does not apply to our fast path.
-_PYG_LIB_WARNING = r"Using '.*' without a 'pyg-lib' installation is deprecated"
+PYG_LIB_WARNING = r"Using '.*' without a 'pyg-lib' installation is deprecated"
 
 
 class FastNeighborSampler(NeighborSampler):
@@ -62,14 +63,14 @@ class FastNeighborSampler(NeighborSampler):
         start = time.perf_counter()
         fast = (DataType.from_data(data) == DataType.homogeneous and time_attr is None
                 and weight_attr is None and not disjoint)
-        options = _supported(dict(
+        options = supported_options(dict(
             subgraph_type=subgraph_type, replace=replace, disjoint=disjoint,
             temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
             is_sorted=is_sorted, share_memory=share_memory, directed=directed,
             sample_direction=sample_direction))
         with warnings.catch_warnings(), compat_pyg.neighbor_sampler_csc(SHARED_CSC.wrap):
             if fast:
-                warnings.filterwarnings("ignore", message=_PYG_LIB_WARNING)
+                warnings.filterwarnings("ignore", message=PYG_LIB_WARNING)
             hits = SHARED_CSC.hits   # constructors run one at a time in here: the count is ours
             super().__init__(data, num_neighbors, **options)
             # whether this sampler took its CSC from another's over the same graph
@@ -78,7 +79,8 @@ class FastNeighborSampler(NeighborSampler):
             self.sample_direction = sample_direction
         self._exclude: Tensor | None = None
         self._exclude_hops: frozenset[int] = frozenset()
-        self._workspaces: dict[int, list[Tensor]] = {}   # free buffers per CUDA stream
+        # free global-to-local maps per CUDA stream
+        self._workspaces = WorkspacePool(self._new_workspace)
         self._host_structure: tuple[Tensor, Tensor] | None = None   # see `host_structure`
         self.use_pyg = False               # every call to PyG's own _sample (pyg-lib)
         # the fast path's random source (None: torch's global RNG of the CSC's device); not
@@ -109,7 +111,7 @@ class FastNeighborSampler(NeighborSampler):
             self.perm = self.perm.to(device)
         if self._exclude is not None:
             self._exclude = self._exclude.to(device)
-        self._workspaces = {}
+        self._workspaces.clear()
 
     def use_structure(self, colptr: Tensor, row: Tensor, perm: Tensor | None,
                       keep_host: bool = False) -> None:
@@ -122,7 +124,7 @@ class FastNeighborSampler(NeighborSampler):
         self.colptr, self.row, self.perm = colptr, row, perm
         if self._exclude is not None:
             self._exclude = self._exclude.to(colptr.device)
-        self._workspaces = {}
+        self._workspaces.clear()
 
     def _keep_host_structure(self, keep: bool) -> None:
         if not keep:
@@ -192,16 +194,12 @@ class FastNeighborSampler(NeighborSampler):
             return compat_pyg.pyg_sample(self, seed, seed_time, **kwargs)
         induced = self.subgraph_type == SubgraphType.induced
         version = self.exclusion_version
-        free = self._free_workspaces()
-        workspace = self._borrow_workspace(free)
-        try:
+        with self._workspaces.borrow(self.colptr.device) as workspace:
             out = sample_neighbors(
                 self.colptr, self.row, seed, self.num_neighbors.get_mapped_values(),
                 replace=self.replace, directed=not induced, exclude=self._exclude,
                 exclude_hops=self._exclude_hops, workspace=workspace,
                 generator=self.generator)
-        finally:
-            free.append(workspace)
         row, col = out.row, out.col
         if self.sample_direction == "backward":
             row, col = col, row
@@ -213,26 +211,11 @@ class FastNeighborSampler(NeighborSampler):
         result.exclusion_version = version   # the mask it was sampled with (see __init__)
         return result
 
-    def _free_workspaces(self) -> list[Tensor]:
-        """The free global-to-local buffers of the current CUDA stream (one pool on the CPU).
-
-        A buffer goes back to its pool when the sampling call has *queued* its last use of it;
-        on a GPU that use may not have run yet, so only the same stream (which runs its work
-        in order) may take it again: loaders sampling on two side streams never share one."""
-        key = (torch.cuda.current_stream(self.colptr.device).cuda_stream
-               if self.colptr.is_cuda else 0)
-        return self._workspaces.setdefault(key, [])   # dict.setdefault: atomic
-
-    def _borrow_workspace(self, free: list[Tensor]) -> Tensor:
-        """A free all-UNSEEN global-to-local buffer (``list.pop`` is atomic across threads)."""
-        try:
-            return free.pop()
-        except IndexError:
-            return new_workspace(self.colptr.numel() - 1, self.colptr.device)
+    def _new_workspace(self, device: torch.device) -> Tensor:
+        return new_workspace(self.colptr.numel() - 1, device)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_workspaces"] = {}
         state["_host_structure"] = None
         state["generator"] = None
         return state
@@ -241,7 +224,7 @@ class FastNeighborSampler(NeighborSampler):
 _DEFAULTS = {"sample_direction": "forward", "weight_attr": None, "directed": True}
 
 
-def _supported(options: dict[str, Any]) -> dict[str, Any]:
+def supported_options(options: dict[str, Any]) -> dict[str, Any]:
     """The options the installed PyG's ``NeighborSampler`` takes (``sample_direction``: PyG >=
     2.7); an option it lacks is dropped at its default and refused otherwise, as PyG would."""
     accepted = compat_pyg.sampler_parameters()

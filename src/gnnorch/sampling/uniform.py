@@ -42,8 +42,8 @@ from torch import Tensor
 
 from ..compat.jit import compiled_function
 
-__all__ = ["METHODS", "SampledSubgraph", "UNSEEN", "compiled_sampler", "new_workspace",
-           "sample_neighbors"]
+__all__ = ["METHODS", "SampledSubgraph", "UNSEEN", "WIDE_FACTOR", "compiled_sampler",
+           "new_workspace", "relabel", "sample_neighbors", "sample_offsets"]
 
 #: Workspace value of a node without a local id (larger than any local id, for ``amin``).
 UNSEEN = torch.iinfo(torch.int64).max
@@ -187,9 +187,9 @@ def _sample(colptr: Tensor, row: Tensor, seeds: Tensor, num_neighbors: List[int]
         deg = colptr.index_select(0, frontier + 1) - start
         if exclude is not None and hop in exclude_hops:
             deg.masked_fill_(exclude.index_select(0, frontier), 0)
-        owner, offset = _sample_offsets(deg, k, replace, generator, method, wide_factor)
+        owner, offset = sample_offsets(deg, k, replace, generator, method, wide_factor)
         pos = start.index_select(0, owner).add_(offset)
-        new, src = _relabel(g2l, row.index_select(0, pos), num_nodes)
+        new, src = relabel(g2l, row.index_select(0, pos), num_nodes)
         nodes.append(new)
         num_sampled_nodes.append(new.numel())
         if directed:
@@ -213,7 +213,7 @@ def _arange(start: int, end: int, like: Tensor) -> Tensor:
     return torch.arange(start, end, dtype=torch.long, device=like.device)
 
 
-def _sample_offsets(deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generator],
+def sample_offsets(deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generator],
                     method: str = "floyd", wide_factor: int = 4) -> Tuple[Tensor, Tensor]:
     """Chooses in-edges of one frontier: returns ``(owner, offset)`` per sampled edge.
 
@@ -298,10 +298,10 @@ def _floyd_subsets(deg: Tensor, k: int, generator: torch.Generator | None) -> Te
 
 def _wide_subsets(deg: Tensor, k: int, generator: Optional[torch.Generator],
                   width: int) -> Tuple[Tensor, Tensor]:
-    """``(owner, offset)`` as `_sample_offsets` without replacement, ``k >= 1``, in a number of
+    """``(owner, offset)`` as `sample_offsets` without replacement, ``k >= 1``, in a number of
     ops independent of ``k`` and of the degrees.
 
-    Each frontier node ``i`` gets ``W = max(width, k)`` candidate offsets (`_sample_offsets`
+    Each frontier node ``i`` gets ``W = max(width, k)`` candidate offsets (`sample_offsets`
     passes ``WIDE_FACTOR * k``), a row of a ``[m, W]`` matrix, and keeps the ``k`` valid
     candidates of smallest key (one ``topk``):
 
@@ -350,7 +350,7 @@ def _wide_subsets(deg: Tensor, k: int, generator: Optional[torch.Generator],
     return slot[:, 0].contiguous(), offset[slot[:, 0], slot[:, 1]]
 
 
-def _relabel(g2l: Tensor, ids: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
+def relabel(g2l: Tensor, ids: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
     """Gives local ids ``num_nodes, num_nodes + 1, ...`` to the distinct unseen ``ids``.
 
     New ids follow first appearance in ``ids``. Returns ``(new, local)``: the newly mapped
