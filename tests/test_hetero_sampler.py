@@ -166,6 +166,26 @@ def _sequential(graph, seeds, hops):
     return nodes, edges
 
 
+@pytest.mark.skipif(not pyg_typing.WITH_PYG_LIB, reason="pyg-lib not installed")
+@pytest.mark.parametrize("hops", [[-1], [-1, -1], [-1, -1, -1]])
+def test_full_fanout_equals_pyg_lib_element_by_element(graph, hops):
+    """On one thread pyg-lib expands edge types in the given order, as ours does: the same
+    node lists, edges and per-hop counts, element by element. (Distinct seeds, as PyG's
+    loaders pass them: with a repeated seed pyg-lib numbers the new nodes by distinct nodes
+    seen, so its local ids stop indexing its own node list; ours and torch_sparse's do.)"""
+    data = graph[0]
+    sampler = FastHeteroNeighborSampler(data, hops)
+    seeds = {"paper": torch.tensor([3, 7, 11]), "author": torch.tensor([2])}
+    ours, theirs = sampler.sample_ours(seeds), sampler.sample_pyg(seeds)
+    for t in data.node_types:
+        assert torch.equal(ours.node[t], theirs.node[t]), t
+        assert list(ours.num_sampled_nodes[t]) == list(theirs.num_sampled_nodes[t]), t
+    for e in data.edge_types:
+        for field in ("row", "col", "edge"):
+            assert torch.equal(getattr(ours, field)[e], getattr(theirs, field)[e]), (e, field)
+        assert list(ours.num_sampled_edges[e]) == list(theirs.num_sampled_edges[e]), e
+
+
 @pytest.mark.parametrize("hops", [1, 2, 3])
 def test_full_fanout_follows_the_sequential_order(graph, hops):
     data = graph[0]
