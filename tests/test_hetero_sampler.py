@@ -230,6 +230,31 @@ def test_structure_and_hop_layout(graph):
     assert out.node["topic"].numel() == 0 and out.num_sampled_nodes["topic"] == [0, 0, 0]
 
 
+@pytest.mark.parametrize("k", [-1, 2])
+def test_one_draw_for_edge_types_of_one_fanout_splits_back_exactly(graph, k):
+    """`_draw` lays the frontiers of a group end to end; each edge type gets back exactly its
+    own destinations' edges, also where a frontier ends (or starts) with nodes of no in-edge
+    of that type."""
+    from gnnorch.sampling.hetero import _draw
+
+    data, colptr, _, _ = graph
+    group = [("author", "writes", "paper"), ("paper", "rev_writes", "author"),
+             ("author", "reviews", "paper")]
+    no_edges = {e: [int(v) for v in range(colptr[e].numel() - 1)
+                    if colptr[e][v] == colptr[e][v + 1]] for e in group}
+    frontier = {"paper": torch.tensor([no_edges[group[0]][0], 5, 9, no_edges[group[2]][-1]]),
+                "author": torch.tensor([no_edges[group[1]][0], 1, 3])}
+    drawn = _draw(colptr, frontier, group, k, False, torch.Generator().manual_seed(0), "floyd")
+    for e in group:
+        owner, pos = drawn[e]
+        front = frontier[e[2]]
+        deg = (colptr[e][front + 1] - colptr[e][front]).tolist()
+        want = [d if k < 0 else min(d, k) for d in deg]
+        assert torch.bincount(owner, minlength=front.numel()).tolist() == want, e
+        assert bool(((pos >= colptr[e][front[owner]]) & (pos < colptr[e][front[owner] + 1])).all())
+        assert bool((owner[1:] >= owner[:-1]).all())
+
+
 def test_errors_are_clear(graph):
     data, colptr, row, counts = graph
     ets = data.edge_types

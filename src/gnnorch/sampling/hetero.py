@@ -148,22 +148,25 @@ def _sample(colptr: Mapping[EdgeType, Tensor], row: Mapping[EdgeType, Tensor],
     edges: dict[EdgeType, list[Tensor]] = {e: [] for e in edge_types}
     sampled_edges: dict[EdgeType, list[int]] = {e: [] for e in edge_types}
     for hop in range(num_hops):
-        reached: dict[NodeType, list[tuple[EdgeType, Tensor]]] = {}
+        groups: dict[int, list[EdgeType]] = {}   # the edge types that expand, by fanout
         for e in edge_types:
-            src, _, dst = e
             k = int(num_neighbors[e][hop])
-            front = frontier[dst]
-            if front.numel() == 0 or k == 0:
+            if frontier[e[2]].numel() == 0 or k == 0:
                 sampled_edges[e].append(0)
+            else:
+                groups.setdefault(k, []).append(e)
+        drawn: dict[EdgeType, tuple[Tensor, Tensor]] = {}
+        for k, group in groups.items():
+            drawn.update(_draw(colptr, frontier, group, k, replace, generator, method))
+        reached: dict[NodeType, list[tuple[EdgeType, Tensor]]] = {}
+        for e in edge_types:   # in edge-type order: the order new nodes are numbered in
+            if e not in drawn:
                 continue
-            start = colptr[e].index_select(0, front)
-            deg = colptr[e].index_select(0, front + 1) - start
-            owner, offset = sample_offsets(deg, k, replace, generator, method, WIDE_FACTOR)
-            pos = start.index_select(0, owner).add_(offset)
-            cols[e].append(owner.add_(first_local[dst]))
+            owner, pos = drawn[e]
+            cols[e].append(owner.add_(first_local[e[2]]))
             edges[e].append(pos)
             sampled_edges[e].append(pos.numel())
-            reached.setdefault(src, []).append((e, row[e].index_select(0, pos)))
+            reached.setdefault(e[0], []).append((e, row[e].index_select(0, pos)))
         for t in node_types:
             parts = reached.get(t, [])
             if parts:
@@ -182,3 +185,43 @@ def _sample(colptr: Mapping[EdgeType, Tensor], row: Mapping[EdgeType, Tensor],
         col={e: torch.cat(cols[e]) if cols[e] else empty.clone() for e in edge_types},
         edge={e: torch.cat(edges[e]) if edges[e] else empty.clone() for e in edge_types},
         num_sampled_nodes=sampled_nodes, num_sampled_edges=sampled_edges)
+
+
+def _draw(colptr: Mapping[EdgeType, Tensor], frontier: dict[NodeType, Tensor],
+          group: list[EdgeType], k: int, replace: bool, generator: torch.Generator | None,
+          method: str) -> dict[EdgeType, tuple[Tensor, Tensor]]:
+    """One hop's in-edges of every edge type in `group` (all with fanout `k`), drawn in one
+    call: ``{edge type: (owner, pos)}``, ``owner`` the frontier index of each edge's
+    destination (non-decreasing), ``pos`` its CSC position in that edge type's CSC.
+
+    The frontiers of the group are laid end to end, so the ``k``-subsets of all of them are
+    drawn by one `sample_offsets` call (Floyd's ``k`` steps once per hop and fanout instead of
+    once per edge type: a few hundred fewer operations per hop on a graph of many edge types).
+    Each node still gets its own independent draw from the law of `gnnorch.sampling.uniform`;
+    only the order in which the random numbers are consumed changes.
+    """
+    starts, degrees, sizes = [], [], []
+    for e in group:
+        front = frontier[e[2]]
+        start = colptr[e].index_select(0, front)
+        starts.append(start)
+        degrees.append(colptr[e].index_select(0, front + 1) - start)
+        sizes.append(front.numel())
+    if len(group) == 1:
+        start, deg = starts[0], degrees[0]
+    else:
+        start, deg = torch.cat(starts), torch.cat(degrees)
+    owner, offset = sample_offsets(deg, k, replace, generator, method, WIDE_FACTOR)
+    pos = start.index_select(0, owner).add_(offset)
+    if len(group) == 1:
+        return {group[0]: (owner, pos)}
+    bases = [0]
+    for size in sizes:
+        bases.append(bases[-1] + size)
+    cuts = torch.searchsorted(owner, torch.tensor(bases, device=owner.device)).tolist()
+    out = {}
+    for i, e in enumerate(group):
+        lo, hi = cuts[i], cuts[i + 1]
+        out[e] = (owner[lo:hi] - bases[i], pos[lo:hi])
+    return out
+
