@@ -257,9 +257,10 @@ def test_training_link_loader_sharded_over_ranks(tmp_path, hetero):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     edges = set(range((data[RATES] if hetero else data).edge_index.size(1)))
     for seen in ranks:
-        # gnnorch's sampler serves homogeneous graphs; a HeteroData's keeps PyG's
+        # gnnorch's samplers serve both
         assert seen["batch_size"] == 20
-        assert seen["sampler"] == ("NeighborSampler" if hetero else "FastNeighborSampler")
+        assert seen["sampler"] == ("FastHeteroNeighborSampler" if hetero
+                                   else "FastNeighborSampler")
         assert sorted(seen["eval"]) == sorted(edges)   # evaluation: every edge, every rank
     for epoch in range(2):
         a = [i for b in ranks[0]["epochs"][epoch] for i in b]
@@ -270,8 +271,7 @@ def test_training_link_loader_sharded_over_ranks(tmp_path, hetero):
     assert [(s["kind"], s["role"]) for s in loaders] == [("link", "train"), ("link", "eval")]
     assert {s["graph"] for s in loaders} == {"HeteroData" if hetero else "Data"}
     # sampler="auto": gnnorch's, unless pyg-lib is installed and measured faster here
-    if not hetero:
-        assert all(s["backend"] in AUTO_BACKENDS for s in loaders), loaders
+    assert all(s["backend"] in AUTO_BACKENDS for s in loaders), loaders
     assert all(e["seeds"] > 0 for e in runtime.last_run.epochs[0])
 
 
