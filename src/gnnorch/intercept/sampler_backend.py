@@ -67,9 +67,10 @@ def choose_backend(choice: str, state: LoaderState, init: Any, args: tuple, kwar
         kwargs["neighbor_sampler"] = sampler
         state.backend = "gnnorch"
         state.backend_reason, state.setup_s = sampler.fallback_reason, sampler.setup_s
+        pruned = state.role == "train" and cached and kind is FastNeighborSampler
         measurable = (sampler.fallback_reason is None and pyg_typing.WITH_PYG_LIB
-                      and not (state.role == "train" and cached))
-        if choice == "auto" and measurable:  # (the cache prunes with ours)
+                      and not pruned)
+        if choice == "auto" and measurable:  # (the cache prunes with ours; not a HeteroData)
             return functools.partial(time_backends, sampler, state, bound, extra, workers)
     if state.backend == "pyg" and pyg_typing.WITH_PYG_LIB:
         state.backend = "pyg-lib"
