@@ -3,10 +3,11 @@
 For a homogeneous `Data`, "gnnorch" and "auto" pass gnnorch's vectorised `FastNeighborSampler`
 as the loader's `neighbor_sampler` (PyG's own argument), built from the loader's own sampling
 arguments; it draws from PyG's law and returns hop counts. For a `HeteroData` they pass
-`FastHeteroNeighborSampler` the same way (PyG's law per edge type, hop counts per type). With pyg-lib installed, "auto" times
-both backends on the loader's graph once (`gnnorch.sampling.choice`) and keeps the faster, with
-two exceptions that keep gnnorch's sampler untimed: the cache's training loaders (it prunes
-with gnnorch's exclusion mask), and loaders the GPU data path samples on the device (no PyG
+`FastHeteroNeighborSampler` the same way (PyG's law per edge type, hop counts per type). With
+pyg-lib installed, "auto" times both backends on the loader's graph once
+(`gnnorch.sampling.choice`) and keeps the faster, with two exceptions that keep gnnorch's
+sampler untimed: the cache's homogeneous training loaders (it prunes with gnnorch's exclusion
+mask), and loaders the GPU data path samples on the device (no PyG
 backend samples on a device; timing both on the host cost 3 s of set-up per run on an H200 at
 products scale). "pyg" leaves PyG's choice; loaders over a feature / graph store and loaders
 given their own ``neighbor_sampler`` run as PyG runs them.

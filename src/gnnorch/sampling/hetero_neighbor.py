@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -42,29 +42,17 @@ class FastHeteroNeighborSampler(NeighborSampler):
     buffers; safe to call from several threads at once (each call borrows its own maps).
     """
 
-    def __init__(
-        self,
-        data: Any,
-        num_neighbors: Any,
-        subgraph_type: SubgraphType | str = "directional",
-        replace: bool = False,
-        disjoint: bool = False,
-        temporal_strategy: str = "uniform",
-        time_attr: str | None = None,
-        weight_attr: str | None = None,
-        is_sorted: bool = False,
-        share_memory: bool = False,
-        directed: bool = True,
-        sample_direction: Literal["forward", "backward"] = "forward",
-    ):
+    def __init__(self, data: Any, num_neighbors: Any, **options: Any) -> None:
+        """`options`: PyG's ``NeighborSampler`` keyword arguments (``subgraph_type``,
+        ``replace``, ``disjoint``, ``temporal_strategy``, ``time_attr``, ``weight_attr``,
+        ``is_sorted``, ``share_memory``, ``directed``, ``sample_direction``), passed on as
+        `FastNeighborSampler` passes them (`supported_options`)."""
         start = time.perf_counter()
-        fast = (DataType.from_data(data) == DataType.heterogeneous and time_attr is None
-                and weight_attr is None and not disjoint)
-        options = supported_options(dict(
-            subgraph_type=subgraph_type, replace=replace, disjoint=disjoint,
-            temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
-            is_sorted=is_sorted, share_memory=share_memory, directed=directed,
-            sample_direction=sample_direction))
+        sample_direction = options.get("sample_direction", "forward")
+        fast = (DataType.from_data(data) == DataType.heterogeneous
+                and options.get("time_attr") is None and options.get("weight_attr") is None
+                and not options.get("disjoint", False))
+        options = supported_options(options)
         with warnings.catch_warnings():
             if fast:
                 warnings.filterwarnings("ignore", message=PYG_LIB_WARNING)

@@ -237,7 +237,7 @@ def supported_options(options: dict[str, Any]) -> dict[str, Any]:
         elif name not in _DEFAULTS or value != _DEFAULTS[name]:
             import torch_geometric
 
-            raise TypeError(f"FastNeighborSampler: {name}={value!r} needs a newer PyG "
+            raise TypeError(f"gnnorch's sampler: {name}={value!r} needs a newer PyG "
                             f"(torch_geometric {torch_geometric.__version__}'s NeighborSampler "
                             f"does not take {name!r})")
     return out
