@@ -11,9 +11,10 @@ TWO = {"processes": 2, "sampler_cores": 0, "threads": 1}
 SAMPLER = {"processes": 1, "sampler_cores": 1, "threads": 1}
 
 
-def measurement(step=0.1, batches=8, setup=1.0, length=100, exact=True, warmup=3):
+def measurement(step=0.1, batches=8, setup=1.0, length=100, exact=True, warmup=3, seeds=None):
     return {"batches": batches, "seconds": step * batches, "first_step_at": setup,
-            "epoch_length": length, "epoch_length_exact": exact, "warmup": warmup}
+            "epoch_length": length, "epoch_length_exact": exact, "warmup": warmup,
+            "seeds": 1024 * batches if seeds is None else seeds}
 
 
 # ----------------------------------------------------------------------------- tuning pays
@@ -46,6 +47,13 @@ def test_short_run_does_not_pay():
 def test_nothing_measured_is_not_tuned():
     d = tuning_pays({"batches": 0}, TuneConfig(), [ONE], ONE, 10, "assumed")
     assert d == Decision(False, "no steady-state step could be measured")
+
+
+def test_steps_without_counted_seeds_are_not_tuned():
+    """Plans are compared by seeds per second: with no seed counted there is nothing to
+    compare (and -log(0) would be the tuner's objective)."""
+    d = tuning_pays(measurement(seeds=0), TuneConfig(), [ONE, TWO], ONE, 500, "assumed")
+    assert not d.tuned and "counted no seeds" in d.reason
 
 
 def test_points_not_enumerable_use_the_default_point():

@@ -78,6 +78,18 @@ def test_combine_uses_the_slowest_rank():
     assert m["batch_size_per_rank"] == [5, 5] and m["complete"]
 
 
+def test_a_probe_that_counted_no_seeds_is_unmeasured_not_zero():
+    """Batches whose seeds the meter cannot count give no throughput (a failed probe to the
+    tuner), never 0 seeds/s: the tuner's objective is -log(throughput)."""
+    meter = ProbeMeter(warmup=0, batches=3)
+    clock, timer = 0.0, FakeTimer()
+    while not step(meter, timer, clock := clock + 1.0, seeds=0):
+        pass
+    m = combine({0: {"stats": {"probe": meter.summary()}}})
+    assert m["seeds"] == 0 and m["batches"] == 3
+    assert m["throughput"] is None and m["steady_throughput"] is None
+
+
 def test_epoch_start_is_amortised_over_short_epochs():
     """Epochs of 4 steps whose starts cost 5 s: the steady rate misses them, the combined
     throughput charges each epoch one start (the first epoch's start, with its one-off set-up,

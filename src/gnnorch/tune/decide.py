@@ -70,6 +70,9 @@ def tuning_pays(m: dict, cfg: TuneConfig, points: list[dict], default: dict, epo
     """
     if not m.get("batches"):
         return Decision(False, "no steady-state step could be measured")
+    if not m.get("seeds"):
+        return Decision(False, "the measured steps' batches counted no seeds: plans cannot be "
+                               "compared by seeds per second")
     tau = m["seconds"] / m["batches"]
     sigma = float(m.get("first_step_at") or 0.0)
     length = max(1, int(m.get("epoch_length") or 1))

@@ -189,7 +189,9 @@ def combine(summaries: dict[int, dict]) -> dict:
     seeds = sum(p["seeds"] for p in probes.values())
     first = probes[min(probes)]
     batches = min(p["batches"] for p in probes.values())
-    steady = seeds / seconds if seconds > 0 else None
+    # no seed counted (batches the meter cannot count seeds of): unmeasured, never a rate of
+    # 0, which the tuner's log objective cannot take
+    steady = seeds / seconds if seconds > 0 and seeds > 0 else None
     starts = [p.get("epoch_start_seconds") for p in probes.values()]
     length = first["epoch_length"]
     throughput, epoch_start = steady, None
