@@ -35,3 +35,16 @@ def pytest_collection_modifyitems(config, items):
 os.environ.setdefault("GNNORCH_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", ".data"))
 # measured rewrite decisions are kept on disk between runs: tests start from an empty cache
 os.environ.setdefault("GNNORCH_CACHE_DIR", tempfile.mkdtemp(prefix="gnnorch-test-cache-"))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module of many small ops (on a shared 2-core box more
+    threads only add synchronisation); modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

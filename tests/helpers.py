@@ -50,3 +50,16 @@ def assert_same_batch(got, want):
             assert torch.equal(a.cpu(), b.cpu()), key
         else:
             assert a == b, key
+
+
+def reference_choice(lo: int, hi: int, k: int, replace: bool,
+                     rng) -> "range | list[int]":
+    """The CSC positions PyG's law picks for one node whose in-edges are ``lo .. hi-1`` with
+    fanout `k`, drawn exactly with `rng` (a ``random.Random``): every position for ``k < 0``
+    or ``hi - lo <= k`` without replacement, ``k`` uniform draws with replacement, else a
+    uniform ``k``-subset (``random.sample``). The reference samplers' common step."""
+    if k < 0 or (not replace and hi - lo <= k):
+        return range(lo, hi)
+    if replace:
+        return [rng.randrange(lo, hi) for _ in range(k)]
+    return rng.sample(range(lo, hi), k)

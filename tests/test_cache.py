@@ -23,13 +23,7 @@ from gnnorch.trim import hops_from_edges
 from helpers import cora
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small ops on a shared 2-core box: intra-op threads only add synchronisation."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run(train, *args, kw=None, **options):

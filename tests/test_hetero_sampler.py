@@ -28,16 +28,13 @@ from gnnorch.sampling.hetero import sample_hetero_neighbors
 from gnnorch.sampling.hetero_neighbor import FastHeteroNeighborSampler
 from gnnorch.sampling.uniform import UNSEEN
 
+from helpers import reference_choice
+
 Z_MAX = 4.5
 PYG_LIB_WARNING = "ignore:Using 'NeighborSampler' without a 'pyg-lib'"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _graph(seed: int = 0, papers: int = 60, authors: int = 40, venues: int = 5) -> HeteroData:
@@ -285,12 +282,7 @@ def _reference(graph, seeds, fanout, replace, rng):
                 lo, hi = int(colptr[e][v]), int(colptr[e][v + 1])
                 if hi == lo or k == 0:
                     continue
-                if k < 0 or (not replace and hi - lo <= k):
-                    chosen = range(lo, hi)
-                elif replace:
-                    chosen = [rng.randrange(lo, hi) for _ in range(k)]
-                else:
-                    chosen = rng.sample(range(lo, hi), k)
+                chosen = reference_choice(lo, hi, k, replace, rng)
                 for p in chosen:
                     positions[e].append(p)
                     u = int(row[e][p])
@@ -522,6 +514,11 @@ def test_fallback_reasons(kwargs, reason):
     if "time_attr" in kwargs and not pyg_typing.WITH_PYG_LIB:
         pytest.skip("PyG's temporal hetero sampling needs pyg-lib")
     assert FastHeteroNeighborSampler(data, [3], **kwargs).fallback_reason == reason
+
+
+def test_an_unknown_keyword_names_the_ones_it_takes():
+    with pytest.raises(TypeError, match=r"\['num_neighbours'\].*subgraph_type, replace"):
+        FastHeteroNeighborSampler(_graph(), [3], num_neighbours=[3])
 
 
 def test_fallback_reasons_without_sampling():

@@ -25,6 +25,8 @@ from gnnorch.compat.pyg import sampler_parameters
 from gnnorch.datasets import products_like
 from gnnorch.sampling import UNSEEN, FastNeighborSampler, new_workspace, sample_neighbors
 
+from helpers import reference_choice
+
 # PyG >= 2.7 (older: FastNeighborSampler refuses "backward", tests/test_compat.py)
 BACKWARD = pytest.mark.skipif("sample_direction" not in (sampler_parameters() or ()),
                               reason="NeighborSampler(sample_direction=) needs PyG >= 2.7")
@@ -32,13 +34,7 @@ BACKWARD = pytest.mark.skipif("sample_direction" not in (sampler_parameters() or
 Z_MAX = 4.5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Many small ops: intra-op threads only add synchronisation on a shared 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # --------------------------------------------------------------------------- graphs
@@ -85,12 +81,7 @@ def _reference_sample(colptr, row, seeds, num_neighbors, replace, rng):
             lo, hi = int(colptr[v]), int(colptr[v + 1])
             if hi == lo:
                 continue
-            if k < 0 or (not replace and hi - lo <= k):
-                chosen = range(lo, hi)
-            elif replace:
-                chosen = [rng.randrange(lo, hi) for _ in range(k)]
-            else:
-                chosen = rng.sample(range(lo, hi), k)
+            chosen = reference_choice(lo, hi, k, replace, rng)
             for p in chosen:
                 positions.append(p)
                 u = int(row[p])

@@ -27,6 +27,10 @@ from gnnorch.sampling.workspace_pool import WorkspacePool
 
 __all__ = ["FastHeteroNeighborSampler"]
 
+#: the keyword arguments of PyG's NeighborSampler this class passes on
+OPTIONS = ("subgraph_type", "replace", "disjoint", "temporal_strategy", "time_attr",
+           "weight_attr", "is_sorted", "share_memory", "directed", "sample_direction")
+
 #: what the fast path reads of PyG's heterogeneous NeighborSampler (PyG 2.5 to 2.8)
 _PYG_ATTRIBUTES = ("node_types", "edge_types", "colptr_dict", "row_dict", "to_rel_type",
                    "num_nodes", "node_time", "edge_time")
@@ -43,10 +47,12 @@ class FastHeteroNeighborSampler(NeighborSampler):
     """
 
     def __init__(self, data: Any, num_neighbors: Any, **options: Any) -> None:
-        """`options`: PyG's ``NeighborSampler`` keyword arguments (``subgraph_type``,
-        ``replace``, ``disjoint``, ``temporal_strategy``, ``time_attr``, ``weight_attr``,
-        ``is_sorted``, ``share_memory``, ``directed``, ``sample_direction``), passed on as
-        `FastNeighborSampler` passes them (`supported_options`)."""
+        """`options`: PyG's ``NeighborSampler`` keyword arguments (`OPTIONS`), passed on as
+        `FastNeighborSampler` passes them (`supported_options`); any other raises TypeError."""
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"FastHeteroNeighborSampler got unexpected keyword argument(s) "
+                            f"{unknown}; it takes PyG NeighborSampler's: {', '.join(OPTIONS)}")
         start = time.perf_counter()
         sample_direction = options.get("sample_direction", "forward")
         fast = (DataType.from_data(data) == DataType.heterogeneous
