@@ -15,7 +15,9 @@ from gnnorch.cache.writeback import dropout_inside
 from gnnorch.intercept.session import active
 
 from helpers import cora
-from test_cache import _independent_age, _steps_train, one_thread, run  # noqa: F401
+from test_cache import _independent_age, _steps_train, run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _shallow_hot(batch, store):
