@@ -1,6 +1,8 @@
-"""HeteroData NeighborLoader batches on a GPU run (issue 21): what drawing PyG's batches ahead
-and copying them on a side stream is worth, for the loaders the device data path leaves to
-PyG (`gnnorch.intercept.device_feed.PyGBatchesAhead`).
+"""HeteroData NeighborLoader batches on a GPU run (issue 21): what the device data path is worth
+for a heterogeneous graph. Since session 30 the path serves HeteroData loaders: every edge
+type's CSC and every store's attributes on the GPU when they fit, sampled there by
+`FastHeteroNeighborSampler` and gathered there (`gnnorch.device.hetero_gather`), batch k+1
+drawn while batch k trains (sessions 18-29 measured PyG's batches copied ahead instead).
 
 Workload: an ogbn-mag-like heterogeneous graph (papers, authors, institutions, fields of study;
 ``writes``, ``cites``, ``affiliated_with``, ``has_topic`` and their reverses from
@@ -16,11 +18,12 @@ Rows, each in a fresh process:
 * ``vanilla``: the function called as it is;
 * ``gnnorch-host``: ``Runtime(train, data_path="host")`` (PyG's batches in the trainer's
   thread, the user's ``batch.to(device)`` copying them: pageable);
-* ``gnnorch``: ``Runtime(train)`` (on CUDA the path leaves HeteroData to PyG and copies its
-  batches from pinned memory on a side stream: drawn ahead in the pipeline's thread without
-  persistent workers, in the trainer's thread with them, where drawing ahead could change
-  what a fixed seed gives; with ``--device cpu`` it runs ``data_path="device"``, the CPU
-  standing in for the device, which measures what the thread costs, not what copies save).
+* ``gnnorch``: ``Runtime(train)`` (on CUDA the path serves the loader: sampled and gathered on
+  the GPU in the pipeline's thread, the user's workers dropped; where the graph does not fit
+  the budget, sampled by the user's workers on the host and gathered into pinned memory;
+  with ``--device cpu`` it runs ``data_path="device"``, the CPU standing in for the device:
+  gnnorch's sampler and gather in one thread of the trainer's process against PyG's workers,
+  which measures the path's work, not what copies save).
 
 Per row: every epoch's seconds (steady: the fastest after the first), the trainer thread's
 seconds in ``next`` (waiting for a batch) and in ``batch.to(device)`` per steady epoch, the last

@@ -1,11 +1,12 @@
-"""Loaders the device data path leaves to PyG (HeteroData, ...): their batches copied to the
-device by the path, drawn ahead in the pipeline's thread where that changes nothing a fixed seed
+"""Loaders the device data path leaves to PyG (here a NeighborLoader subclass with its own
+``filter_fn``, over a HeteroData): their batches copied to the device by the path, drawn ahead in the pipeline's thread where that changes nothing a fixed seed
 gives (issue 21). Tested with the CPU as the device: the same batches and losses as the run
 without the path, worker errors in place, and the decisions that keep draws in the trainer's
 thread (persistent workers, in-process sampling, lazy index samplers, user code in the trainer's
 process), served loaders included. CUDA checks are marked `gpu`."""
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -58,11 +59,20 @@ class _HeteroSAGE(torch.nn.Module):
         return self.head(x_dict["paper"])
 
 
-def _loader(data, **kwargs):
+class _OwnFilterLoader(NeighborLoader):
+    """A NeighborLoader subclass with a ``filter_fn`` of its own (here PyG's, unchanged): the
+    path cannot know what such a class builds, so it leaves its batches to PyG and copies
+    them."""
+
+    def filter_fn(self, out):
+        return super().filter_fn(out)
+
+
+def _loader(data, cls=_OwnFilterLoader, **kwargs):
     kwargs.setdefault("num_workers", 2)
     kwargs.setdefault("batch_size", 32)
-    return NeighborLoader(data, num_neighbors=FANOUT, input_nodes=("paper",
-                          data["paper"].train_mask), shuffle=True, **kwargs)
+    return cls(data, num_neighbors=FANOUT, input_nodes=("paper", data["paper"].train_mask),
+               shuffle=True, **kwargs)
 
 
 def _fit(loader, epochs, device="cpu", take=None, keep=None):
@@ -112,7 +122,7 @@ def test_pyg_batches_copied_ahead_give_the_same_losses():
     (ahead_losses, ahead_seeds, ahead_on_host), stats = _run("device")
     assert seeds == ahead_seeds and losses == ahead_losses and ahead_on_host and on_host
     record = stats["loaders"][0]
-    assert not record["served"] and "HeteroData" in record["reason"]
+    assert not record["served"] and "overrides filter_fn" in record["reason"]
     assert record["copied"] and record["prefetch"] == 2 and record["prefetch_reason"] == ""
     epochs = 2 + 1   # the lazy layers' first forward iterated the loader once more
     assert record["epochs"] == epochs and record["batches"] == len(seeds) + 1
@@ -202,13 +212,15 @@ def test_decisions_keep_draws_that_could_change_in_the_trainers_thread():
     def why(loader, served=False, **state):
         return why_not_drawn_ahead(loader, _state(**state), 2, served)
 
-    assert why(_loader(DATA)) is None
-    assert "prefetch is 0" in why_not_drawn_ahead(_loader(DATA), _state(), 0, False)
-    assert "num_workers=0" in why(_loader(DATA, num_workers=0))
-    assert why(_loader(DATA, num_workers=0), served=True) is None   # its own generator
-    assert "persistent_workers" in why(_loader(DATA, persistent_workers=True))
-    assert "persistent_workers" in why(_loader(DATA, persistent_workers=True), served=True)
-    assert "partition" in why(_loader(DATA), partition=object())
+    _pyg = functools.partial(_loader, cls=NeighborLoader)
+
+    assert why(_pyg(DATA)) is None
+    assert "prefetch is 0" in why_not_drawn_ahead(_pyg(DATA), _state(), 0, False)
+    assert "num_workers=0" in why(_pyg(DATA, num_workers=0))
+    assert why(_pyg(DATA, num_workers=0), served=True) is None   # its own generator
+    assert "persistent_workers" in why(_pyg(DATA, persistent_workers=True))
+    assert "persistent_workers" in why(_pyg(DATA, persistent_workers=True), served=True)
+    assert "partition" in why(_pyg(DATA), partition=object())
     # index samplers that draw at their first item (taken when the iterator is made) are fine
     from torch_geometric.loader import ImbalancedSampler
     imbalanced = ImbalancedSampler(DATA["paper"].y[DATA["paper"].train_mask])
@@ -222,10 +234,10 @@ def test_decisions_keep_draws_that_could_change_in_the_trainers_thread():
     assert "sampler (_LazySampler)" in why(lazy, served=True)
     # user code that finishes batches in this process: PyG's with filter_per_worker=False,
     # a served loader's always (its batches are built in the drawing thread)
-    assert "transform" in why(_loader(DATA, filter_per_worker=False, transform=lambda b: b))
-    assert why(_loader(DATA, filter_per_worker=False)) is None
-    assert why(_loader(DATA, transform=lambda b: b)) is None   # run in the workers
-    assert "transform" in why(_loader(DATA, transform=lambda b: b), served=True)
+    assert "transform" in why(_pyg(DATA, filter_per_worker=False, transform=lambda b: b))
+    assert why(_pyg(DATA, filter_per_worker=False)) is None
+    assert why(_pyg(DATA, transform=lambda b: b)) is None   # run in the workers
+    assert "transform" in why(_pyg(DATA, transform=lambda b: b), served=True)
 
 
 def test_every_tensor_keeps_its_host_values_and_carries_a_device_twin():

@@ -51,7 +51,7 @@ from .twin import concrete_device, twinned
 
 __all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "device_attributes",
            "untensored_attributes", "learnt_attributes", "data_snapshot", "ID_FIELDS",
-           "sampled_exclusion"]
+           "sampled_exclusion", "gather_rows", "host_twin"]
 
 #: batch fields kept on the host (ids: user code indexes host tensors with them)
 ID_FIELDS = ("n_id", "e_id", "input_id")
@@ -332,41 +332,53 @@ class GatherPlan:
         return to_device(index, self.device)
 
     def _twin(self, host: Tensor, device_copy: Tensor | None = None) -> Tensor:
-        """An id field kept on the host, carrying its copy on the device (`device.twin`:
-        ``batch.to(device)`` then copies nothing): `device_copy` when it is there already,
-        else one made now (from pinned memory on CUDA: asynchronous, on the current stream)."""
-        if self.device.type == "cpu" or not isinstance(host, Tensor):
-            return host
-        if device_copy is None or device_copy.device != self.device:
-            source = host.pin_memory() if self.device.type == "cuda" else host
-            device_copy = source.to(self.device, non_blocking=self.device.type == "cuda")
-        return twinned(host, device_copy)
+        return host_twin(host, self.device, device_copy)
 
     def _gather(self, key: str, index: Tensor, index_host: Tensor,
                 split: SplitLookup | None = None) -> Tensor:
-        """Rows `index` of attribute `key`: indexed where it lives; host rows go through
-        pinned memory to the device unless deferred; a split tensor's rows from both
-        (`split`: the batch's lookup)."""
+        """Rows `index` of attribute `key` (`gather_rows`); a split tensor's rows from both
+        halves (`split`: the batch's lookup)."""
         source, dim = self.sources[key], self.dims[key]
         if split is not None and key in self.device_rows:
             return self.split.gather(source, self.device_rows[key], split)
-        if key in ID_FIELDS and isinstance(source, Tensor) and source.device.type == "cpu":
-            # the user's own ids (``data.n_id = torch.arange(N)``): kept on the host too
-            return self._twin(source.index_select(dim, index_host))
-        if not isinstance(source, Tensor):   # numpy / TensorFrame: PyG's gather, on the host
-            rows = pyg_index_select()(source, index_host, dim=dim)  # type: ignore[misc]
-            if (key in self.defer or self.device.type == "cpu"
-                    or not isinstance(rows, Tensor)):
-                return rows
-            return (rows.pin_memory() if self.pin else rows).to(self.device,
-                                                                non_blocking=self.pin)
-        if source.device == self.device:
-            return source.index_select(dim, index if index.device == self.device
-                                       else index_host)
-        shape = list(source.shape)
-        shape[dim] = index_host.numel()
-        rows = torch.empty(shape, dtype=source.dtype, pin_memory=self.pin)
-        torch.index_select(source, dim, index_host, out=rows)
-        if key in self.defer or self.device.type == "cpu":
+        return gather_rows(key, source, dim, index, index_host, self.device, self.pin,
+                           key in self.defer)
+
+
+def host_twin(host: Any, device: torch.device, device_copy: Tensor | None = None) -> Any:
+    """An id field kept on the host, carrying its copy on `device` (`device.twin`:
+    ``batch.to(device)`` then copies nothing): `device_copy` when it is there already, else
+    one made now (from pinned memory on CUDA: asynchronous, on the current stream). On the
+    CPU, `host` itself."""
+    if device.type == "cpu" or not isinstance(host, Tensor):
+        return host
+    if device_copy is None or device_copy.device != device:
+        source = host.pin_memory() if device.type == "cuda" else host
+        device_copy = source.to(device, non_blocking=device.type == "cuda")
+    return twinned(host, device_copy)
+
+
+def gather_rows(key: str, source: Any, dim: int, index: Tensor, index_host: Tensor,
+                device: torch.device, pin: bool, deferred: bool) -> Any:
+    """Rows `index` (`index_host`: the same ids on the host) of attribute `key`'s `source`
+    along `dim`, for a batch trained on `device`: indexed where the source lives; the user's
+    own id fields (``data.n_id = torch.arange(N)``, `ID_FIELDS`) gathered and kept on the
+    host with a device twin; numpy arrays and TensorFrames through PyG's ``index_select``;
+    host rows gathered into pinned memory (`pin`) and copied asynchronously to the device,
+    unless `deferred` (left on the host for DAHA's host pre-transformation)."""
+    if key in ID_FIELDS and isinstance(source, Tensor) and source.device.type == "cpu":
+        return host_twin(source.index_select(dim, index_host), device)
+    if not isinstance(source, Tensor):   # numpy / TensorFrame: PyG's gather, on the host
+        rows = pyg_index_select()(source, index_host, dim=dim)  # type: ignore[misc]
+        if deferred or device.type == "cpu" or not isinstance(rows, Tensor):
             return rows
-        return rows.to(self.device, non_blocking=self.pin)
+        return (rows.pin_memory() if pin else rows).to(device, non_blocking=pin)
+    if source.device == device:
+        return source.index_select(dim, index if index.device == device else index_host)
+    shape = list(source.shape)
+    shape[dim] = index_host.numel()
+    rows = torch.empty(shape, dtype=source.dtype, pin_memory=pin)
+    torch.index_select(source, dim, index_host, out=rows)
+    if deferred or device.type == "cpu":
+        return rows
+    return rows.to(device, non_blocking=pin)

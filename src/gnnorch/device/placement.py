@@ -78,7 +78,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
                         host_sampling: str | None = None,
                         resident_bytes: int = 0, row_bytes: int = 0,
                         device_share: Callable[[int], float] | None = None,
-                        shared_rows: int = 0) -> DataPlacement:
+                        shared_rows: int = 0,
+                        structure_size: int | None = None) -> DataPlacement:
     """Decide where the structure and the features live (the module docstring's rule).
 
     ``free_bytes``: the device's free memory (e.g. ``torch.cuda.mem_get_info()[0]``), used
@@ -94,6 +95,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     serve (None: no split). Called only when the features do not fit whole.
     ``shared_rows``: rows of these tensors another loader keeps on the device for its split
     (0: none); features that do not fit whole are then split over those rows.
+    ``structure_size``: the structure's bytes when it is not one CSC of `num_nodes` and
+    `num_edges` (a HeteroData's: one CSC per edge type).
     """
     if budget_bytes is None:
         if free_bytes is None:
@@ -104,7 +107,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     if budget_bytes < 0:
         raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
     budget_bytes += max(int(resident_bytes), 0)
-    s_bytes = structure_bytes(num_nodes, num_edges)
+    s_bytes = (structure_bytes(num_nodes, num_edges) if structure_size is None
+               else int(structure_size))
     f_bytes = feature_bytes(node_tensors)
     mib = 1 << 20
     left = budget_bytes

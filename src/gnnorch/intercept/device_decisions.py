@@ -3,9 +3,9 @@ the path's decisions, each a function of the loader, its data, the run's device 
 `DataPathConfig` (`intercept.device_path.DevicePath` carries them out and records them).
 
 * `resolve_device`: the device a run's path serves (``mode`` "auto", "device" or "host").
-* `why_not_served`: why a loader is left to PyG (HeteroData, no ``edge_index`` tensor,
-  partitioned features, an overridden ``filter_fn``, learnt features, numpy attributes where
-  PyG's ``index_select`` is missing), or None.
+* `why_not_served`: why a loader is left to PyG (input other than a Data or a HeteroData, no
+  ``edge_index`` tensor, ``adj_t``, partitioned features, an overridden ``filter_fn``, learnt
+  features, numpy attributes where PyG's ``index_select`` is missing), or None.
 * `why_not_drawn_ahead`: why a loader's batches (served, or PyG's copied to the device) are
   not drawn ahead of the trainer in the pipeline's thread, or None: only where drawing in
   another thread cannot change what a fixed seed gives.
@@ -15,7 +15,8 @@ the path's decisions, each a function of the loader, its data, the run's device 
   has no in-place version counters to keep device copies current; `row_ranking`: its feature
   rows by expected gathers, for a split placement (`gnnorch.device.hot_rows`), on the device
   `ranking_device` picks; `shared_split`: the rows of a split another loader made of the same
-  tensors, which a loader shares instead of ranking and copying its own.
+  tensors, which a loader shares instead of ranking and copying its own;
+  `hetero_data_placement`: the same for a HeteroData (no split).
 """
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ from ..compat.torch import tensor_version
 from ..device.config import DataPathConfig
 from ..device.gather import (ResidentTensors, device_attributes, gathered_attributes,
                              learnt_attributes, untensored_attributes)
+from ..device.hetero_gather import (hetero_device_attributes, hetero_learnt_attributes,
+                                    hetero_untensored_attributes)
 from ..device.hot_rows import RowRanking, rank_rows, working_bytes
 from ..device.placement import DataPlacement, plan_data_placement
 from ..device.state import LoaderDevice
 
 if TYPE_CHECKING:
+    from torch_geometric.data import HeteroData
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.sampler import BaseSampler
 
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
 
     from .feeds import LoaderState
 
-__all__ = ["data_placement", "host_sampling_reason", "learnt_reason", "resolve_device",
+__all__ = ["data_placement", "hetero_data_placement", "host_sampling_reason", "learnt_reason", "resolve_device",
            "ranking_device", "row_ranking", "shared_split", "unservable_now",
            "why_not_drawn_ahead", "why_not_served"]
 
@@ -51,27 +55,36 @@ def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.d
                    reason: str) -> str | None:
     """Why the path does not serve `loader` (`state`: the loader seam's record of it) on
     `device`, or None; `reason`: why the run has no device when `device` is None."""
-    from torch_geometric.data import Data
+    from torch_geometric.data import Data, HeteroData
     if device is None:
         return reason
-    if not isinstance(getattr(loader, "data", None), Data):
-        return f"{type(loader.data).__name__} input: batches are built as PyG builds them"
-    if not isinstance(getattr(loader.data, "edge_index", None), torch.Tensor):
+    data = getattr(loader, "data", None)
+    hetero = isinstance(data, HeteroData)
+    if not hetero and not isinstance(data, Data):
+        return f"{type(data).__name__} input: batches are built as PyG builds them"
+    if not hetero and not isinstance(getattr(data, "edge_index", None), torch.Tensor):
         return "the data has no edge_index tensor (e.g. adj_t): built as PyG builds them"
-    if reason := _rebuilt_adjacency(loader.data):
+    if reason := _rebuilt_adjacency(data):
         return reason
     if getattr(state, "partition", None) is not None:
         return "its features are partitioned over ranks (partition_features)"
     if type(loader).filter_fn is not _pyg_filter_fn(state):
         return f"{type(loader).__name__} overrides filter_fn"
-    if learnt := learnt_attributes(loader.data):
+    if learnt := _learnt(data):
         return learnt_reason(learnt)
-    untensored = untensored_attributes(loader.data)
+    untensored = (hetero_untensored_attributes if hetero else untensored_attributes)(data)
     if untensored and pyg_index_select() is None:
         return (f"its data holds attributes that are not tensors ({', '.join(untensored)})"
                 f" and PyG's index_select, which gathers them, is unavailable "
                 f"(gnnorch.compat.unavailable() says why)")
     return None
+
+
+def _learnt(data: Any) -> list[str]:
+    """Tensors of `data` (a Data or a HeteroData) that require grad."""
+    from torch_geometric.data import HeteroData
+    return (hetero_learnt_attributes if isinstance(data, HeteroData)
+            else learnt_attributes)(data)
 
 
 def why_not_drawn_ahead(loader: NeighborLoader, state: "LoaderState", depth: int,
@@ -169,19 +182,23 @@ def learnt_reason(keys: list[str]) -> str:
 def unservable_now(data: Any, planned: Any) -> str | None:
     """Why a served loader's data, changed by the user since its plan was made over `planned`,
     cannot be served any more."""
-    if (not isinstance(data, type(planned))
-            or not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
+    from torch_geometric.data import HeteroData
+    if not isinstance(data, type(planned)) or (
+            not isinstance(data, HeteroData)
+            and not isinstance(getattr(data, "edge_index", None), torch.Tensor)):
         return f"its data was replaced by a {type(data).__name__} without an edge_index tensor"
     if reason := _rebuilt_adjacency(data):
         return reason
-    return learnt_reason(learnt) if (learnt := learnt_attributes(data)) else None
+    return learnt_reason(learnt) if (learnt := _learnt(data)) else None
 
 
 def _rebuilt_adjacency(data: Any) -> str | None:
     """PyG's ``filter_fn`` rebuilds an ``adj_t`` beside ``edge_index`` for each batch (the
     sampled edges as a SparseTensor of the batch's size, `filter_edge_store_`); the gather
-    plan does not, so such data is left to PyG."""
-    if "adj_t" in data:
+    plans do not, so such data (a Data, or any edge type of a HeteroData) is left to PyG."""
+    from torch_geometric.data import HeteroData
+    stores = ([data[e] for e in data.edge_types] if isinstance(data, HeteroData) else [data])
+    if any("adj_t" in store for store in stores):
         return ("the data holds adj_t beside edge_index, which PyG rebuilds for each batch: "
                 "built as PyG builds them")
     return None
@@ -252,13 +269,42 @@ def shared_split(data: Any, device: torch.device, resident: ResidentTensors,
 
 def host_sampling_reason(sampler: BaseSampler) -> str | None:
     """Why a served loader's `sampler` cannot sample on the device (only gnnorch's own
-    sampler, on its fast path, can), or None."""
+    samplers, on their fast path, can), or None."""
+    from ..sampling.hetero_neighbor import FastHeteroNeighborSampler
     from ..sampling.neighbor import FastNeighborSampler
 
-    if isinstance(sampler, FastNeighborSampler) and sampler.fallback_reason is None:
+    ours = isinstance(sampler, (FastNeighborSampler, FastHeteroNeighborSampler))
+    if ours and sampler.fallback_reason is None:
         return None
-    why = f", {sampler.fallback_reason}" if isinstance(sampler, FastNeighborSampler) else ""
+    why = f", {sampler.fallback_reason}" if ours else ""
     return f"its sampler ({type(sampler).__name__}{why}) has no device path"
+
+
+def hetero_data_placement(device: torch.device, cfg: DataPathConfig, data: HeteroData,
+                          sampler: BaseSampler, resident: ResidentTensors,
+                          host_sampling: str | None) -> DataPlacement:
+    """Where a HeteroData loader's structure (one CSC per edge type, the sampler's) and tensor
+    attributes (every gathered one of every store) live: `data_placement`'s rule, budget and
+    failing closed, without a split (the features fit whole or stay on the host)."""
+    free, budget = _budget(device, cfg)
+    host_why: bool | str = cfg.features == "host"
+    edge_index = next((data[e].edge_index for e in data.edge_types
+                       if isinstance(data[e].get("edge_index"), torch.Tensor)), None)
+    if not host_why and edge_index is not None and tensor_version(edge_index) is None:
+        host_why = "torch has no in-place version counters to keep device copies current"
+    tensors = hetero_device_attributes(data)
+    on_device = sum(t.numel() * t.element_size() for t in tensors.values()
+                    if resident.has_on_device(t, device))
+    structure = sum(int(t.numel()) * t.element_size() for name in ("colptr_dict", "row_dict")
+                    for t in (getattr(sampler, name, None) or {}).values())
+    structure += sum(int(t.numel()) * t.element_size()
+                     for t in (getattr(sampler, "perm", None) or {}).values()
+                     if isinstance(t, torch.Tensor))
+    return plan_data_placement(
+        int(data.num_nodes or 0), sum(int(data[e].num_edges) for e in data.edge_types),
+        tensors, free_bytes=free, budget_bytes=budget, budget_fraction=cfg.budget_fraction,
+        pin=cfg.pin and device.type == "cuda", features_host=host_why,
+        host_sampling=host_sampling, resident_bytes=on_device, structure_size=structure)
 
 
 def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler, device: torch.device,

@@ -88,7 +88,8 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
 
 
 class PyGBatchesCopied:
-    """Loaders the path leaves to PyG (HeteroData, ``adj_t``, ...) on a run with a device: PyG
+    """Loaders the path leaves to PyG (``adj_t``, a ``filter_fn`` of their own, ...) on a run
+    with a device: PyG
     builds their batches as it always does, and the path copies each tensor to the device on a
     side stream of the loader's, from pinned memory (never the user's pageable ``batch.to``).
     The batch the user gets is PyG's, on the host, each tensor carrying its device copy

@@ -38,9 +38,11 @@ the CPU while a GPU is visible watches for the first forward of a module holding
 MessagePassing layer (`FirstModelWatch`, one global forward pre-hook, removed at once): if its
 parameters are on a CUDA device, the path serves that device from then on (`model_found_on`):
 loaders built afterwards at `adopt`, loaders built before at the start of their next epoch
-(`epoch_start`; an epoch already running stays as it started). It steps aside, saying why, for
-HeteroData, partitioned features, a class that overrides ``filter_fn``, learnt features
-(`learnt_attributes`) and numpy attributes where PyG's ``index_select`` is missing. Training
+(`epoch_start`; an epoch already running stays as it started). A HeteroData loader is served
+alike (`gnnorch.device.hetero_gather.HeteroGatherPlan`; its CSCs, one per edge type, sampled
+on the device by `FastHeteroNeighborSampler`), without a split or the cache. It steps aside,
+saying why, for ``adj_t``, partitioned features, a class that overrides ``filter_fn``, learnt
+features (`learnt_attributes`) and numpy attributes where PyG's ``index_select`` is missing. Training
 loaders of the historical-embedding cache (``cache=True``) are sampled on the device like any
 other, the cache's exclusion mask there (hot vertices are not expanded); the cache's hotness,
 admission and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`,
@@ -77,21 +79,24 @@ import torch
 
 from ..device.config import DataPathConfig
 from ..device.gather import GatherPlan, ResidentTensors
+from ..device.hetero_gather import HeteroGatherPlan
 from ..device.placement import GPU, SPLIT
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
-from .device_decisions import (data_placement, host_sampling_reason, resolve_device,
-                               row_ranking, shared_split, unservable_now, why_not_drawn_ahead,
-                               why_not_served)
+from .device_decisions import (data_placement, hetero_data_placement, host_sampling_reason,
+                               resolve_device, row_ranking, shared_split, unservable_now,
+                               why_not_drawn_ahead, why_not_served)
 from .device_feed import PyGBatchesCopied, own_generators, pipelined
 from .model_watch import FirstModelWatch
-from .served_loader import LoaderUndo, ServedLoader, loader_sampler
+from .served_loader import (LoaderUndo, ServedLoader, loader_sampler, structure_device,
+                            structure_to_device)
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
 
+    from ..sampling.hetero_neighbor import FastHeteroNeighborSampler
     from ..sampling.neighbor import FastNeighborSampler
 
     from .feeds import LoaderState
@@ -139,20 +144,26 @@ class DevicePath:
         assert self.device is not None
         cfg, data, sampler = self.config, loader.data, loader_sampler(loader)
         cuda = self.device.type == "cuda"
+        from torch_geometric.data import HeteroData
+        hetero = isinstance(data, HeteroData)
         why_host = host_sampling_reason(sampler)
         fast = why_host is None
         undo = LoaderUndo(loader)
         cached = (state.role == "train" and state.kind == "node"   # (no cache for links)
-                  and self.ctx.options.cache_config is not None)
+                  and self.ctx.options.cache_config is not None and not hetero)
         # DAHA's host transform (x left in pinned rows) only where x's copy is not prefetched
         # anyway: a deferred x the engine does not transform is copied on the trainer's stream
         defer = (("x",) if cuda and self.ctx.options.rewrite is not False and cfg.prefetch == 0
-                 else ())
+                 and not hetero else ())
         ranking = functools.cache(functools.partial(row_ranking, loader, sampler, self.device,
                                                     record))
-        shared = shared_split(data, self.device, self.resident, defer) if fast else None
-        placement = data_placement(self.device, cfg, data, sampler.row.numel(), self.resident,
-                                   why_host, ranking if fast else None, defer, shared)
+        shared = (shared_split(data, self.device, self.resident, defer) if fast and not hetero
+                  else None)
+        placement = (hetero_data_placement(self.device, cfg, data, sampler, self.resident,
+                                           why_host) if hetero else
+                     data_placement(self.device, cfg, data, sampler.row.numel(),
+                                    self.resident, why_host, ranking if fast else None, defer,
+                                    shared))
         on_device = placement.structure == GPU
         generator, note = None, ""
         if on_device:
@@ -160,19 +171,24 @@ class DevicePath:
                 note = "; gnnorch's sampler replaces pyg-lib, which has no device sampler"
             sampler.use_pyg = False   # the only device sampler: ours
             # a cache loader keeps the host's CSC too: hotness and refreshes run there
-            self._structure_to_device(data, sampler, record, placement.structure_bytes,
-                                      keep_host=cached)
+            record.bytes_on_device += structure_to_device(
+                sampler, data, self.device, self.resident, placement.structure_bytes,
+                keep_host=cached)
         if fast and not sampler.use_pyg:   # pyg-lib draws from its own RNG
-            generator = SamplingGenerator(sampler.colptr.device, self.ctx.seed, self.ctx.rank,
-                                          record.key)
+            generator = SamplingGenerator(structure_device(sampler), self.ctx.seed,
+                                          self.ctx.rank, record.key)
         before = self.resident.bytes_copied
-        hot = None if placement.features != SPLIT else \
-            shared if shared is not None else ranking().hottest(placement.device_rows)
-        plan = GatherPlan(data, self.device, placement.features, self.resident,
-                          pin=cfg.pin, defer=defer, hot_rows=hot)
+        if hetero:
+            plan: GatherPlan | HeteroGatherPlan = HeteroGatherPlan(
+                data, self.device, placement.features, self.resident, pin=cfg.pin)
+        else:
+            hot = None if placement.features != SPLIT else \
+                shared if shared is not None else ranking().hottest(placement.device_rows)
+            plan = GatherPlan(data, self.device, placement.features, self.resident,
+                              pin=cfg.pin, defer=defer, hot_rows=hot)
+            record.split_rows = plan.counts if placement.features == SPLIT else None
         if placement.features in (GPU, SPLIT):
             record.bytes_on_device += self.resident.bytes_copied - before
-        record.split_rows = plan.counts if placement.features == SPLIT else None
         move = DeviceTransfer(self.device, pin=cfg.pin)
         served = ServedLoader(plan, move, generator, on_device, cached, undo)
         served.install(loader, record, state.user_num_workers)
@@ -185,26 +201,6 @@ class DevicePath:
                          f"{self.device} ({placement.reasons[-1]}){note}")
         self._served[loader] = served
 
-    def _structure_to_device(self, data: Any, sampler: FastNeighborSampler,
-                             record: LoaderDevice, nbytes: int, keep_host: bool) -> None:
-        """The sampler's CSC on the device, one copy per graph, device and sort flag, shared
-        by every loader sampling that graph (PyG's CSC is a function of ``edge_index`` and
-        ``is_sorted`` alone)."""
-        def move() -> tuple[torch.Tensor, ...]:
-            sampler.move_to(self.device, keep_host=keep_host)
-            record.bytes_on_device += nbytes
-            return sampler.colptr, sampler.row, sampler.perm
-
-        tag = f"sorted={sampler.perm is None}"
-        colptr, row, perm = self.resident.shared_structure(data.edge_index, self.device, tag,
-                                                           move)
-        if colptr is sampler.colptr:
-            return
-        if colptr.shape == sampler.colptr.shape and row.shape == sampler.row.shape:
-            sampler.use_structure(colptr, row, perm, keep_host=keep_host)
-        else:
-            move()
-
     def feature_source(self, loader: NeighborLoader) -> Callable[[], torch.Tensor] | None:
         """Where `loader`'s batches gather ``x`` when that is a device-resident copy
         (features on the GPU): a function returning the copy of ``data.x`` as it is when
@@ -213,7 +209,8 @@ class DevicePath:
         on the host. The cache's refreshes read it, so they gather on the device too."""
         served = self._served.get(loader)
         device = self.device
-        if served is None or device is None or served.plan.features != GPU:
+        if (served is None or device is None or served.plan.features != GPU
+                or not isinstance(served.plan, GatherPlan)):
             return None
         data, resident = loader.data, self.resident
 

@@ -9,7 +9,8 @@ Serving a `NeighborLoader` or a `LinkNeighborLoader` changes, on the instance on
 * where the loader samples on the device: ``num_workers`` 0, and PyG's ``enable_cpu_affinity``
   / ``enable_multithreading`` context managers, which raise at 0 workers, become ones that run
   the user's block as it is (there is no worker to bind or thread);
-* its sampler: moved to the device, ``use_pyg`` off, a generator of the path's.
+* its sampler: its CSC on the device (one copy per graph, shared by the loaders sampling it:
+  `structure_to_device`), ``use_pyg`` off, a generator of the path's.
 
 `LoaderUndo`, taken before any of it, puts every one back (`ServedLoader.restore`): a loader the
 user keeps after the run iterates as a plain PyG loader.
@@ -23,16 +24,22 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from ..device.gather import ID_FIELDS, GatherPlan
+from ..device.gather import ID_FIELDS, GatherPlan, ResidentTensors
+from ..device.hetero_gather import HeteroGatherPlan
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
 
 if TYPE_CHECKING:
     from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
-    from torch_geometric.sampler import NegativeSampling, NeighborSampler, SamplerOutput
+    from torch_geometric.sampler import (BaseSampler, NegativeSampling, NeighborSampler,
+                                         SamplerOutput)
 
-__all__ = ["LoaderUndo", "ServedLoader", "build_batch", "link_batch", "loader_sampler"]
+    from ..sampling.hetero_neighbor import FastHeteroNeighborSampler
+    from ..sampling.neighbor import FastNeighborSampler
+
+__all__ = ["LoaderUndo", "ServedLoader", "build_batch", "link_batch", "loader_sampler",
+           "sampler_structure", "structure_device", "structure_shapes", "structure_to_device"]
 
 _ABSENT = object()
 
@@ -51,8 +58,7 @@ class LoaderUndo:
         self.methods = {name: loader.__dict__.get(name, _ABSENT) for name in _INSTANCE_METHODS}
         self.filter_per_worker = loader.filter_per_worker
         self.num_workers = loader.num_workers
-        colptr = getattr(sampler, "colptr", None)
-        self.sampler_device = colptr.device if isinstance(colptr, torch.Tensor) else None
+        self.sampler_device = structure_device(sampler)
         self.use_pyg = getattr(sampler, "use_pyg", None)
         self.generator = getattr(sampler, "generator", None)
 
@@ -65,9 +71,8 @@ class LoaderUndo:
         loader.filter_per_worker = self.filter_per_worker
         loader.num_workers = self.num_workers
         sampler = loader_sampler(loader)
-        colptr = getattr(sampler, "colptr", None)
-        if (self.sampler_device is not None and isinstance(colptr, torch.Tensor)
-                and colptr.device != self.sampler_device):
+        now = structure_device(sampler)
+        if self.sampler_device is not None and now is not None and now != self.sampler_device:
             sampler.move_to(self.sampler_device)
         if self.use_pyg is not None:
             sampler.use_pyg = self.use_pyg
@@ -79,7 +84,7 @@ class ServedLoader:
     """A served loader's parts: its gather plan, transfer, (fast-path) sampling generator and
     `LoaderUndo`; `install` / `use_plan` / `restore` apply and undo them on the loader."""
 
-    def __init__(self, plan: GatherPlan, move: DeviceTransfer,
+    def __init__(self, plan: GatherPlan | HeteroGatherPlan, move: DeviceTransfer,
                  generator: SamplingGenerator | None, on_device: bool, cached: bool,
                  undo: LoaderUndo) -> None:
         self.plan, self.move, self.generator, self.on_device = plan, move, generator, on_device
@@ -102,7 +107,7 @@ class ServedLoader:
         for name in _INSTANCE_METHODS[1:]:   # PyG's raise at 0 workers
             setattr(loader, name, functools.partial(_no_worker_to_act_on, record, name))
 
-    def use_plan(self, loader: NeighborLoader, plan: GatherPlan) -> None:
+    def use_plan(self, loader: NeighborLoader, plan: GatherPlan | HeteroGatherPlan) -> None:
         """Build the loader's batches with `plan` from its next iterator on (PyG's iterator
         takes ``filter_fn`` when it is made)."""
         self.plan = plan
@@ -120,17 +125,83 @@ def loader_sampler(loader: NeighborLoader | LinkNeighborLoader) -> NeighborSampl
     return sampler if sampler is not None else loader.link_sampler
 
 
-def build_batch(loader: NeighborLoader | LinkNeighborLoader, plan: GatherPlan, out: Any) -> Any:
+def sampler_structure(sampler: FastNeighborSampler | FastHeteroNeighborSampler
+                      ) -> tuple[Any, ...]:
+    """The CSC a gnnorch sampler samples from, as its ``use_structure`` takes it: ``(colptr,
+    row, perm)``, or for a HeteroData's ``(colptr_dict, row_dict, perm)`` (one per edge type,
+    PyG's keys)."""
+    if hasattr(sampler, "colptr_dict"):
+        return sampler.colptr_dict, sampler.row_dict, sampler.perm
+    return sampler.colptr, sampler.row, sampler.perm
+
+
+def structure_shapes(structure: tuple[Any, ...]) -> list[Any]:
+    """The shapes of a CSC's tensors (dicts key by key): to tell one graph's from another's."""
+    def shape(part: Any) -> Any:
+        if isinstance(part, dict):
+            return sorted((str(k), shape(v)) for k, v in part.items())
+        return tuple(part.shape) if isinstance(part, torch.Tensor) else None
+    return [shape(part) for part in structure]
+
+
+def structure_device(sampler: BaseSampler) -> torch.device | None:
+    """Where a PyG sampler's CSC lives (a HeteroData's: its first edge type's), or None when
+    it holds none (a sampler over a feature / graph store)."""
+    colptr = getattr(sampler, "colptr", None)
+    if not isinstance(colptr, torch.Tensor):
+        colptr = next(iter((getattr(sampler, "colptr_dict", None) or {}).values()), None)
+    return colptr.device if isinstance(colptr, torch.Tensor) else None
+
+
+def structure_to_device(sampler: FastNeighborSampler | FastHeteroNeighborSampler, data: Any,
+                        device: torch.device, resident: ResidentTensors, nbytes: int,
+                        keep_host: bool) -> int:
+    """The sampler's CSC (a HeteroData's: one per edge type) on `device`, one copy per graph,
+    device and sort flag, shared by every loader sampling that graph (PyG's CSC is a function
+    of the edges and ``is_sorted`` alone; `resident` keeps the copy). `keep_host`: the sampler
+    keeps its host CSC too (the cache's hotness and refreshes read it). Returns the bytes it
+    put on the device: `nbytes` when this sampler made the copy, 0 when it shares one."""
+    moved = []
+
+    def move() -> tuple[Any, ...]:
+        sampler.move_to(device, keep_host=keep_host)
+        moved.append(nbytes)
+        return sampler_structure(sampler)
+
+    mine = sampler_structure(sampler)
+    hetero = isinstance(mine[0], dict)
+    if hetero:   # one CSC per edge type: the graph is known by its first edge type's edges
+        key = next(data[e].edge_index for e in data.edge_types)
+        tag = f"hetero:sorted={not any(p is not None for p in (mine[2] or {}).values())}"
+    else:
+        key, tag = data.edge_index, f"sorted={mine[2] is None}"
+    shared = resident.shared_structure(key, device, tag, move)
+    if shared[0] is not sampler_structure(sampler)[0]:
+        if structure_shapes(shared) == structure_shapes(mine):
+            sampler.use_structure(*shared, **({} if hetero else {"keep_host": keep_host}))
+        else:
+            move()
+    return sum(moved)
+
+
+def build_batch(loader: NeighborLoader | LinkNeighborLoader,
+                plan: GatherPlan | HeteroGatherPlan, out: Any) -> Any:
     """A served loader's ``filter_fn``: PyG's hook from sampler output to batch (a node batch,
-    `GatherPlan.batch`, or a `link_batch`)."""
+    `GatherPlan.batch`, or a `link_batch`; a HeteroData's, `HeteroGatherPlan.batch` /
+    `HeteroGatherPlan.link_batch`)."""
     transform_out = getattr(loader, "transform_sampler_output", None)
     if transform_out is not None:
         out = transform_out(out)
     transform = getattr(loader, "transform", None)
+    input_type = getattr(loader.input_data, "input_type", None)
     if getattr(loader, "node_sampler", None) is not None:
-        return plan.batch(out, loader.node_sampler.edge_permutation, transform)
-    batch = link_batch(plan, out, loader.link_sampler.edge_permutation,
-                       getattr(loader, "neg_sampling", None))
+        perm = loader.node_sampler.edge_permutation
+        if isinstance(plan, HeteroGatherPlan):
+            return plan.batch(out, perm, input_type, transform)
+        return plan.batch(out, perm, transform)
+    perm, negatives = loader.link_sampler.edge_permutation, getattr(loader, "neg_sampling", None)
+    batch = (plan.link_batch(out, perm, input_type, negatives)
+             if isinstance(plan, HeteroGatherPlan) else link_batch(plan, out, perm, negatives))
     return batch if transform is None else transform(batch)
 
 

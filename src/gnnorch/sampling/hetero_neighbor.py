@@ -101,6 +101,38 @@ class FastHeteroNeighborSampler(NeighborSampler):
                     f"int64)")
         return None
 
+    @property
+    def structure_device(self) -> torch.device:
+        """Where the per-edge-type CSCs live, and so where the fast path samples."""
+        first = next(iter(self.colptr_dict.values()), None)
+        return first.device if isinstance(first, Tensor) else torch.device("cpu")
+
+    @property
+    def structure_bytes(self) -> int:
+        """Bytes of the per-edge-type CSCs (``colptr``, ``row`` and the edge permutation)."""
+        return sum(int(t.numel()) * t.element_size() for t in self._structure_tensors())
+
+    def move_to(self, device: torch.device | str, keep_host: bool = False) -> None:
+        """Keep every edge type's CSC and edge permutation on `device`: the fast path samples
+        there from now on (its results are on `device`). `keep_host` is taken for the
+        homogeneous sampler's signature: nothing here reads a host copy."""
+        device = torch.device(device)
+        self.use_structure({k: v.to(device) for k, v in self.colptr_dict.items()},
+                           {k: v.to(device) for k, v in self.row_dict.items()},
+                           {k: None if v is None else v.to(device)
+                            for k, v in (self.perm or {}).items()})
+
+    def use_structure(self, colptr_dict: dict[str, Tensor], row_dict: dict[str, Tensor],
+                      perm: dict[Any, Tensor | None]) -> None:
+        """Sample from these CSCs (e.g. a device copy shared by the loaders of one graph):
+        the same keys as ``colptr_dict``, ``row_dict`` and ``perm`` (PyG's)."""
+        self.colptr_dict, self.row_dict, self.perm = dict(colptr_dict), dict(row_dict), \
+            dict(perm)
+
+    def _structure_tensors(self) -> list[Tensor]:
+        perm = [t for t in (self.perm or {}).values() if isinstance(t, Tensor)]
+        return [*self.colptr_dict.values(), *self.row_dict.values(), *perm]
+
     def sample_ours(self, seed: dict[str, Tensor]) -> HeteroSamplerOutput:
         """One call of gnnorch's vectorised sampler on `seed` (whatever `use_pyg` says)."""
         return self._route(seed, None, {}, use_pyg=False)

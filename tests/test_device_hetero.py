@@ -1,0 +1,382 @@
+"""The device data path for HeteroData loaders (issue 21), with the CPU as the device: placement
+of every edge type's CSC and every store's attributes, sampling there with the path's own
+generator, `HeteroGatherPlan`'s batches equal to PyG's ``filter_fn`` (node and link loaders,
+negatives, edge attributes, types the sampler does not reach), losses equal to the plain
+path's, the loader given back whole. CUDA checks are marked `gpu`."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import HeteroData
+from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
+from torch_geometric.nn import SAGEConv, to_hetero
+from torch_geometric.sampler import NegativeSampling
+
+import gnnorch
+from gnnorch.device.config import DataPathConfig
+from gnnorch.device.seeds import sampling_seed
+from gnnorch.device.twin import device_twin
+from gnnorch.intercept.device_path import DevicePath
+from gnnorch.launch.context import RankContext
+from gnnorch.launch.plan import CorePlan
+from gnnorch.run_options import RunOptions
+from gnnorch.sampling.hetero_neighbor import FastHeteroNeighborSampler
+from gnnorch.sampling.negatives import seeded_negatives
+
+SEED = 7
+FANOUT = [3, 2]
+WRITES = ("author", "writes", "paper")
+NEGATIVES = {"binary": dict(neg_sampling_ratio=1.0),
+             "triplet": dict(neg_sampling=NegativeSampling("triplet", 2)),
+             "none": {}}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _graph(seed: int = 0, papers: int = 80, authors: int = 50, topic: bool = True
+           ) -> HeteroData:
+    """Papers (features, labels, a train mask, the user's own ``n_id``), authors, venues
+    reached only at hop 2, a ``topic`` type without edges (`topic`: to_hetero needs every node
+    type updated); an edge attribute on ``writes``."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def edges(n_src, n_dst, count):
+        return torch.stack([torch.randint(0, n_src, (count,), generator=gen),
+                            torch.randint(0, n_dst, (count,), generator=gen)])
+
+    data = HeteroData()
+    data["paper"].x = torch.randn(papers, 8, generator=gen)
+    data["paper"].y = torch.randint(0, 3, (papers,), generator=gen)
+    data["paper"].train_mask = torch.rand(papers, generator=gen) < 0.6
+    data["paper"].n_id = torch.arange(papers)
+    data["author"].x = torch.randn(authors, 8, generator=gen)
+    data["venue"].x = torch.randn(6, 8, generator=gen)
+    data["venue"].num_nodes = 6
+    if topic:
+        data["topic"].x = torch.randn(3, 8, generator=gen)
+    data[WRITES].edge_index = edges(authors, papers, 200)
+    data[WRITES].edge_attr = torch.randn(200, 2, generator=gen)
+    data["paper", "cites", "paper"].edge_index = edges(papers, papers, 300)
+    data["paper", "rev_writes", "author"].edge_index = data[WRITES].edge_index.flip(0)
+    data["venue", "hosts", "paper"].edge_index = edges(6, papers, 60)
+    data["paper", "in", "venue"].edge_index = data["venue", "hosts", "paper"].edge_index.flip(0)
+    return data
+
+
+DATA = _graph()
+TRAIN_DATA = _graph(topic=False)
+
+
+def _ctx(config):
+    return RankContext(rank=0, world_size=1, plan=CorePlan(1, 0, 1), cores=None, seed=SEED,
+                       options=RunOptions(data_path=config))
+
+
+def _state(kind="node"):
+    return types.SimpleNamespace(role="train", index=0, user_num_workers=0, partition=None,
+                                 device=None, kind=kind)
+
+
+def _node_loader(data=DATA, batch_size=16):
+    return NeighborLoader(data, num_neighbors=FANOUT, input_nodes=("paper", data["paper"]
+                                                                    .train_mask),
+                          batch_size=batch_size, shuffle=True, num_workers=0,
+                          neighbor_sampler=FastHeteroNeighborSampler(data, FANOUT))
+
+
+def _link_loader(negatives, data=DATA, batch_size=32):
+    return LinkNeighborLoader(data, num_neighbors=FANOUT, edge_label_index=WRITES,
+                              batch_size=batch_size, shuffle=True, num_workers=0,
+                              neighbor_sampler=FastHeteroNeighborSampler(data, FANOUT),
+                              **NEGATIVES[negatives])
+
+
+def _served(config, loader, kind="node"):
+    ctx = _ctx(config)
+    path, state = DevicePath(ctx, config, None), _state(kind)
+    path.adopt(loader, state)
+    return ctx, path, state
+
+
+def _plain_epoch(loader, epoch, shuffle_seed=11):
+    """One epoch of PyG's own loader (its filter_fn), sampling and drawing negatives with the
+    generators the path's policy gives."""
+    sampler = getattr(loader, "node_sampler", None) or loader.link_sampler
+    sampler.generator = torch.Generator().manual_seed(sampling_seed(SEED, 0, 0, epoch))
+    users = getattr(loader, "neg_sampling", None)
+    if users is not None:
+        loader.neg_sampling = seeded_negatives(users, torch.Generator().manual_seed(
+            sampling_seed(SEED, 0, 0, epoch, stream=1)))
+    torch.manual_seed(shuffle_seed)
+    try:
+        return list(loader)
+    finally:
+        if users is not None:
+            loader.neg_sampling = users
+
+
+def _device_epoch(path, loader, state, shuffle_seed=11):
+    torch.manual_seed(shuffle_seed)
+    return list(path.feed(iter(loader), loader, state, True))
+
+
+def assert_same_hetero_batch(got, want):
+    """Two HeteroData batches: the same stores in the same order, each with the same fields in
+    the same key order, equal values and dtypes (tensors compared on the host)."""
+    assert got.node_types == want.node_types and got.edge_types == want.edge_types
+    for key in [*want.node_types, *want.edge_types]:
+        a, b = got[key], want[key]
+        assert list(a.keys()) == list(b.keys()), key
+        for name in b.keys():
+            x, y = a[name], b[name]
+            if isinstance(y, torch.Tensor):
+                assert isinstance(x, torch.Tensor) and x.dtype == y.dtype, (key, name)
+                assert torch.equal(x.cpu(), y.cpu()), (key, name)
+            else:
+                assert x == y, (key, name)
+
+
+# --------------------------------------------------------------------------- decisions
+def test_hetero_loaders_are_sampled_and_gathered_on_the_device():
+    loader = _node_loader()
+    ctx, path, state = _served(DataPathConfig(mode="device"), loader)
+    record = state.device
+    assert record.served and record.samples_on_device and record.features == "gpu"
+    assert "sampled and gathered" in record.reason and loader.num_workers == 0
+    entry = ctx.stats["device"]["loaders"][0]
+    sampler = loader.node_sampler
+    # the structure's bytes are every edge type's CSC and edge permutation
+    assert entry["placement"]["structure_bytes"] == sampler.structure_bytes > 0
+    assert entry["placement"]["structure"] == "gpu"
+
+
+def test_budget_and_features_host_decide_where_hetero_data_lives():
+    _, _, state = _served(DataPathConfig(mode="device", budget_bytes=16), _node_loader())
+    assert state.device.served and not state.device.samples_on_device
+    assert state.device.features == "host" and "exceeds" in state.device.placement.reasons[0]
+    _, _, state = _served(DataPathConfig(mode="device", features="host"), _node_loader())
+    assert state.device.samples_on_device and state.device.features == "host"
+
+
+def test_hetero_data_with_adj_t_is_left_to_pyg():
+    torch_sparse = pytest.importorskip("torch_sparse")
+    data = _graph()
+    store = data["paper", "cites", "paper"]
+    store.adj_t = torch_sparse.SparseTensor(row=store.edge_index[1], col=store.edge_index[0],
+                                            sparse_sizes=(80, 80))
+    loader = NeighborLoader(data, num_neighbors=FANOUT, input_nodes="paper", batch_size=16)
+    _, _, state = _served(DataPathConfig(mode="device"), loader)
+    assert not state.device.served and "adj_t" in state.device.reason
+
+
+def test_learnt_hetero_features_are_left_to_pyg():
+    data = _graph()
+    data["author"].x = torch.nn.Parameter(data["author"].x)
+    _, _, state = _served(DataPathConfig(mode="device"), _node_loader(data))
+    assert not state.device.served and "author.x" in state.device.reason
+
+
+# --------------------------------------------------------------------------- same batches
+@pytest.mark.parametrize("config", [
+    DataPathConfig(mode="device"),
+    DataPathConfig(mode="device", prefetch=0),
+    DataPathConfig(mode="device", features="host", prefetch=3),
+    DataPathConfig(mode="device", budget_bytes=16),            # structure and features host
+])
+def test_node_batches_equal_pygs_filter_fn(config):
+    loader = _node_loader()
+    _, path, state = _served(config, loader)
+    plain = _node_loader()
+    for epoch in range(2):
+        want = _plain_epoch(plain, epoch)
+        got = _device_epoch(path, loader, state)
+        assert len(got) == len(want) == len(loader)
+        for g, w in zip(got, want):
+            assert_same_hetero_batch(g, w)
+    last = got[-1]
+    # what a training loop reads: the user's own n_id, gathered; types never reached: empty
+    assert torch.equal(last["paper"].x, DATA["paper"].x[last["paper"].n_id])
+    assert torch.equal(last[WRITES].edge_attr, DATA[WRITES].edge_attr[last[WRITES].e_id])
+    assert last["topic"].x.shape == (0, 8) and last["topic"].n_id.numel() == 0
+    assert last["paper"].input_id.device.type == "cpu"
+    assert state.device.epochs == 2 and state.device.batches == 2 * len(loader)
+
+
+@pytest.mark.parametrize("negatives", sorted(NEGATIVES))
+def test_link_batches_equal_pygs_filter_fn(negatives):
+    loader = _link_loader(negatives)
+    _, path, state = _served(DataPathConfig(mode="device", prefetch=2), loader, kind="link")
+    assert state.device.served and state.device.samples_on_device
+    plain = _link_loader(negatives)
+    for epoch in range(2):
+        want = _plain_epoch(plain, epoch)
+        got = _device_epoch(path, loader, state)
+        assert len(got) == len(want) == -(-DATA[WRITES].edge_index.size(1) // 32)
+        for g, w in zip(got, want):
+            assert_same_hetero_batch(g, w)
+    last = got[-1]
+    if negatives == "triplet":
+        assert "edge_label_index" not in last[WRITES]
+        assert last["paper"].dst_neg_index.shape[1] == 2
+    else:   # positives are edges of the graph, in local indices of their types
+        pos = last[WRITES].edge_label_index
+        pos = pos if negatives == "none" else pos[:, last[WRITES].edge_label == 1]
+        src, dst = last["author"].n_id[pos[0]], last["paper"].n_id[pos[1]]
+        edges = set(map(tuple, DATA[WRITES].edge_index.t().tolist()))
+        assert set(zip(src.tolist(), dst.tolist())) <= edges
+
+
+def test_loaders_of_one_hetero_graph_share_one_device_structure():
+    config = DataPathConfig(mode="device")
+    ctx = _ctx(config)
+    path = DevicePath(ctx, config, None)
+    first, second = _node_loader(), _node_loader(batch_size=40)
+    for loader in (first, second):
+        path.adopt(loader, _state())
+    a, b = first.node_sampler, second.node_sampler
+    assert all(a.colptr_dict[k] is b.colptr_dict[k] for k in a.colptr_dict)
+    assert all(a.row_dict[k] is b.row_dict[k] for k in a.row_dict)
+    assert path.loaders[1].bytes_on_device < path.loaders[0].bytes_on_device
+
+
+# --------------------------------------------------------------------------- training
+def _model(data):
+    class GNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = SAGEConv((-1, -1), 16)
+            self.conv2 = SAGEConv((-1, -1), 3)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    return to_hetero(GNN(), data.metadata(), aggr="sum")
+
+
+def _train_hetero(data, epochs=2):
+    """An ordinary to_hetero training function: (losses, whether ids stayed on the host)."""
+    loader = NeighborLoader(data, num_neighbors=FANOUT, batch_size=16, shuffle=True,
+                            input_nodes=("paper", data["paper"].train_mask))
+    torch.manual_seed(0)
+    model = _model(data)
+    with torch.no_grad():   # lazy layers take their shapes from a first batch
+        first = next(iter(loader))
+        model(first.x_dict, first.edge_index_dict)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses, ids_on_host = [], True
+    for _ in range(epochs):
+        for batch in loader:
+            batch = batch.to("cpu")
+            ids_on_host &= batch["paper"].n_id.device.type == "cpu"
+            opt.zero_grad()
+            size = batch["paper"].batch_size
+            out = model(batch.x_dict, batch.edge_index_dict)["paper"][:size]
+            loss = F.cross_entropy(out, batch["paper"].y[:size])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses, ids_on_host
+
+
+def test_runtime_serves_hetero_loaders_whatever_the_prefetch():
+    runs = {}
+    for depth in (0, 3):
+        runtime = gnnorch.Runtime(_train_hetero, processes=1, seed=SEED,
+                                  data_path={"mode": "device", "prefetch": depth})
+        runs[depth] = runtime(TRAIN_DATA)
+        record = runtime.last_run.stats[0]["device"]["loaders"][0]
+        # (the lazy layers' first batch is an epoch of its own)
+        assert record["served"] and record["samples_on_device"] and record["epochs"] == 3
+        assert runtime.last_run.stats[0]["sampler"]["loaders"][0]["backend"] == "gnnorch"
+    # sampling ahead does not change what a fixed seed gives
+    assert runs[0] == runs[3] and runs[0][1] and len(runs[0][0]) > 0
+
+
+def test_same_losses_as_the_plain_path():
+    loader = _node_loader(TRAIN_DATA)
+    _, path, state = _served(DataPathConfig(mode="device", prefetch=2), loader)
+    plain = _node_loader(TRAIN_DATA)
+
+    def train(epoch_batches):
+        torch.manual_seed(0)
+        model = _model(TRAIN_DATA)
+        with torch.no_grad():
+            first = next(iter(_node_loader(TRAIN_DATA)))
+            model(first.x_dict, first.edge_index_dict)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        losses = []
+        for epoch in range(2):
+            for batch in epoch_batches(epoch):
+                opt.zero_grad()
+                size = batch["paper"].batch_size
+                out = model(batch.x_dict, batch.edge_index_dict)["paper"][:size]
+                loss = F.cross_entropy(out, batch["paper"].y[:size])
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        return losses
+
+    want = train(lambda epoch: _plain_epoch(plain, epoch))
+    got = train(lambda epoch: _device_epoch(path, loader, state))
+    assert got == want and len(got) == 2 * len(loader)
+
+
+def _train_and_keep(data):
+    loader = NeighborLoader(data, num_neighbors=FANOUT, batch_size=16, shuffle=True,
+                            input_nodes=("paper", data["paper"].train_mask), num_workers=0)
+    for _ in loader:
+        pass
+    return loader
+
+
+def test_hetero_loaders_kept_after_the_run_are_plain_pyg_loaders():
+    runtime = gnnorch.Runtime(_train_and_keep, processes=1, seed=SEED, data_path="device")
+    kept = runtime(DATA)
+    assert runtime.last_run.stats[0]["device"]["loaders"][0]["served"]
+    assert "filter_fn" not in kept.__dict__
+    sampler = kept.node_sampler
+    assert sampler.generator is None and sampler.structure_device.type == "cpu"
+    plain = NeighborLoader(DATA, num_neighbors=FANOUT, batch_size=16, shuffle=True,
+                           input_nodes=("paper", DATA["paper"].train_mask), num_workers=0,
+                           neighbor_sampler=FastHeteroNeighborSampler(DATA, FANOUT))
+    torch.manual_seed(3)
+    got = list(kept)
+    torch.manual_seed(3)
+    want = list(plain)
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want):
+        assert_same_hetero_batch(a, b)
+
+
+# --------------------------------------------------------------------------- CUDA
+@pytest.mark.gpu
+@pytest.mark.parametrize("features", ["auto", "host"])
+def test_cuda_hetero_batches_equal_the_cpu_paths(features):
+    """On a GPU, the same batches as the CPU standing in for the device, with the same
+    generator seed (the CUDA draw is a different stream of random numbers: the check is on
+    what must not depend on it, run with fanouts that take every in-edge)."""
+    full = [-1, -1]
+
+    def loader():
+        return NeighborLoader(DATA, num_neighbors=full, batch_size=16,
+                              input_nodes=("paper", DATA["paper"].train_mask),
+                              neighbor_sampler=FastHeteroNeighborSampler(DATA, full))
+
+    got_loader, want_loader = loader(), loader()
+    _, path, state = _served(DataPathConfig(mode="device", features=features),
+                             got_loader)
+    path_cuda = DevicePath(_ctx(DataPathConfig(mode="auto", features=features)),
+                           DataPathConfig(mode="auto", features=features),
+                           torch.device("cuda"))
+    state_cuda = _state()
+    path_cuda.adopt(want_loader, state_cuda)
+    assert state_cuda.device.samples_on_device
+    for g, w in zip(_device_epoch(path, got_loader, state),
+                    _device_epoch(path_cuda, want_loader, state_cuda)):
+        assert w["paper"].x.device.type == "cuda" and w["paper"].n_id.device.type == "cpu"
+        assert device_twin(w["paper"].n_id) is not None
+        torch.cuda.synchronize()
+        assert_same_hetero_batch(w, g)
