@@ -63,3 +63,25 @@ def reference_choice(lo: int, hi: int, k: int, replace: bool,
     if replace:
         return [rng.randrange(lo, hi) for _ in range(k)]
     return rng.sample(range(lo, hi), k)
+
+
+def plain_epoch(loader, seed: int, epoch: int, shuffle_seed: int = 11) -> list:
+    """One epoch of PyG's own loader (its ``filter_fn``: node or link, Data or HeteroData),
+    sampling and drawing negatives with the generators the device path's policy gives rank 0's
+    first loader (`gnnorch.device.seeds.sampling_seed`) for a run seeded `seed`: the batches
+    the path must give at that epoch."""
+    from gnnorch.device.seeds import sampling_seed
+    from gnnorch.sampling.negatives import seeded_negatives
+
+    sampler = getattr(loader, "node_sampler", None) or loader.link_sampler
+    sampler.generator = torch.Generator().manual_seed(sampling_seed(seed, 0, 0, epoch))
+    users = getattr(loader, "neg_sampling", None)
+    if users is not None:
+        loader.neg_sampling = seeded_negatives(users, torch.Generator().manual_seed(
+            sampling_seed(seed, 0, 0, epoch, stream=1)))
+    torch.manual_seed(shuffle_seed)
+    try:
+        return list(loader)
+    finally:
+        if users is not None:
+            loader.neg_sampling = users

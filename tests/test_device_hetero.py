@@ -17,14 +17,14 @@ from torch_geometric.sampler import NegativeSampling
 
 import gnnorch
 from gnnorch.device.config import DataPathConfig
-from gnnorch.device.seeds import sampling_seed
 from gnnorch.device.twin import device_twin
 from gnnorch.intercept.device_path import DevicePath
 from gnnorch.launch.context import RankContext
 from gnnorch.launch.plan import CorePlan
 from gnnorch.run_options import RunOptions
 from gnnorch.sampling.hetero_neighbor import FastHeteroNeighborSampler
-from gnnorch.sampling.negatives import seeded_negatives
+
+from helpers import plain_epoch
 
 SEED = 7
 FANOUT = [3, 2]
@@ -102,20 +102,7 @@ def _served(config, loader, kind="node"):
 
 
 def _plain_epoch(loader, epoch, shuffle_seed=11):
-    """One epoch of PyG's own loader (its filter_fn), sampling and drawing negatives with the
-    generators the path's policy gives."""
-    sampler = getattr(loader, "node_sampler", None) or loader.link_sampler
-    sampler.generator = torch.Generator().manual_seed(sampling_seed(SEED, 0, 0, epoch))
-    users = getattr(loader, "neg_sampling", None)
-    if users is not None:
-        loader.neg_sampling = seeded_negatives(users, torch.Generator().manual_seed(
-            sampling_seed(SEED, 0, 0, epoch, stream=1)))
-    torch.manual_seed(shuffle_seed)
-    try:
-        return list(loader)
-    finally:
-        if users is not None:
-            loader.neg_sampling = users
+    return plain_epoch(loader, SEED, epoch, shuffle_seed)
 
 
 def _device_epoch(path, loader, state, shuffle_seed=11):
@@ -256,19 +243,18 @@ def _model(data):
     return to_hetero(GNN(), data.metadata(), aggr="sum")
 
 
-def _train_hetero(data, epochs=2):
-    """An ordinary to_hetero training function: (losses, whether ids stayed on the host)."""
-    loader = NeighborLoader(data, num_neighbors=FANOUT, batch_size=16, shuffle=True,
-                            input_nodes=("paper", data["paper"].train_mask))
+def _fit(data, first, batches_of_epoch, epochs=2):
+    """A to_hetero model trained on paper labels: its lazy layers take their shapes from
+    `first` (a batch), then `epochs` epochs of `batches_of_epoch(epoch)`. Returns (losses,
+    whether every batch's ids stayed on the host)."""
     torch.manual_seed(0)
     model = _model(data)
-    with torch.no_grad():   # lazy layers take their shapes from a first batch
-        first = next(iter(loader))
+    with torch.no_grad():
         model(first.x_dict, first.edge_index_dict)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     losses, ids_on_host = [], True
-    for _ in range(epochs):
-        for batch in loader:
+    for epoch in range(epochs):
+        for batch in batches_of_epoch(epoch):
             batch = batch.to("cpu")
             ids_on_host &= batch["paper"].n_id.device.type == "cpu"
             opt.zero_grad()
@@ -279,6 +265,14 @@ def _train_hetero(data, epochs=2):
             opt.step()
             losses.append(loss.item())
     return losses, ids_on_host
+
+
+def _train_hetero(data, epochs=2):
+    """An ordinary to_hetero training function (the lazy layers' first batch from its loader)."""
+    loader = NeighborLoader(data, num_neighbors=FANOUT, batch_size=16, shuffle=True,
+                            input_nodes=("paper", data["paper"].train_mask))
+    torch.manual_seed(0)
+    return _fit(data, next(iter(loader)), lambda epoch: loader, epochs)
 
 
 def test_runtime_serves_hetero_loaders_whatever_the_prefetch():
@@ -295,32 +289,24 @@ def test_runtime_serves_hetero_loaders_whatever_the_prefetch():
     assert runs[0] == runs[3] and runs[0][1] and len(runs[0][0]) > 0
 
 
+def test_two_ranks_each_serve_their_own_shard():
+    runtime = gnnorch.Runtime(_train_hetero, processes=2, seed=SEED, data_path="device")
+    losses, ids_on_host = runtime(TRAIN_DATA)
+    assert ids_on_host and losses and all(loss == loss for loss in losses)
+    records = [runtime.last_run.stats[r]["device"]["loaders"][0] for r in (0, 1)]
+    for record in records:
+        assert record["served"] and record["samples_on_device"]
+    assert records[0]["batches"] == records[1]["batches"] > 0
+
+
 def test_same_losses_as_the_plain_path():
     loader = _node_loader(TRAIN_DATA)
     _, path, state = _served(DataPathConfig(mode="device", prefetch=2), loader)
     plain = _node_loader(TRAIN_DATA)
 
-    def train(epoch_batches):
-        torch.manual_seed(0)
-        model = _model(TRAIN_DATA)
-        with torch.no_grad():
-            first = next(iter(_node_loader(TRAIN_DATA)))
-            model(first.x_dict, first.edge_index_dict)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        losses = []
-        for epoch in range(2):
-            for batch in epoch_batches(epoch):
-                opt.zero_grad()
-                size = batch["paper"].batch_size
-                out = model(batch.x_dict, batch.edge_index_dict)["paper"][:size]
-                loss = F.cross_entropy(out, batch["paper"].y[:size])
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
-        return losses
-
-    want = train(lambda epoch: _plain_epoch(plain, epoch))
-    got = train(lambda epoch: _device_epoch(path, loader, state))
+    first = next(iter(_node_loader(TRAIN_DATA)))
+    want, _ = _fit(TRAIN_DATA, first, lambda epoch: _plain_epoch(plain, epoch))
+    got, _ = _fit(TRAIN_DATA, first, lambda epoch: _device_epoch(path, loader, state))
     assert got == want and len(got) == 2 * len(loader)
 
 

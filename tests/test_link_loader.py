@@ -23,7 +23,6 @@ from gnnorch.datasets.synthetic import power_law_graph
 from gnnorch.device.config import DataPathConfig
 from gnnorch.device.placement import structure_bytes
 from gnnorch.device.split_rows import TABLE_BYTES
-from gnnorch.device.seeds import sampling_seed
 from gnnorch.intercept.device_path import DevicePath
 from gnnorch.launch.context import RankContext
 from gnnorch.launch.plan import CorePlan
@@ -31,7 +30,7 @@ from gnnorch.run_options import RunOptions
 from gnnorch.sampling.negatives import seeded_negatives
 from gnnorch.sampling.neighbor import FastNeighborSampler
 
-from helpers import assert_same_batch
+from helpers import assert_same_batch, plain_epoch
 
 pytestmark = pytest.mark.usefixtures("no_leftover_children")
 
@@ -71,19 +70,7 @@ def _state():
 
 
 def _plain_epoch(loader, epoch, shuffle_seed=11):
-    """One epoch of PyG's own LinkLoader (its filter_fn), sampling and drawing negatives with
-    the generators the path's policy gives."""
-    loader.link_sampler.generator = torch.Generator().manual_seed(
-        sampling_seed(SEED, 0, 0, epoch))
-    users = loader.neg_sampling
-    if users is not None:
-        loader.neg_sampling = seeded_negatives(users, torch.Generator().manual_seed(
-            sampling_seed(SEED, 0, 0, epoch, stream=1)))
-    torch.manual_seed(shuffle_seed)
-    try:
-        return list(loader)
-    finally:
-        loader.neg_sampling = users
+    return plain_epoch(loader, SEED, epoch, shuffle_seed)
 
 
 def _served(negatives, prefetch=2):
