@@ -444,3 +444,27 @@ def test_bytes_already_on_the_device_need_no_budget():
     resident = plan_data_placement(1000, 20_000, tensors, budget_bytes=size // 2,
                                    resident_bytes=feature_bytes(tensors))
     assert resident.structure == "gpu" and resident.features == "gpu"
+
+
+def test_ids_already_on_the_host_are_returned_as_they_are():
+    from gnnorch.device.transfer import ids_on_host
+
+    a, b = torch.arange(4), torch.arange(3, dtype=torch.int32)
+    got = ids_on_host([a, None, b])
+    assert got[0] is a and got[1] is None and got[2] is b
+
+
+@pytest.mark.gpu
+def test_device_ids_come_to_the_host_in_one_transfer_with_their_dtypes():
+    from gnnorch.device.transfer import ids_on_host
+
+    a = torch.arange(5, device="cuda")
+    b = torch.arange(3, device="cuda") + 10
+    c = torch.arange(2, dtype=torch.int32, device="cuda")
+    h = torch.arange(4)
+    got = ids_on_host([a, None, h, b, c, a[:0]])
+    assert got[1] is None and got[2] is h
+    assert all(t.device.type == "cpu" for t in got if t is not None)
+    assert torch.equal(got[0], a.cpu()) and torch.equal(got[3], b.cpu())
+    assert got[4].dtype == torch.int32 and torch.equal(got[4], c.cpu())
+    assert got[5].numel() == 0 and got[5].dtype == torch.long

@@ -1,9 +1,10 @@
 """Loaders the device data path leaves to PyG (here a NeighborLoader subclass with its own
-``filter_fn``, over a HeteroData): their batches copied to the device by the path, drawn ahead in the pipeline's thread where that changes nothing a fixed seed
-gives (issue 21). Tested with the CPU as the device: the same batches and losses as the run
-without the path, worker errors in place, and the decisions that keep draws in the trainer's
-thread (persistent workers, in-process sampling, lazy index samplers, user code in the trainer's
-process), served loaders included. CUDA checks are marked `gpu`."""
+``filter_fn``, over a HeteroData): their batches copied to the device by the path, drawn ahead in
+the pipeline's thread where that changes nothing a fixed seed gives (issue 21). Tested with the CPU
+as the device: the same batches and losses as the run without the path, worker errors in place, and
+the decisions that keep draws in the trainer's thread (persistent workers, in-process sampling,
+lazy index samplers, user code in the trainer's process), served loaders included. CUDA checks are
+marked `gpu`."""
 from __future__ import annotations
 
 import functools

@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_geometric.typing as pyg_typing
 from torch_geometric.data import HeteroData
 from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
 from torch_geometric.nn import SAGEConv, to_hetero
@@ -190,6 +191,30 @@ def test_node_batches_equal_pygs_filter_fn(config):
     assert last["topic"].x.shape == (0, 8) and last["topic"].n_id.numel() == 0
     assert last["paper"].input_id.device.type == "cpu"
     assert state.device.epochs == 2 and state.device.batches == 2 * len(loader)
+
+
+@pytest.mark.skipif(not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE),
+                    reason="PyG samples a HeteroData with pyg-lib or torch_sparse")
+def test_pygs_own_sampler_is_gathered_by_the_path():
+    """A loader sampled by PyG's own sampler (``sampler="pyg"``): sampled on the host, drawing
+    from torch's global RNG (so in the trainer's thread), its batches built by the path."""
+    def loader():
+        return NeighborLoader(DATA, num_neighbors=FANOUT, batch_size=16, shuffle=True,
+                              input_nodes=("paper", DATA["paper"].train_mask))
+
+    served = loader()
+    _, path, state = _served(DataPathConfig(mode="device"), served)
+    assert state.device.served and not state.device.samples_on_device
+    assert "has no device path" in state.device.placement.reasons[0]
+    plain = loader()
+    for _ in range(2):
+        torch.manual_seed(3)
+        want = list(plain)
+        got = _device_epoch(path, served, state, shuffle_seed=3)
+        assert len(got) == len(want) > 0
+        for g, w in zip(got, want):
+            assert_same_hetero_batch(g, w)
+    assert state.device.prefetch == 0 and "global RNG" in state.device.prefetch_reason
 
 
 @pytest.mark.parametrize("negatives", sorted(NEGATIVES))

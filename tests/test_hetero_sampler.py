@@ -26,7 +26,7 @@ import gnnorch
 from gnnorch.sampling.choice import forget_choices
 from gnnorch.sampling.hetero import sample_hetero_neighbors
 from gnnorch.sampling.hetero_neighbor import FastHeteroNeighborSampler
-from gnnorch.sampling.uniform import UNSEEN
+from gnnorch.sampling.uniform import UNSEEN, WIDE_FACTOR
 
 from helpers import reference_choice
 
@@ -241,9 +241,11 @@ def test_one_draw_for_edge_types_of_one_fanout_splits_back_exactly(graph, k):
                     if colptr[e][v] == colptr[e][v + 1]] for e in group}
     frontier = {"paper": torch.tensor([no_edges[group[0]][0], 5, 9, no_edges[group[2]][-1]]),
                 "author": torch.tensor([no_edges[group[1]][0], 1, 3])}
-    drawn = _draw(colptr, frontier, group, k, False, torch.Generator().manual_seed(0), "floyd")
-    for e in group:
-        owner, pos = drawn[e]
+    owners, positions = {}, {}
+    _draw([colptr[e] for e in group], [e[2] for e in group], frontier, [0, 1, 2], k, False,
+          torch.Generator().manual_seed(0), "floyd", WIDE_FACTOR, owners, positions)
+    for i, e in enumerate(group):
+        owner, pos = owners[i], positions[i]
         front = frontier[e[2]]
         deg = (colptr[e][front + 1] - colptr[e][front]).tolist()
         want = [d if k < 0 else min(d, k) for d in deg]

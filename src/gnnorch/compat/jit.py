@@ -49,7 +49,7 @@ def _jit_script() -> Callable[[Callable[..., Any]], Any]:
 
 
 JIT_SCRIPT = Probe(
-    "torch.jit.script", "sampling/uniform.py (the compiled sampler body)",
+    "torch.jit.script", "sampling/uniform.py, sampling/hetero.py (the compiled sampler bodies)",
     "the sampler's body runs eagerly: the same batches, with Python's cost per operation and "
     "the GIL held while it samples", _jit_script)
 

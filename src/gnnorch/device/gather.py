@@ -46,12 +46,12 @@ from torch import Tensor
 from ..compat.pyg import pyg_index_select, set_orig_edge_index
 from ..compat.torch import tensor_version
 from .split_rows import SplitCounts, SplitLookup, SplitRows, slot_tables
-from .transfer import to_device
-from .twin import concrete_device, twinned
+from .transfer import ids_on_host, to_device
+from .twin import concrete_device, host_twin
 
 __all__ = ["GatherPlan", "ResidentTensors", "gathered_attributes", "device_attributes",
            "untensored_attributes", "learnt_attributes", "data_snapshot", "ID_FIELDS",
-           "sampled_exclusion", "gather_rows", "host_twin"]
+           "sampled_exclusion", "gather_rows"]
 
 #: batch fields kept on the host (ids: user code indexes host tensors with them)
 ID_FIELDS = ("n_id", "e_id", "input_id")
@@ -291,14 +291,13 @@ class GatherPlan:
         ``e_id``: on the host, see `host_id`) and hop counts: the fields node and link
         batches share, in PyG's order; the seeds' fields are the caller's."""
         node, edge = out.node, out.edge
-        n_id = node.cpu()
-        split = (self.split.lookup(n_id, node) if self.split is not None and self.device_rows
-                 else None)
         e_id = None
         if edge is not None:
             e_id = edge.long()
             e_id = perm.to(e_id.device)[e_id] if perm is not None else e_id
-        e_host = e_id.cpu() if e_id is not None else None
+        n_id, e_host = ids_on_host([node, e_id])
+        split = (self.split.lookup(n_id, node) if self.split is not None and self.device_rows
+                 else None)
         node, e_id = self._on_sources(node), self._on_sources(e_id)
         n_id = self._twin(n_id, node)
         e_host = self._twin(e_host, e_id) if e_host is not None else None
@@ -343,19 +342,6 @@ class GatherPlan:
             return self.split.gather(source, self.device_rows[key], split)
         return gather_rows(key, source, dim, index, index_host, self.device, self.pin,
                            key in self.defer)
-
-
-def host_twin(host: Any, device: torch.device, device_copy: Tensor | None = None) -> Any:
-    """An id field kept on the host, carrying its copy on `device` (`device.twin`:
-    ``batch.to(device)`` then copies nothing): `device_copy` when it is there already, else
-    one made now (from pinned memory on CUDA: asynchronous, on the current stream). On the
-    CPU, `host` itself."""
-    if device.type == "cpu" or not isinstance(host, Tensor):
-        return host
-    if device_copy is None or device_copy.device != device:
-        source = host.pin_memory() if device.type == "cuda" else host
-        device_copy = source.to(device, non_blocking=device.type == "cuda")
-    return twinned(host, device_copy)
 
 
 def gather_rows(key: str, source: Any, dim: int, index: Tensor, index_host: Tensor,

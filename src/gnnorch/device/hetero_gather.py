@@ -31,9 +31,9 @@ from torch import Tensor
 
 from ..compat.pyg import set_orig_edge_index
 from ..compat.torch import tensor_version
-from .gather import ID_FIELDS, ResidentTensors, gather_rows, host_twin
-from .transfer import to_device
-from .twin import concrete_device
+from .gather import ID_FIELDS, ResidentTensors, gather_rows
+from .transfer import ids_on_host, to_device
+from .twin import concrete_device, host_twin
 
 if TYPE_CHECKING:
     from torch_geometric.data import HeteroData
@@ -189,29 +189,31 @@ class HeteroGatherPlan:
         sampled = next(iter([*out.node.values(), *out.row.values()]), None)
         where = sampled.device if isinstance(sampled, Tensor) else torch.device("cpu")
         empty = torch.empty(0, dtype=torch.long, device=where)
+        nodes = {t: out.node.get(t, empty) for t in data.node_types}
+        edges: dict[StoreKey, Tensor] = {}   # the sampled edges' original ids, per type
+        for e in data.edge_types:
+            edge = out.edge.get(e, empty) if out.edge is not None else None
+            if edge is not None:
+                e_id = edge.long()
+                p = perm.get(e) if perm else None
+                edges[e] = p.to(e_id.device)[e_id] if p is not None else e_id
+        keys = [*nodes, *edges]
+        host = dict(zip(keys, ids_on_host([*nodes.values(), *edges.values()])))
         n_ids: dict[StoreKey, Tensor] = {}
-        for t in data.node_types:
-            node = out.node.get(t, empty)
-            n_host = node.cpu()
+        for t, node in nodes.items():
             node = self._on_sources(node)
-            n_ids[t] = host_twin(n_host, self.device, node)
+            n_ids[t] = host_twin(host[t], self.device, node)
             store = batch[t]
             for name in data[t].keys():
                 if name == "num_nodes":
                     store.num_nodes = node.numel()
                 elif name in self.node[t]:
-                    store[name] = self._gather(t, name, node, n_host)
+                    store[name] = self._gather(t, name, node, host[t])
         e_ids: dict[StoreKey, Tensor] = {}
         for e in data.edge_types:
-            edge = out.edge.get(e, empty) if out.edge is not None else None
-            e_dev = e_host = None
-            if edge is not None:
-                e_dev = edge.long()
-                p = perm.get(e) if perm else None
-                e_dev = p.to(e_dev.device)[e_dev] if p is not None else e_dev
-                e_host = e_dev.cpu()
-                e_dev = self._on_sources(e_dev)
-                e_ids[e] = host_twin(e_host, self.device, e_dev)
+            e_dev = self._on_sources(edges[e]) if e in edges else None
+            if e_dev is not None:
+                e_ids[e] = host_twin(host[e], self.device, e_dev)
             store = batch[e]
             for name in data[e].keys():
                 if name == "edge_index":
@@ -219,7 +221,7 @@ class HeteroGatherPlan:
                                                     out.col.get(e, empty)], dim=0)
                 elif name in self.edge[e]:
                     store[name] = (None if e_dev is None
-                                   else self._gather(e, name, e_dev, e_host))
+                                   else self._gather(e, name, e_dev, host[e]))
         for t, n_id in n_ids.items():
             if "n_id" not in batch[t]:
                 batch[t].n_id = n_id

@@ -28,11 +28,12 @@ import contextlib
 from typing import Any, Callable, Iterator
 
 import torch
+from torch import Tensor
 
 from ..compat.torch import tensor_version, twin_subclass_reason
 from .twin import device_twin, twinned
 
-__all__ = ["DeviceTransfer", "to_device"]
+__all__ = ["DeviceTransfer", "ids_on_host", "to_device"]
 
 
 def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
@@ -146,3 +147,18 @@ class DeviceTransfer:
             if isinstance(value, torch.Tensor):   # outside the batch's store (PyG's
                 mark(value)                       # _orig_edge_index), unseen by apply
         return out
+
+
+def ids_on_host(ids: list[Tensor | None]) -> list[Tensor | None]:
+    """Each of `ids` (1-D id tensors, or None) on the host: those on a device copied in one
+    transfer (one wait for the device, not one a tensor), the others as they are. The host
+    copies of one call are views of one buffer; a tensor whose dtype differs from the first's
+    is copied alone, so every copy keeps its dtype."""
+    away = [t for t in ids if t is not None and t.device.type != "cpu"]
+    if not away:
+        return list(ids)
+    dtype = away[0].dtype
+    joint = [t for t in away if t.dtype == dtype]
+    parts = iter(torch.cat(joint).cpu().split([t.numel() for t in joint]))
+    return [t if t is None or t.device.type == "cpu"
+            else next(parts) if t.dtype == dtype else t.cpu() for t in ids]

@@ -33,7 +33,7 @@ from torch import Tensor
 from ..compat import torch as compat_torch
 
 __all__ = ["DeviceTwinned", "PlainWhenCopied", "concrete_device", "copy_target", "device_twin",
-           "twinned"]
+           "twinned", "host_twin"]
 
 _DisableSubclass = compat_torch.disable_torch_function_subclass() or contextlib.nullcontext
 
@@ -133,3 +133,16 @@ def copy_target(func: Any, args: tuple,
     if device is None or memory_format is not None:
         return None
     return concrete_device(device), dtype, bool(non_blocking)
+
+
+def host_twin(host: Any, device: torch.device, device_copy: Tensor | None = None) -> Any:
+    """An id field kept on the host, carrying its copy on `device` (`device.twin`:
+    ``batch.to(device)`` then copies nothing): `device_copy` when it is there already, else
+    one made now (from pinned memory on CUDA: asynchronous, on the current stream). On the
+    CPU, `host` itself."""
+    if device.type == "cpu" or not isinstance(host, Tensor):
+        return host
+    if device_copy is None or device_copy.device != device:
+        source = host.pin_memory() if device.type == "cuda" else host
+        device_copy = source.to(device, non_blocking=device.type == "cuda")
+    return twinned(host, device_copy)

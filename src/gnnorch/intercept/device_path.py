@@ -32,26 +32,27 @@ One `DevicePath` per rank and run, built by `intercept.session` and called by th
   a generator of its own (`device_feed.own_generators`), so epochs of one loader that run at
   once (``zip(loader, loader)``) each give the batches of a fixed-seed run, as in PyG.
 
-When it serves: ``mode="auto"`` on a CUDA device, ``mode="device"`` always (the CPU as the
-device where the run has none), ``mode="host"`` never. A ``mode="auto"`` run whose device says
-the CPU while a GPU is visible watches for the first forward of a module holding a
-MessagePassing layer (`FirstModelWatch`, one global forward pre-hook, removed at once): if its
-parameters are on a CUDA device, the path serves that device from then on (`model_found_on`):
-loaders built afterwards at `adopt`, loaders built before at the start of their next epoch
-(`epoch_start`; an epoch already running stays as it started). A HeteroData loader is served
-alike (`gnnorch.device.hetero_gather.HeteroGatherPlan`; its CSCs, one per edge type, sampled
-on the device by `FastHeteroNeighborSampler`), without a split or the cache. It steps aside,
-saying why, for ``adj_t``, partitioned features, a class that overrides ``filter_fn``, learnt
-features (`learnt_attributes`) and numpy attributes where PyG's ``index_select`` is missing. Training
+When it serves: ``mode="auto"`` on a CUDA device, ``mode="device"`` always (the CPU as the device
+where the run has none), ``mode="host"`` never. A ``mode="auto"`` run whose device says the CPU
+while a GPU is visible watches for the first forward of a module holding a MessagePassing layer
+(`FirstModelWatch`, one global forward pre-hook, removed at once): if its parameters are on a CUDA
+device, the path serves that device from then on (`model_found_on`): loaders built afterwards at
+`adopt`, loaders built before at the start of their next epoch (`epoch_start`; an epoch already
+running stays as it started). A HeteroData loader is served alike
+(`gnnorch.device.hetero_gather.HeteroGatherPlan`; its CSCs, one per edge type, sampled on the
+device by `FastHeteroNeighborSampler`), without a split or the cache. It steps aside, saying why,
+for ``adj_t``, partitioned features, a class that overrides ``filter_fn``, learnt features
+(`learnt_attributes`) and numpy attributes where PyG's ``index_select`` is missing. Training
 loaders of the historical-embedding cache (``cache=True``) are sampled on the device like any
 other, the cache's exclusion mask there (hot vertices are not expanded); the cache's hotness,
-admission and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`,
-kept for them), and its rows live where the model computes them. They prefetch too: each batch
-carries the pruning mask it was sampled with (`gnnorch.device.gather.sampled_exclusion`), and
-the pipeline draws ahead only once the cache allows it
-(`cache.loader.LoaderCache.may_draw_ahead`: not while admission is pending), so a fixed seed
-gives the same batches whatever the depth; the cache is then shown the batches drawn ahead
-(`watch_ahead`), whose rows its background refresher recomputes before they arrive.
+admission and refreshes read the host's copy of the CSC (`FastNeighborSampler.host_structure`, kept
+for them), and its rows live where the model computes them. They prefetch too: each batch carries
+the pruning mask it was sampled with (`gnnorch.device.gather.sampled_exclusion`), and the pipeline
+draws ahead only once the cache allows it (`cache.loader.LoaderCache.may_draw_ahead`: not while
+admission is pending), so a fixed seed gives the same batches whatever the depth; the cache is then
+shown the batches drawn ahead (`watch_ahead`), whose rows its background refresher recomputes
+before they arrive.
+
 A loader whose structure stays on the host (it does not fit the budget, its sampler has no
 device path, or the cache) keeps the user's ``num_workers``: workers sample, the pipeline's
 thread gathers. A loader the path leaves to PyG, on a run with a device, still goes through the

@@ -143,13 +143,15 @@ def serve(sock: socket.socket) -> None:
 def main() -> None:
     """The zygote process (`ZYGOTE_COMMAND`): importing this module imported the package,
     whose __init__ imports the runtime (torch, PyG and every seam a payload names); here, what
-    a rank imports besides, and the sampler's compiled body (ranks inherit it; compiling starts
-    no thread, `fork_hazards` checks); then the hello and the loop."""
+    a rank imports besides, and the samplers' compiled bodies (ranks inherit them; compiling
+    starts no thread, `fork_hazards` checks); then the hello and the loop."""
     sock = socket.socket(fileno=int(os.environ.pop("GNNORCH_ZYGOTE_FD")))
     import torch.distributed  # noqa: F401
 
+    from ..sampling.hetero import compiled_hetero_sampler
     from ..sampling.uniform import compiled_sampler
     from . import context, plan, serialize, worker  # noqa: F401
     compiled_sampler()
+    compiled_hetero_sampler()
     send(sock, ("hello", os.getpid(), fork_hazards()))
     serve(sock)

@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from ..compat.jit import compiled_function
 from .uniform import UNSEEN, WIDE_FACTOR, new_workspace, relabel, sample_offsets
 
-__all__ = ["SampledHeteroSubgraph", "new_hetero_workspace", "sample_hetero_neighbors"]
+__all__ = ["SampledHeteroSubgraph", "compiled_hetero_sampler", "new_hetero_workspace",
+           "sample_hetero_neighbors"]
 
 NodeType = str
 EdgeType = tuple[str, str, str]
@@ -75,6 +78,7 @@ def sample_hetero_neighbors(
     generator: torch.Generator | None = None,
     workspace: dict[NodeType, Tensor] | None = None,
     method: str = "auto",
+    compiled: bool = True,
 ) -> SampledHeteroSubgraph:
     """Samples ``len(num_neighbors[e])`` hops (the same for every edge type) around `seeds`.
 
@@ -88,6 +92,10 @@ def sample_hetero_neighbors(
         generator: random source (default: torch's global RNG of the device).
         workspace: maps from :func:`new_hetero_workspace` to reuse; fresh ones otherwise.
         method: how ``k``-subsets are drawn (`gnnorch.sampling.uniform.METHODS`).
+        compiled: run the body compiled by TorchScript (`compiled_hetero_sampler`; the
+            default): the same result for the same generator state, without Python's cost per
+            operation and with the GIL released; eager where compiling is unavailable, or with
+            False.
     """
     edge_types = list(colptr)
     if set(row) != set(edge_types) or set(num_neighbors) != set(edge_types):
@@ -108,91 +116,141 @@ def sample_hetero_neighbors(
     if method == "auto":
         method = "wide" if device.type == "cuda" else "floyd"
     g2l = new_hetero_workspace(num_nodes, device) if workspace is None else workspace
+    body = compiled_hetero_sampler() if compiled else None
     try:
-        out = _sample(colptr, row, seeds, num_neighbors, node_types, edge_types,
-                      hops.pop() if hops else 0, replace, generator, g2l, method, device)
+        node, rows, cols, edges, sampled_nodes, sampled_edges = (body or _sample)(
+            [colptr[e] for e in edge_types], [row[e] for e in edge_types],
+            [e[0] for e in edge_types], [e[2] for e in edge_types],
+            {t: s.to(device=device, dtype=torch.long) for t, s in seeds.items()},
+            [[int(k) for k in num_neighbors[e]] for e in edge_types], node_types,
+            hops.pop() if hops else 0, bool(replace), generator, g2l, method, WIDE_FACTOR,
+            device)
     except BaseException:
         for table in g2l.values():
             table.fill_(UNSEEN)
         raise
-    for node_type, node in out.node.items():   # every map back to all-UNSEEN
-        g2l[node_type].index_fill_(0, node, UNSEEN)
-    return out
+    for node_type, nodes in node.items():   # every map back to all-UNSEEN
+        g2l[node_type].index_fill_(0, nodes, UNSEEN)
+    return SampledHeteroSubgraph(
+        node=node, row=dict(zip(edge_types, rows)), col=dict(zip(edge_types, cols)),
+        edge=dict(zip(edge_types, edges)), num_sampled_nodes=sampled_nodes,
+        num_sampled_edges=dict(zip(edge_types, sampled_edges)))
 
 
-def _sample(colptr: Mapping[EdgeType, Tensor], row: Mapping[EdgeType, Tensor],
-            seeds: Mapping[NodeType, Tensor], num_neighbors: Mapping[EdgeType, Sequence[int]],
-            node_types: list[NodeType], edge_types: list[EdgeType], num_hops: int,
-            replace: bool, generator: torch.Generator | None, g2l: dict[NodeType, Tensor],
-            method: str, device: torch.device) -> SampledHeteroSubgraph:
-    """Body of :func:`sample_hetero_neighbors`.
+def compiled_hetero_sampler() -> Callable[..., tuple] | None:
+    """`_sample` compiled by TorchScript (`gnnorch.compat.jit.compiled_function`), or None
+    where it cannot be (the caller then runs it eagerly): the same operations in the same
+    order, so the same result bit for bit (tested), without holding the GIL while it runs
+    (as `gnnorch.sampling.uniform.compiled_sampler` for the homogeneous body)."""
+    return compiled_function(_sample)
+
+
+def _sample(colptr: List[Tensor], row: List[Tensor], src: List[str], dst: List[str],
+            seeds: Dict[str, Tensor], fanouts: List[List[int]], node_types: List[str],
+            num_hops: int, replace: bool, generator: Optional[torch.Generator],
+            g2l: Dict[str, Tensor], method: str, wide_factor: int, device: torch.device
+            ) -> Tuple[Dict[str, Tensor], List[Tensor], List[Tensor], List[Tensor],
+                       Dict[str, List[int]], List[List[int]]]:
+    """Body of :func:`sample_hetero_neighbors`, edge type ``i`` being ``(src[i], ..,
+    dst[i])`` with CSC ``colptr[i]`` / ``row[i]``. Returns ``(node per node type, row, col,
+    edge per edge type, hop counts per node type, hop counts per edge type)``. Written in the
+    subset of Python that TorchScript compiles (`compiled_hetero_sampler`): keep it so, a test
+    compiles it.
 
     Invariant at the top of hop ``h``, per node type ``t``: ``frontier[t]`` holds the nodes of
     ``t`` expanded at hop ``h``, whose local ids are ``first_local[t] ..
     first_local[t] + len(frontier[t]) - 1``; ``count[t]`` nodes of ``t`` have local ids.
     """
+    num_edge_types = len(colptr)
     empty = torch.empty(0, dtype=torch.long, device=device)
-    frontier: dict[NodeType, Tensor] = {}
+    frontier: Dict[str, Tensor] = {}
+    nodes: Dict[str, List[Tensor]] = {}
+    count: Dict[str, int] = {}
+    first_local: Dict[str, int] = {}
+    sampled_nodes: Dict[str, List[int]] = {}
     for t in node_types:
-        s = seeds.get(t)
-        frontier[t] = empty if s is None else s.to(device=device, dtype=torch.long)
-        n = frontier[t].numel()
-        if n:
-            g2l[t].scatter_reduce_(0, frontier[t], torch.arange(n, device=device), "amin")
-    nodes = {t: [frontier[t]] for t in node_types}
-    count = {t: frontier[t].numel() for t in node_types}
-    first_local = dict.fromkeys(node_types, 0)
-    sampled_nodes = {t: [count[t]] for t in node_types}
-    rows: dict[EdgeType, list[Tensor]] = {e: [] for e in edge_types}
-    cols: dict[EdgeType, list[Tensor]] = {e: [] for e in edge_types}
-    edges: dict[EdgeType, list[Tensor]] = {e: [] for e in edge_types}
-    sampled_edges: dict[EdgeType, list[int]] = {e: [] for e in edge_types}
+        front = seeds[t] if t in seeds else empty
+        n = front.numel()
+        if n > 0:
+            g2l[t].scatter_reduce_(0, front, torch.arange(n, device=device), "amin")
+        frontier[t] = front
+        nodes[t] = [front]
+        count[t] = n
+        first_local[t] = 0
+        sampled_nodes[t] = [n]
+    rows: List[List[Tensor]] = []
+    cols: List[List[Tensor]] = []
+    edges: List[List[Tensor]] = []
+    sampled_edges: List[List[int]] = []
+    for _ in range(num_edge_types):
+        hop_counts: List[int] = []
+        rows.append([])
+        cols.append([])
+        edges.append([])
+        sampled_edges.append(hop_counts)
     for hop in range(num_hops):
-        groups: dict[int, list[EdgeType]] = {}   # the edge types that expand, by fanout
-        for e in edge_types:
-            k = int(num_neighbors[e][hop])
-            if frontier[e[2]].numel() == 0 or k == 0:
-                sampled_edges[e].append(0)
+        # the edge types that expand, grouped by fanout in order of first appearance
+        group_k: List[int] = []
+        groups: List[List[int]] = []
+        for i in range(num_edge_types):
+            k = fanouts[i][hop]
+            if frontier[dst[i]].numel() == 0 or k == 0:
+                sampled_edges[i].append(0)
+            elif k in group_k:
+                groups[group_k.index(k)].append(i)
             else:
-                groups.setdefault(k, []).append(e)
-        drawn: dict[EdgeType, tuple[Tensor, Tensor]] = {}
-        for k, group in groups.items():
-            drawn.update(_draw(colptr, frontier, group, k, replace, generator, method))
-        reached: dict[NodeType, list[tuple[EdgeType, Tensor]]] = {}
-        for e in edge_types:   # in edge-type order: the order new nodes are numbered in
-            if e not in drawn:
+                group_k.append(k)
+                groups.append([i])
+        owners: Dict[int, Tensor] = {}
+        positions: Dict[int, Tensor] = {}
+        for g in range(len(groups)):
+            _draw(colptr, dst, frontier, groups[g], group_k[g], replace, generator, method,
+                  wide_factor, owners, positions)
+        reached_by: Dict[str, List[int]] = {}
+        reached: Dict[str, List[Tensor]] = {}
+        for i in range(num_edge_types):   # in edge-type order: new nodes are numbered so
+            if i not in owners:
                 continue
-            owner, pos = drawn[e]
-            cols[e].append(owner.add_(first_local[e[2]]))
-            edges[e].append(pos)
-            sampled_edges[e].append(pos.numel())
-            reached.setdefault(e[0], []).append((e, row[e].index_select(0, pos)))
+            pos = positions[i]
+            cols[i].append(owners[i].add_(first_local[dst[i]]))
+            edges[i].append(pos)
+            sampled_edges[i].append(pos.numel())
+            if src[i] not in reached:
+                by: List[int] = []
+                reached_by[src[i]] = by
+                reached[src[i]] = []
+            reached_by[src[i]].append(i)
+            reached[src[i]].append(row[i].index_select(0, pos))
         for t in node_types:
-            parts = reached.get(t, [])
-            if parts:
-                new, local = relabel(g2l[t], torch.cat([p for _, p in parts]), count[t])
-                for (e, _), piece in zip(parts, local.split([p.numel() for _, p in parts])):
-                    rows[e].append(piece)
-            else:
-                new = empty
+            new = empty
+            if t in reached:
+                parts = reached[t]
+                new, local = relabel(g2l[t], torch.cat(parts), count[t])
+                pieces = local.split([p.numel() for p in parts])
+                for j in range(len(parts)):
+                    rows[reached_by[t][j]].append(pieces[j])
             nodes[t].append(new)
             sampled_nodes[t].append(new.numel())
-            frontier[t], first_local[t] = new, count[t]
-            count[t] += new.numel()
-    return SampledHeteroSubgraph(
-        node={t: torch.cat(nodes[t]) for t in node_types},
-        row={e: torch.cat(rows[e]) if rows[e] else empty.clone() for e in edge_types},
-        col={e: torch.cat(cols[e]) if cols[e] else empty.clone() for e in edge_types},
-        edge={e: torch.cat(edges[e]) if edges[e] else empty.clone() for e in edge_types},
-        num_sampled_nodes=sampled_nodes, num_sampled_edges=sampled_edges)
+            frontier[t] = new
+            first_local[t] = count[t]
+            count[t] = count[t] + new.numel()
+    node: Dict[str, Tensor] = {}
+    for t in node_types:
+        node[t] = torch.cat(nodes[t])
+    return (node, [_joined(r, empty) for r in rows], [_joined(c, empty) for c in cols],
+            [_joined(e, empty) for e in edges], sampled_nodes, sampled_edges)
 
 
-def _draw(colptr: Mapping[EdgeType, Tensor], frontier: dict[NodeType, Tensor],
-          group: list[EdgeType], k: int, replace: bool, generator: torch.Generator | None,
-          method: str) -> dict[EdgeType, tuple[Tensor, Tensor]]:
+def _joined(parts: List[Tensor], empty: Tensor) -> Tensor:
+    return torch.cat(parts) if len(parts) > 0 else empty.clone()
+
+
+def _draw(colptr: List[Tensor], dst: List[str], frontier: Dict[str, Tensor], group: List[int],
+          k: int, replace: bool, generator: Optional[torch.Generator], method: str,
+          wide_factor: int, owners: Dict[int, Tensor], positions: Dict[int, Tensor]) -> None:
     """One hop's in-edges of every edge type in `group` (all with fanout `k`), drawn in one
-    call: ``{edge type: (owner, pos)}``, ``owner`` the frontier index of each edge's
-    destination (non-decreasing), ``pos`` its CSC position in that edge type's CSC.
+    call, into ``owners[i]`` (the frontier index of each edge's destination, non-decreasing)
+    and ``positions[i]`` (its CSC position in edge type ``i``'s CSC).
 
     The frontiers of the group are laid end to end, so the ``k``-subsets of all of them are
     drawn by one `sample_offsets` call (Floyd's ``k`` steps once per hop and fanout instead of
@@ -200,28 +258,28 @@ def _draw(colptr: Mapping[EdgeType, Tensor], frontier: dict[NodeType, Tensor],
     Each node still gets its own independent draw from the law of `gnnorch.sampling.uniform`;
     only the order in which the random numbers are consumed changes.
     """
-    starts, degrees, sizes = [], [], []
-    for e in group:
-        front = frontier[e[2]]
-        start = colptr[e].index_select(0, front)
+    starts: List[Tensor] = []
+    degrees: List[Tensor] = []
+    bases: List[int] = [0]
+    for i in group:
+        front = frontier[dst[i]]
+        start = colptr[i].index_select(0, front)
         starts.append(start)
-        degrees.append(colptr[e].index_select(0, front + 1) - start)
-        sizes.append(front.numel())
+        degrees.append(colptr[i].index_select(0, front + 1) - start)
+        bases.append(bases[-1] + front.numel())
     if len(group) == 1:
         start, deg = starts[0], degrees[0]
     else:
         start, deg = torch.cat(starts), torch.cat(degrees)
-    owner, offset = sample_offsets(deg, k, replace, generator, method, WIDE_FACTOR)
+    owner, offset = sample_offsets(deg, k, replace, generator, method, wide_factor)
     pos = start.index_select(0, owner).add_(offset)
     if len(group) == 1:
-        return {group[0]: (owner, pos)}
-    bases = [0]
-    for size in sizes:
-        bases.append(bases[-1] + size)
-    cuts = torch.searchsorted(owner, torch.tensor(bases, device=owner.device)).tolist()
-    out = {}
-    for i, e in enumerate(group):
-        lo, hi = cuts[i], cuts[i + 1]
-        out[e] = (owner[lo:hi] - bases[i], pos[lo:hi])
-    return out
-
+        owners[group[0]] = owner
+        positions[group[0]] = pos
+        return
+    cuts: List[int] = torch.searchsorted(
+        owner, torch.tensor(bases, dtype=torch.long, device=owner.device)).tolist()
+    for j in range(len(group)):
+        lo, hi = cuts[j], cuts[j + 1]
+        owners[group[j]] = owner[lo:hi] - bases[j]
+        positions[group[j]] = pos[lo:hi]
