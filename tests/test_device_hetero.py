@@ -81,11 +81,32 @@ def _state(kind="node"):
                                  device=None, kind=kind)
 
 
-def _node_loader(data=DATA, batch_size=16):
-    return NeighborLoader(data, num_neighbors=FANOUT, input_nodes=("paper", data["paper"]
-                                                                    .train_mask),
+#: sampler options a served HeteroData loader is checked with (PyG's NeighborLoader knobs);
+#: disjoint and induced go to PyG's own sampling (the fast sampler's fallback)
+SAMPLER_OPTIONS = ("replace", "subgraph_type", "disjoint", "directed")
+KNOBS = {
+    "replace": dict(replace=True),
+    "bidirectional": dict(subgraph_type="bidirectional"),
+    "every_in_edge": dict(num_neighbors=[-1, -1]),
+    "batch_size_1": dict(batch_size=1),
+    "to_undirected": dict(transform="ToUndirected"),
+    "filter_per_worker": dict(filter_per_worker=True),
+    "disjoint": dict(disjoint=True),
+    "induced": dict(subgraph_type="induced"),
+}
+
+
+def _node_loader(data=DATA, batch_size=16, num_neighbors=FANOUT, **kwargs):
+    import torch_geometric.transforms as T
+
+    options = {k: kwargs[k] for k in SAMPLER_OPTIONS if k in kwargs}
+    if isinstance(kwargs.get("transform"), str):
+        kwargs["transform"] = getattr(T, kwargs["transform"])()
+    return NeighborLoader(data, num_neighbors=num_neighbors,
+                          input_nodes=("paper", data["paper"].train_mask),
                           batch_size=batch_size, shuffle=True, num_workers=0,
-                          neighbor_sampler=FastHeteroNeighborSampler(data, FANOUT))
+                          neighbor_sampler=FastHeteroNeighborSampler(data, num_neighbors,
+                                                                     **options), **kwargs)
 
 
 def _link_loader(negatives, data=DATA, batch_size=32):
@@ -193,6 +214,30 @@ def test_node_batches_equal_pygs_filter_fn(config):
     assert state.device.epochs == 2 and state.device.batches == 2 * len(loader)
 
 
+@pytest.mark.parametrize("knob", sorted(KNOBS))
+def test_loader_knobs_give_pygs_batches(knob):
+    """PyG's NeighborLoader knobs on a served HeteroData loader: the batches PyG's filter_fn
+    makes of the same draws (the path's generator for gnnorch's sampler; torch's global RNG,
+    in the trainer's thread, where the sampler leaves the draw to PyG)."""
+    kwargs = KNOBS[knob]
+    if (kwargs.get("disjoint") or kwargs.get("subgraph_type") == "induced") and not (
+            pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
+        pytest.skip("PyG samples this with pyg-lib or torch_sparse")
+    if kwargs.get("disjoint") and not pyg_typing.WITH_PYG_LIB:
+        pytest.skip("PyG's disjoint sampling needs pyg-lib")
+    loader = _node_loader(**kwargs)
+    _, path, state = _served(DataPathConfig(mode="device"), loader)
+    fast = loader.node_sampler.fallback_reason is None
+    assert state.device.served and state.device.samples_on_device == fast
+    plain = _node_loader(**kwargs)
+    for epoch in range(2):
+        want = _plain_epoch(plain, epoch)
+        got = _device_epoch(path, loader, state)
+        assert len(got) == len(want) == len(loader)
+        for g, w in zip(got, want):
+            assert_same_hetero_batch(g, w)
+
+
 @pytest.mark.skipif(not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE),
                     reason="PyG samples a HeteroData with pyg-lib or torch_sparse")
 def test_pygs_own_sampler_is_gathered_by_the_path():
@@ -239,6 +284,24 @@ def test_link_batches_equal_pygs_filter_fn(negatives):
         src, dst = last["author"].n_id[pos[0]], last["paper"].n_id[pos[1]]
         edges = set(map(tuple, DATA[WRITES].edge_index.t().tolist()))
         assert set(zip(src.tolist(), dst.tolist())) <= edges
+
+
+def test_changes_to_the_loaders_data_are_seen_from_the_next_epoch():
+    """PyG's filter_fn reads ``loader.data`` at each batch: an attribute deleted, added or
+    written in place after the loader was built is in its batches from the next epoch."""
+    data = _graph()
+    loader = _node_loader(data)
+    _, path, state = _served(DataPathConfig(mode="device"), loader)
+    first = _device_epoch(path, loader, state)
+    assert "y" in first[0]["paper"]
+    del data["paper"].y
+    data["author"].z = torch.arange(data["author"].num_nodes)
+    data["paper"].x.mul_(0)
+    path.epoch_start(loader, state)
+    batch = _device_epoch(path, loader, state)[0]
+    assert "y" not in batch["paper"] and not batch["paper"].x.any()
+    assert torch.equal(batch["author"].z, batch["author"].n_id)
+    assert state.device.served and state.device.replans == 1
 
 
 def test_loaders_of_one_hetero_graph_share_one_device_structure():

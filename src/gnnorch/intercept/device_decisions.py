@@ -47,8 +47,7 @@ if TYPE_CHECKING:
     from .feeds import LoaderState
 
 __all__ = ["data_placement", "hetero_data_placement", "host_sampling_reason", "learnt_reason",
-           "resolve_device",
-           "ranking_device", "row_ranking", "shared_split", "unservable_now",
+           "resolve_device", "ranking_device", "row_ranking", "shared_split", "unservable_now",
            "why_not_drawn_ahead", "why_not_served"]
 
 

@@ -89,11 +89,10 @@ def pipelined(iterator: Iterator[Any], move: DeviceTransfer, depth: int, record:
 
 class PyGBatchesCopied:
     """Loaders the path leaves to PyG (``adj_t``, a ``filter_fn`` of their own, ...) on a run
-    with a device: PyG
-    builds their batches as it always does, and the path copies each tensor to the device on a
-    side stream of the loader's, from pinned memory (never the user's pageable ``batch.to``).
-    The batch the user gets is PyG's, on the host, each tensor carrying its device copy
-    (`DeviceTransfer` with ``twin_all``): host-side code works as with PyG, and
+    with a device: PyG builds their batches as it always does, and the path copies each tensor
+    to the device on a side stream of the loader's, from pinned memory (never the user's
+    pageable ``batch.to``). The batch the user gets is PyG's, on the host, each tensor carrying
+    its device copy (`DeviceTransfer` with ``twin_all``): host-side code works as with PyG, and
     ``batch.to(device)`` copies nothing. Drawn ahead in the pipeline's thread where that
     changes nothing a fixed seed gives (`device_decisions.why_not_drawn_ahead`), else in the
     trainer's thread when it asks. With `host_transform` (rewrites on), a homogeneous batch
