@@ -286,6 +286,24 @@ def test_link_batches_equal_pygs_filter_fn(negatives):
         assert set(zip(src.tolist(), dst.tolist())) <= edges
 
 
+def test_a_graph_without_edges_is_served():
+    """A HeteroData of one node type and no edge type (PyG's
+    ``test_hetero_link_neighbor_loader_no_edges``): batches of the seeds alone."""
+    data = HeteroData(paper=dict(num_nodes=100))
+    label = torch.randint(0, 100, (2, 100), generator=torch.Generator().manual_seed(0))
+    loader = LinkNeighborLoader(data, num_neighbors=[], batch_size=20,
+                                edge_label_index=(("paper", "paper"), label),
+                                neighbor_sampler=FastHeteroNeighborSampler(data, []))
+    _, path, state = _served(DataPathConfig(mode="device"), loader, kind="link")
+    assert state.device.served
+    batches = _device_epoch(path, loader, state)
+    assert len(batches) == 5
+    for batch in batches:
+        store = batch["paper", "to", "paper"]
+        assert store.input_id.numel() == 20 and store.edge_label_index.size(1) == 20
+        assert batch["paper"].num_nodes == store.edge_label_index.unique().numel()
+
+
 def test_changes_to_the_loaders_data_are_seen_from_the_next_epoch():
     """PyG's filter_fn reads ``loader.data`` at each batch: an attribute deleted, added or
     written in place after the loader was built is in its batches from the next epoch."""

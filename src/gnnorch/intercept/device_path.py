@@ -176,8 +176,9 @@ class DevicePath:
                 sampler, data, self.device, self.resident, placement.structure_bytes,
                 keep_host=cached)
         if fast and not sampler.use_pyg:   # pyg-lib draws from its own RNG
-            generator = SamplingGenerator(structure_device(sampler), self.ctx.seed,
-                                          self.ctx.rank, record.key)
+            where = structure_device(sampler) or (self.device if on_device
+                                                  else torch.device("cpu"))
+            generator = SamplingGenerator(where, self.ctx.seed, self.ctx.rank, record.key)
         before = self.resident.bytes_copied
         if hetero:
             plan: GatherPlan | HeteroGatherPlan = HeteroGatherPlan(

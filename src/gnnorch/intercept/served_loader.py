@@ -171,7 +171,11 @@ def structure_to_device(sampler: FastNeighborSampler | FastHeteroNeighborSampler
     mine = sampler_structure(sampler)
     hetero = isinstance(mine[0], dict)
     if hetero:   # one CSC per edge type: the graph is known by its first edge type's edges
-        key = next(data[e].edge_index for e in data.edge_types)
+        key = next((data[e].edge_index for e in data.edge_types
+                    if isinstance(data[e].get("edge_index"), torch.Tensor)), None)
+        if key is None:   # no edges at all (seeds alone): nothing to share
+            move()
+            return sum(moved)
         tag = f"hetero:sorted={not any(p is not None for p in (mine[2] or {}).values())}"
     else:
         key, tag = data.edge_index, f"sorted={mine[2] is None}"
