@@ -26,7 +26,6 @@ import json
 import platform
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -37,6 +36,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent / "src"))
 from bench_hetero_sampler import mag_shaped  # noqa: E402
+from bench_sampler_gil import side_by_side  # noqa: E402
 
 from gnnorch.sampling.hetero import (compiled_hetero_sampler,  # noqa: E402
                                      new_hetero_workspace, sample_hetero_neighbors)
@@ -106,38 +106,14 @@ def beside(data, structure, seconds: float) -> dict:
         F.cross_entropy(net(batch.x_dict, batch.edge_index_dict)["paper"][:8], y).backward()
         opt.step()
 
-    def produce(compiled: bool, stop: threading.Event, count: list[int]):
-        workspace = new_hetero_workspace(counts)
-        fanouts = {e: [3, 2] for e in colptr}
-        while not stop.is_set():
-            seeds = {"paper": torch.randint(0, counts["paper"], (8,))}
-            sample_hetero_neighbors(colptr, row, seeds, fanouts, counts, method="wide",
-                                    workspace=workspace, compiled=compiled)
-            count[0] += 1
+    def sample(compiled: bool, scratch: list) -> None:
+        if not scratch:
+            scratch.append(new_hetero_workspace(counts))
+        seeds = {"paper": torch.randint(0, counts["paper"], (8,))}
+        sample_hetero_neighbors(colptr, row, seeds, {e: [3, 2] for e in colptr}, counts,
+                                method="wide", workspace=scratch[0], compiled=compiled)
 
-    rows = {}
-    for name, compiled in (("trainer alone", None), ("sampler alone, eager", False),
-                           ("sampler alone, compiled", True), ("both, eager", False),
-                           ("both, compiled", True)):
-        stop, produced, steps = threading.Event(), [0], 0
-        producer = (threading.Thread(target=produce, args=(compiled, stop, produced))
-                    if compiled is not None else None)
-        if producer is not None:
-            producer.start()
-        began = time.perf_counter()
-        if name.startswith("sampler alone"):
-            time.sleep(seconds)
-        else:
-            while time.perf_counter() - began < seconds:
-                step()
-                steps += 1
-        elapsed = time.perf_counter() - began
-        stop.set()
-        if producer is not None:
-            producer.join()
-        rows[name] = {"trainer_steps_per_s": round(steps / elapsed, 1),
-                      "sampler_batches_per_s": round(produced[0] / elapsed, 1)}
-    return rows
+    return side_by_side(step, sample, seconds, python_only=False)
 
 
 def main() -> None:

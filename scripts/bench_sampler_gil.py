@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -92,11 +93,26 @@ def beside(colptr, row, seconds: float) -> dict:
         F.cross_entropy(net(x, edge_index)[:8], y).backward()
         opt.step()
 
+    def sample(compiled: bool, workspace: list) -> None:
+        if not workspace:
+            workspace.append(new_workspace(n))
+        sample_neighbors(colptr, row, torch.randint(0, n, (8,)), [3, 2, 2], method="wide",
+                         workspace=workspace[0], compiled=compiled)
+
+    return side_by_side(step, sample, seconds)
+
+
+def side_by_side(step: Callable[[], None], sample: Callable[[bool, list], None],
+                 seconds: float, python_only: bool = True) -> dict:
+    """This thread calls `step` (a training step) for `seconds` while a producer thread calls
+    ``sample(compiled, scratch)`` (one batch; ``scratch``: a list of the thread's own, for its
+    workspace) as often as it can: steps and batches per second, the sampler eager and
+    compiled, and each thread alone; with `python_only`, the sampler beside a loop that runs
+    Python only (thousands of iterations per second: the GIL's worst case)."""
     def produce(compiled: bool, stop: threading.Event, count: list[int]):
-        workspace = new_workspace(n)
+        scratch: list = []
         while not stop.is_set():
-            sample_neighbors(colptr, row, torch.randint(0, n, (8,)), [3, 2, 2],
-                             method="wide", workspace=workspace, compiled=compiled)
+            sample(compiled, scratch)
             count[0] += 1
 
     def spin_python(began: float) -> int:
@@ -106,11 +122,12 @@ def beside(colptr, row, seconds: float) -> dict:
                 count += 1
         return count
 
+    cases = [("trainer alone", None), ("sampler alone, eager", False),
+             ("sampler alone, compiled", True), ("both, eager", False), ("both, compiled", True)]
+    if python_only:
+        cases += [("python only, eager", False), ("python only, compiled", True)]
     rows = {}
-    for name, compiled in (("trainer alone", None), ("sampler alone, eager", False),
-                           ("sampler alone, compiled", True), ("both, eager", False),
-                           ("both, compiled", True), ("python only, eager", False),
-                           ("python only, compiled", True)):
+    for name, compiled in cases:
         stop, produced, steps = threading.Event(), [0], 0
         producer = (threading.Thread(target=produce, args=(compiled, stop, produced))
                     if compiled is not None else None)

@@ -1,6 +1,7 @@
 """Shared pieces for tests: Cora, the example's train function, a dropout-free SAGE model."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 from pathlib import Path
@@ -85,3 +86,22 @@ def plain_epoch(loader, seed: int, epoch: int, shuffle_seed: int = 11) -> list:
     finally:
         if users is not None:
             loader.neg_sampling = users
+
+
+@contextlib.contextmanager
+def torchscript_gone(monkeypatch):
+    """Within the block, ``torch.jit.script`` raises and gnnorch's compiled bodies are
+    forgotten, so `gnnorch.compat.jit` must fail closed; afterwards both are as before."""
+    from gnnorch.compat import jit as compat_jit
+
+    def broken(fn):
+        raise RuntimeError("TorchScript is gone")
+
+    monkeypatch.setattr(torch.jit, "script", broken)
+    monkeypatch.setattr(compat_jit, "_COMPILED", {})
+    compat_jit.JIT_SCRIPT.reset()
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        compat_jit.JIT_SCRIPT.reset()

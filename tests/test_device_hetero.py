@@ -132,6 +132,18 @@ def _device_epoch(path, loader, state, shuffle_seed=11):
     return list(path.feed(iter(loader), loader, state, True))
 
 
+def _epochs_match(path, loader, state, plain, epochs=2):
+    """`epochs` epochs of the served `loader` give the batches of PyG's own `plain` loader
+    drawing from the generators of the path's policy; returns the last epoch's."""
+    for epoch in range(epochs):
+        want = _plain_epoch(plain, epoch)
+        got = _device_epoch(path, loader, state)
+        assert len(got) == len(want) == len(loader)
+        for g, w in zip(got, want):
+            assert_same_hetero_batch(g, w)
+    return got
+
+
 def assert_same_hetero_batch(got, want):
     """Two HeteroData batches: the same stores in the same order, each with the same fields in
     the same key order, equal values and dtypes (tensors compared on the host)."""
@@ -198,13 +210,7 @@ def test_learnt_hetero_features_are_left_to_pyg():
 def test_node_batches_equal_pygs_filter_fn(config):
     loader = _node_loader()
     _, path, state = _served(config, loader)
-    plain = _node_loader()
-    for epoch in range(2):
-        want = _plain_epoch(plain, epoch)
-        got = _device_epoch(path, loader, state)
-        assert len(got) == len(want) == len(loader)
-        for g, w in zip(got, want):
-            assert_same_hetero_batch(g, w)
+    got = _epochs_match(path, loader, state, _node_loader())
     last = got[-1]
     # what a training loop reads: the user's own n_id, gathered; types never reached: empty
     assert torch.equal(last["paper"].x, DATA["paper"].x[last["paper"].n_id])
@@ -228,13 +234,7 @@ def test_loader_knobs_give_pygs_batches(knob):
     _, path, state = _served(DataPathConfig(mode="device"), loader)
     fast = loader.node_sampler.fallback_reason is None
     assert state.device.served and state.device.samples_on_device == fast
-    plain = _node_loader(**kwargs)
-    for epoch in range(2):
-        want = _plain_epoch(plain, epoch)
-        got = _device_epoch(path, loader, state)
-        assert len(got) == len(want) == len(loader)
-        for g, w in zip(got, want):
-            assert_same_hetero_batch(g, w)
+    _epochs_match(path, loader, state, _node_loader(**kwargs))
 
 
 @pytest.mark.skipif(not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE),

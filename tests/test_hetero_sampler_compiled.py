@@ -15,12 +15,13 @@ import torch
 from torch_geometric.data import HeteroData
 from torch_geometric.sampler.utils import to_hetero_csc
 
-from gnnorch.compat import jit as compat_jit
 from gnnorch.compat import unavailable
 from gnnorch.sampling import hetero
 from gnnorch.sampling.hetero import new_hetero_workspace, sample_hetero_neighbors
 from gnnorch.sampling.hetero_neighbor import FastHeteroNeighborSampler
 from gnnorch.sampling.uniform import UNSEEN
+
+from helpers import torchscript_gone
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -129,13 +130,7 @@ def test_without_torchscript_the_eager_body_runs(graph, monkeypatch):
     seeds = {"paper": torch.arange(0, 400, 11)}
     expected = _both(graph, seeds, FANOUTS["mixed"])[0]
 
-    def broken(fn):
-        raise RuntimeError("TorchScript is gone")
-
-    monkeypatch.setattr(torch.jit, "script", broken)
-    monkeypatch.setattr(compat_jit, "_COMPILED", {})
-    compat_jit.JIT_SCRIPT.reset()
-    try:
+    with torchscript_gone(monkeypatch):
         assert hetero.compiled_hetero_sampler() is None
         assert "TorchScript is gone" in unavailable(resolve=False)["torch.jit.script"]
         _, colptr, row, counts = graph
@@ -143,9 +138,6 @@ def test_without_torchscript_the_eager_body_runs(graph, monkeypatch):
                                       {e: FANOUTS["mixed"](e) for e in colptr}, counts,
                                       generator=torch.Generator().manual_seed(0))
         _assert_same(expected, out)
-    finally:
-        monkeypatch.undo()
-        compat_jit.JIT_SCRIPT.reset()
     assert hetero.compiled_hetero_sampler() is not None
 
 

@@ -13,11 +13,12 @@ import pytest
 import torch
 from torch_geometric.sampler.utils import to_csc
 
-from gnnorch.compat import jit as compat_jit
 from gnnorch.compat import unavailable
 from gnnorch.datasets import products_like
 from gnnorch.sampling import UNSEEN, FastNeighborSampler, new_workspace, sample_neighbors
 from gnnorch.sampling import uniform
+
+from helpers import torchscript_gone
 
 FIELDS = ("node", "row", "col", "edge")
 
@@ -112,21 +113,12 @@ def test_without_torchscript_the_eager_body_runs(graph, monkeypatch):
     seeds = torch.arange(0, 3000, 101)
     expected = _both(colptr, row, seeds, [4, 4])[0]
 
-    def broken(fn):
-        raise RuntimeError("TorchScript is gone")
-
-    monkeypatch.setattr(torch.jit, "script", broken)
-    monkeypatch.setattr(compat_jit, "_COMPILED", {})
-    compat_jit.JIT_SCRIPT.reset()
-    try:
+    with torchscript_gone(monkeypatch):
         assert uniform.compiled_sampler() is None
         assert "TorchScript is gone" in unavailable(resolve=False)["torch.jit.script"]
         out = sample_neighbors(colptr, row, seeds, [4, 4],
                                generator=torch.Generator().manual_seed(0))
         _assert_same(expected, out)
-    finally:
-        monkeypatch.undo()
-        compat_jit.JIT_SCRIPT.reset()
     assert uniform.compiled_sampler() is not None
 
 
