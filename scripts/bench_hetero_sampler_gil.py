@@ -14,7 +14,9 @@ GIL; the compiled one takes it once per call. Measured with the CPU standing in 
   alone) and ``full`` (1024 seeds, [10, 10]: to_hetero_mag's batches);
 * ``beside``: a producer thread sampling tiny batches ("wide") while this thread runs training
   steps of a tiny `to_hetero` SAGE model on a tiny batch of that graph, for ``--seconds``:
-  steps and batches per second, the sampler eager and compiled, and each thread alone.
+  steps and batches per second, the sampler eager and compiled, and each thread alone; as a
+  control, the same trainer beside the homogeneous compiled body (8 seeds, [3, 2, 2], a
+  products-like graph of as many nodes as the papers).
 
     .venv/bin/python scripts/bench_hetero_sampler_gil.py \\
         --out benchmarks/results/hetero_sampler_gil.json
@@ -113,7 +115,26 @@ def beside(data, structure, seconds: float) -> dict:
         sample_hetero_neighbors(colptr, row, seeds, {e: [3, 2] for e in colptr}, counts,
                                 method="wide", workspace=scratch[0], compiled=compiled)
 
-    return side_by_side(step, sample, seconds, python_only=False)
+    rows = side_by_side(step, sample, seconds, python_only=False)
+    # control: the same trainer beside the homogeneous compiled body (session 22's), on a
+    # products-like graph of as many nodes: what the trainer loses to any compiled sampler
+    from bench_sampler_gil import _csc
+
+    from gnnorch.sampling import new_workspace, sample_neighbors
+
+    _, h_colptr, h_row = _csc(counts["paper"], 12.0)
+    n = h_colptr.numel() - 1
+
+    def sample_homogeneous(compiled: bool, scratch: list) -> None:
+        if not scratch:
+            scratch.append(new_workspace(n))
+        sample_neighbors(h_colptr, h_row, torch.randint(0, n, (8,)), [3, 2, 2],
+                         method="wide", workspace=scratch[0], compiled=compiled)
+
+    control = side_by_side(step, sample_homogeneous, seconds, python_only=False)
+    rows["control: both, homogeneous compiled"] = control["both, compiled"]
+    rows["control: homogeneous sampler alone, compiled"] = control["sampler alone, compiled"]
+    return rows
 
 
 def main() -> None:
