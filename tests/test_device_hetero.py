@@ -404,6 +404,15 @@ def test_two_ranks_each_serve_their_own_shard():
     assert records[0]["batches"] == records[1]["batches"] > 0
 
 
+def test_the_cache_steps_aside_for_hetero_loaders_saying_why():
+    runtime = gnnorch.Runtime(_train_hetero, processes=1, seed=SEED, cache=True,
+                              data_path="device")
+    losses, _ = runtime(TRAIN_DATA)
+    stats = runtime.last_run.stats[0]
+    assert losses and stats["device"]["loaders"][0]["samples_on_device"]
+    assert stats["cache"]["status"] == "off" and "HeteroData" in stats["cache"]["reason"]
+
+
 def test_same_losses_as_the_plain_path():
     loader = _node_loader(TRAIN_DATA)
     _, path, state = _served(DataPathConfig(mode="device", prefetch=2), loader)

@@ -199,6 +199,9 @@ def _unservable(loader: NeighborLoader, state: LoaderFacts) -> str | None:
     from ..sampling.neighbor import FastNeighborSampler
 
     sampler = getattr(loader, "node_sampler", None)
+    if getattr(sampler, "is_hetero", False):
+        return (f"training loader {state.index} is over a HeteroData: the cache keeps the "
+                f"embeddings of one homogeneous graph's layers")
     if not isinstance(sampler, FastNeighborSampler):
         return (f"training loader {state.index} samples with {state.backend} "
                 f"({state.backend_reason}); pruned sampling needs gnnorch's sampler "
