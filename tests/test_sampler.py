@@ -571,3 +571,29 @@ def test_host_structure_is_kept_for_host_side_users(medium):
     other.use_structure(colptr.to("meta"), row.to("meta"), None, keep_host=True)
     assert other.host_structure[0].device.type == "cpu"
     assert other.__getstate__()["_host_structure"] is None   # not pickled to workers
+
+
+def test_workspaces_take_four_bytes_a_node_and_an_int64_one_samples_alike(medium):
+    """The map is int32 (half of int64's memory at every scale, per sampling thread or
+    worker); a user's int64 map gives the same subgraph, every output int64 either way."""
+    _, colptr, row, _ = medium
+    num_nodes = colptr.numel() - 1
+    small = new_workspace(num_nodes)
+    assert small.dtype == torch.int32 and small.element_size() == 4
+    wide = torch.full((num_nodes,), UNSEEN, dtype=torch.long)
+    seeds = torch.arange(0, num_nodes, 37)
+    for directed in (True, False):
+        outs = [sample_neighbors(colptr, row, seeds, [5, 3], directed=directed, workspace=w,
+                                 generator=torch.Generator().manual_seed(1))
+                for w in (small, wide)]
+        for field in ("node", "row", "col", "edge"):
+            a, b = getattr(outs[0], field), getattr(outs[1], field)
+            assert a.dtype == b.dtype == torch.long and torch.equal(a, b), field
+        assert bool((small == UNSEEN).all()) and bool((wide == UNSEEN).all())
+
+
+def test_a_hop_too_large_for_an_int32_map_says_so():
+    from gnnorch.sampling.uniform import relabel
+
+    with pytest.raises(RuntimeError, match="int64 workspace"):
+        relabel(new_workspace(10), torch.arange(5), 2**31 - 3)

@@ -172,7 +172,8 @@ def _sample(colptr: List[Tensor], row: List[Tensor], src: List[str], dst: List[s
         front = seeds[t] if t in seeds else empty
         n = front.numel()
         if n > 0:
-            g2l[t].scatter_reduce_(0, front, torch.arange(n, device=device), "amin")
+            g2l[t].scatter_reduce_(0, front, torch.arange(n, dtype=g2l[t].dtype, device=device),
+                                   "amin")
         frontier[t] = front
         nodes[t] = [front]
         count[t] = n
@@ -242,7 +243,8 @@ def _sample(colptr: List[Tensor], row: List[Tensor], src: List[str], dst: List[s
 
 
 def _joined(parts: List[Tensor], empty: Tensor) -> Tensor:
-    return torch.cat(parts) if len(parts) > 0 else empty.clone()
+    """The parts end to end, int64 (local ids come from the maps in their dtype)."""
+    return torch.cat(parts).long() if len(parts) > 0 else empty.clone()
 
 
 def _draw(colptr: List[Tensor], dst: List[str], frontier: Dict[str, Tensor], group: List[int],

@@ -45,8 +45,10 @@ from ..compat.jit import compiled_function
 __all__ = ["METHODS", "SampledSubgraph", "UNSEEN", "WIDE_FACTOR", "compiled_sampler",
            "new_workspace", "relabel", "sample_neighbors", "sample_offsets"]
 
-#: Workspace value of a node without a local id (larger than any local id, for ``amin``).
-UNSEEN = torch.iinfo(torch.int64).max
+#: Workspace value of a node without a local id (larger than any local id, for ``amin``). The
+#: largest int32: a map holds local ids, which stay far below it (a batch of 2^31 nodes would
+#: not fit in memory), in 4 bytes a node (an int64 map, the user's, works alike).
+UNSEEN = torch.iinfo(torch.int32).max
 
 #: ways to draw uniform ``k``-subsets (module docstring); "auto": "wide" on CUDA, else "floyd"
 METHODS = ("auto", "floyd", "wide")
@@ -76,8 +78,8 @@ class SampledSubgraph:
 
 
 def new_workspace(num_nodes: int, device: torch.device | str | None = None) -> Tensor:
-    """A global-to-local id map for :func:`sample_neighbors`: int64 ``[num_nodes]``, all
-    :data:`UNSEEN`.
+    """A global-to-local id map for :func:`sample_neighbors`: int32 ``[num_nodes]`` (4 bytes a
+    node: 0.5 GB for a 111M-node graph, per sampling thread or worker), all :data:`UNSEEN`.
 
     :func:`sample_neighbors` leaves it all :data:`UNSEEN` again on return, so one buffer
     serves any number of calls (one call at a time). It is never an inference tensor, even
@@ -85,7 +87,7 @@ def new_workspace(num_nodes: int, device: torch.device | str | None = None) -> T
     and is reset in place by calls outside that mode.
     """
     with torch.inference_mode(False):
-        return torch.full((num_nodes,), UNSEEN, dtype=torch.long, device=device)
+        return torch.full((num_nodes,), UNSEEN, dtype=torch.int32, device=device)
 
 
 def sample_neighbors(
@@ -174,7 +176,7 @@ def _sample(colptr: Tensor, row: Tensor, seeds: Tensor, num_neighbors: List[int]
     local ids are ``first_local .. first_local + len(frontier) - 1``, and ``num_nodes`` nodes
     have local ids so far.
     """
-    g2l.scatter_reduce_(0, seeds, _arange(0, seeds.numel(), seeds), "amin")
+    g2l.scatter_reduce_(0, seeds, _local_ids(0, seeds.numel(), g2l), "amin")
     nodes: List[Tensor] = [seeds]
     rows: List[Tensor] = []
     cols: List[Tensor] = []
@@ -201,16 +203,21 @@ def _sample(colptr: Tensor, row: Tensor, seeds: Tensor, num_neighbors: List[int]
     node = torch.cat(nodes)
     if not directed:
         src, dst, pos = _induced_edges(colptr, row, node, g2l, unseen)
-        return node, src, dst, pos, num_sampled_nodes, num_sampled_edges
+        return node, src.long(), dst, pos, num_sampled_nodes, num_sampled_edges
     if len(rows) == 0:   # no hop (``num_neighbors=[]``): the seeds alone
         empty = seeds.new_empty(0)
         return node, empty, empty.clone(), empty.clone(), num_sampled_nodes, num_sampled_edges
-    return (node, torch.cat(rows), torch.cat(cols), torch.cat(edges), num_sampled_nodes,
+    return (node, torch.cat(rows).long(), torch.cat(cols), torch.cat(edges), num_sampled_nodes,
             num_sampled_edges)
 
 
 def _arange(start: int, end: int, like: Tensor) -> Tensor:
     return torch.arange(start, end, dtype=torch.long, device=like.device)
+
+
+def _local_ids(start: int, end: int, g2l: Tensor) -> Tensor:
+    """Local ids ``start .. end - 1`` in the map's own dtype (int32, or a user's int64)."""
+    return torch.arange(start, end, dtype=g2l.dtype, device=g2l.device)
 
 
 def sample_offsets(deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generator],
@@ -357,12 +364,18 @@ def relabel(g2l: Tensor, ids: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
     global ids in local-id order, and the local id of every entry of ``ids``. Step 1 scatters
     ``num_nodes + position`` with ``amin``: a mapped node keeps its id (``< num_nodes``), an
     unseen one gets its first position; the entries that read back their own value are the
-    first occurrences of unseen nodes. Step 2 compacts those to consecutive ids.
+    first occurrences of unseen nodes. Step 2 compacts those to consecutive ids. ``local`` is in
+    the map's dtype (int32 from :func:`new_workspace`); tags reach ``num_nodes + len(ids)``,
+    which an int32 map holds below :data:`UNSEEN` (else a clear error, not an overflow).
     """
-    tag = _arange(num_nodes, num_nodes + ids.numel(), ids)
+    if g2l.dtype == torch.int32 and num_nodes + ids.numel() >= 2147483647:
+        raise RuntimeError("one hop drew 2^31 or more candidates: more than an int32 "
+                           "workspace numbers; pass an int64 workspace (torch.full((num_nodes,"
+                           "), UNSEEN, dtype=torch.long))")
+    tag = _local_ids(num_nodes, num_nodes + ids.numel(), g2l)
     g2l.scatter_reduce_(0, ids, tag, "amin")
     new = ids.masked_select(g2l.index_select(0, ids) == tag)
-    g2l.scatter_(0, new, _arange(num_nodes, num_nodes + new.numel(), ids))
+    g2l.scatter_(0, new, _local_ids(num_nodes, num_nodes + new.numel(), g2l))
     return new, g2l.index_select(0, ids)
 
 
