@@ -5,6 +5,7 @@ negatives, edge attributes, types the sampler does not reach), losses equal to t
 path's, the loader given back whole. CUDA checks are marked `gpu`."""
 from __future__ import annotations
 
+import copy
 import types
 
 import pytest
@@ -332,6 +333,17 @@ def test_loaders_of_one_hetero_graph_share_one_device_structure():
     assert all(a.colptr_dict[k] is b.colptr_dict[k] for k in a.colptr_dict)
     assert all(a.row_dict[k] is b.row_dict[k] for k in a.row_dict)
     assert path.loaders[1].bytes_on_device < path.loaders[0].bytes_on_device
+    # a copy of the data with one edge type's edges replaced (same shape) is another graph
+    other = copy.copy(DATA)
+    cites = ("paper", "cites", "paper")
+    other[cites].edge_index = DATA[cites].edge_index.flip(0).clone()
+    third = _node_loader(other)
+    path.adopt(third, _state())
+    c = third.node_sampler
+    rel = c.to_rel_type
+    assert c.colptr_dict[rel[WRITES]] is not a.colptr_dict[rel[WRITES]]
+    torch.testing.assert_close(c.colptr_dict[rel[cites]],
+                               FastHeteroNeighborSampler(other, FANOUT).colptr_dict[rel[cites]])
 
 
 # --------------------------------------------------------------------------- training

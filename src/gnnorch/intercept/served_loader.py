@@ -170,13 +170,16 @@ def structure_to_device(sampler: FastNeighborSampler | FastHeteroNeighborSampler
 
     mine = sampler_structure(sampler)
     hetero = isinstance(mine[0], dict)
-    if hetero:   # one CSC per edge type: the graph is known by its first edge type's edges
-        key = next((data[e].edge_index for e in data.edge_types
-                    if isinstance(data[e].get("edge_index"), torch.Tensor)), None)
+    if hetero:   # one CSC per edge type: kept with the first edge type's edges, told apart
+        # by every edge type's edges (a copy of the data with one edge type replaced is
+        # another graph)
+        edges = [data[e].get("edge_index") for e in data.edge_types]
+        key = next((t for t in edges if isinstance(t, torch.Tensor)), None)
         if key is None:   # no edges at all (seeds alone): nothing to share
             move()
             return sum(moved)
-        tag = f"hetero:sorted={not any(p is not None for p in (mine[2] or {}).values())}"
+        sort = not any(p is not None for p in (mine[2] or {}).values())
+        tag = f"hetero:sorted={sort}:{[id(t) for t in edges]}"
     else:
         key, tag = data.edge_index, f"sorted={mine[2] is None}"
     shared = resident.shared_structure(key, device, tag, move)
