@@ -295,16 +295,14 @@ def hetero_data_placement(device: torch.device, cfg: DataPathConfig, data: Heter
     tensors = hetero_device_attributes(data)
     on_device = sum(t.numel() * t.element_size() for t in tensors.values()
                     if resident.has_on_device(t, device))
-    structure = sum(int(t.numel()) * t.element_size() for name in ("colptr_dict", "row_dict")
-                    for t in (getattr(sampler, name, None) or {}).values())
-    structure += sum(int(t.numel()) * t.element_size()
-                     for t in (getattr(sampler, "perm", None) or {}).values()
-                     if isinstance(t, torch.Tensor))
+    from ..sampling.hetero_neighbor import hetero_csc_bytes
+
     return plan_data_placement(
         int(data.num_nodes or 0), sum(int(data[e].num_edges) for e in data.edge_types),
         tensors, free_bytes=free, budget_bytes=budget, budget_fraction=cfg.budget_fraction,
         pin=cfg.pin and device.type == "cuda", features_host=host_why,
-        host_sampling=host_sampling, resident_bytes=on_device, structure_size=structure)
+        host_sampling=host_sampling, resident_bytes=on_device,
+        structure_size=hetero_csc_bytes(sampler))
 
 
 def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler, device: torch.device,

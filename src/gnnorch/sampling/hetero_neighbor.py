@@ -25,7 +25,7 @@ from gnnorch.sampling.hetero import new_hetero_workspace, sample_hetero_neighbor
 from gnnorch.sampling.neighbor import PYG_LIB_WARNING, supported_options
 from gnnorch.sampling.workspace_pool import WorkspacePool
 
-__all__ = ["FastHeteroNeighborSampler"]
+__all__ = ["FastHeteroNeighborSampler", "hetero_csc_bytes"]
 
 #: the keyword arguments of PyG's NeighborSampler this class passes on
 OPTIONS = ("subgraph_type", "replace", "disjoint", "temporal_strategy", "time_attr",
@@ -109,8 +109,8 @@ class FastHeteroNeighborSampler(NeighborSampler):
 
     @property
     def structure_bytes(self) -> int:
-        """Bytes of the per-edge-type CSCs (``colptr``, ``row`` and the edge permutation)."""
-        return sum(int(t.numel()) * t.element_size() for t in self._structure_tensors())
+        """Bytes of the per-edge-type CSCs (`hetero_csc_bytes`)."""
+        return hetero_csc_bytes(self)
 
     def move_to(self, device: torch.device | str, keep_host: bool = False) -> None:
         """Keep every edge type's CSC and edge permutation on `device`: the fast path samples
@@ -128,10 +128,6 @@ class FastHeteroNeighborSampler(NeighborSampler):
         the same keys as ``colptr_dict``, ``row_dict`` and ``perm`` (PyG's)."""
         self.colptr_dict, self.row_dict, self.perm = dict(colptr_dict), dict(row_dict), \
             dict(perm)
-
-    def _structure_tensors(self) -> list[Tensor]:
-        perm = [t for t in (self.perm or {}).values() if isinstance(t, Tensor)]
-        return [*self.colptr_dict.values(), *self.row_dict.values(), *perm]
 
     def sample_ours(self, seed: dict[str, Tensor]) -> HeteroSamplerOutput:
         """One call of gnnorch's vectorised sampler on `seed` (whatever `use_pyg` says)."""
@@ -175,3 +171,12 @@ class FastHeteroNeighborSampler(NeighborSampler):
         state = self.__dict__.copy()
         state["generator"] = None
         return state
+
+
+def hetero_csc_bytes(sampler: NeighborSampler) -> int:
+    """Bytes of a heterogeneous PyG sampler's CSCs (gnnorch's or PyG's own): every edge type's
+    ``colptr``, ``row`` and edge permutation."""
+    tensors = [*(getattr(sampler, "colptr_dict", None) or {}).values(),
+               *(getattr(sampler, "row_dict", None) or {}).values(),
+               *(getattr(sampler, "perm", None) or {}).values()]
+    return sum(int(t.numel()) * t.element_size() for t in tensors if isinstance(t, Tensor))
