@@ -356,7 +356,7 @@ def test_pyg_basic_gnns_are_trusted_and_skip_the_reference_forward():
             out = model(x, edge_index)
         out[:seeds].pow(2).sum().backward()
         state = next(iter(seam.models.values()))
-        assert seam.check_s == 0.0 and state.trim and state.compact == compact, kind
+        assert seam.check.seconds == 0.0 and state.trim and state.compact == compact, kind
         assert "exact by construction" in state.verified_by
         torch.testing.assert_close(out[:seeds].detach(), ref_out, rtol=1e-9, atol=1e-10)
         for name, g in ref_grads.items():
@@ -386,7 +386,7 @@ def test_untrusted_models_still_get_the_check():
         seam.set_batch(BatchGraph(edge_index, x.size(0), seeds, layout))
         model(x, edge_index)
     state = next(iter(seam.models.values()))
-    assert seam.check_s > 0 and state.verified_by == "the one-off check"
+    assert seam.check.seconds > 0 and state.verified_by == "the one-off check"
     # its first forward ran untrimmed, as without gnnorch (a trimmed one might fail for it)
     assert not state.speculated and state.untrimmed_forwards == 1
 
@@ -394,10 +394,13 @@ def test_untrusted_models_still_get_the_check():
 def test_verification_fails_closed_on_a_trimmed_output_of_another_dtype():
     """A trimmed forward whose output dtype differs from the untrimmed one's is not trimmed
     (it used to raise from torch.allclose: "BFloat16 did not match Float")."""
+    from gnnorch.trim.batch import BatchGraph
     from gnnorch.trim.verify import verify_trimming
 
     plain = torch.ones(6, 3, dtype=torch.bfloat16)
-    trim, compact, reason = verify_trimming(plain, lambda compact: (plain.float(), None), 4)
+    batch = BatchGraph(edge_index=torch.zeros(2, 0, dtype=torch.long), num_nodes=6,
+                       batch_size=4, layout=None)
+    trim, compact, reason = verify_trimming(plain, lambda compact: (plain.float(), None), batch)
     assert not trim and not compact and "float32" in reason and "bfloat16" in reason
 
 

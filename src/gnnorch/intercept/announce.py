@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from ..launch.context import RankContext
+from ..trim.hetero import HeteroBatchGraph, SampledGraph, hetero_layout
 from ..trim.hops import HopLayout, hops_from_edges
 from .feeds import LoaderState
 from .layers import BatchGraph, LayerSeam
@@ -23,8 +24,8 @@ from .layers import BatchGraph, LayerSeam
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
 
-__all__ = ["announced", "batch_graph", "batch_transform", "defers_features", "layout_kind",
-           "link_seeds", "stored_batch_size"]
+__all__ = ["announced", "batch_graph", "batch_transform", "defers_features",
+           "hetero_batch_graph", "layout_kind", "link_seeds", "stored_batch_size"]
 
 
 def layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
@@ -33,10 +34,12 @@ def layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
     from torch_geometric.sampler.base import SubgraphType
 
     sampler = getattr(loader, "node_sampler", getattr(loader, "link_sampler", None))
-    if not isinstance(sampler, NeighborSampler) or sampler.is_hetero:
+    if not isinstance(sampler, NeighborSampler):
         return False, None
     directional = (sampler.subgraph_type == SubgraphType.directional and not sampler.disjoint
                    and getattr(loader, "transform_sampler_output", None) is None)
+    if sampler.is_hetero:
+        return directional, sampler.num_neighbors.num_hops
     return directional, len(sampler.num_neighbors.get_mapped_values())
 
 
@@ -47,10 +50,12 @@ def batch_transform(loader: NeighborLoader) -> str | None:
     return None if transform is None else repr(transform)
 
 
-def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchGraph | None:
+def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> SampledGraph | None:
     """What the layer seam needs to know of a batch, with its hop layout when trimmable."""
-    from torch_geometric.data import Data
+    from torch_geometric.data import Data, HeteroData
 
+    if isinstance(batch, HeteroData):
+        return hetero_batch_graph(batch, state, training)
     edge_index = getattr(batch, "edge_index", None) if isinstance(batch, Data) else None
     size = stored_batch_size(batch)
     if size is None and state.kind == "link":
@@ -79,6 +84,35 @@ def batch_graph(batch: Any, state: LoaderState, training: bool = True) -> BatchG
     if graph.layout is None:
         graph.reason = "the batch's vertices are not laid out by hop"
     graph.edges_grouped = graph.layout is not None   # `hops_from_edges` checked the grouping
+    return graph
+
+
+def hetero_batch_graph(batch: Any, state: LoaderState,
+                       training: bool = True) -> HeteroBatchGraph | None:
+    """What the layer seam needs to know of a HeteroData batch (`gnnorch.trim.hetero`), with
+    its per-type hop layout when trimmable; None when it has no edge_index tensors."""
+    edges = {key: store["edge_index"] for key, store in zip(batch.edge_types, batch.edge_stores)
+             if isinstance(store.get("edge_index"), torch.Tensor)}
+    if not edges:
+        return None
+    stores = dict(zip(batch.node_types, batch.node_stores))
+    output_type = next((t for t, store in stores.items()
+                        if isinstance(store.get("batch_size"), int)), None)
+    graph = HeteroBatchGraph(edge_index_dict=edges,
+                             num_nodes_dict={t: int(s.num_nodes or 0) for t, s in stores.items()},
+                             seeds={}, output_type=output_type, layout=None, training=training)
+    if not state.directional or state.num_hops is None:
+        graph.reason = "the loader's batches are not directional neighbour samples"
+    elif state.transform is not None:
+        graph.reason = f"the loader transforms its batches ({state.transform}) after sampling"
+    else:
+        graph.layout, graph.reason = hetero_layout(
+            {t: s["num_sampled_nodes"] for t, s in stores.items() if "num_sampled_nodes" in s},
+            {key: store["num_sampled_edges"] for key, store in
+             zip(batch.edge_types, batch.edge_stores) if "num_sampled_edges" in store},
+            graph.num_nodes_dict, {key: int(e.size(1)) for key, e in edges.items()})
+    if graph.layout is not None:
+        graph.seeds = {t: counts[0] for t, counts in graph.layout.nodes.items()}
     return graph
 
 
@@ -139,7 +173,7 @@ def announced(iterator: Iterator[Any], seam: LayerSeam, state: LoaderState,
             if defer:
                 _mark_features(batch)
             graph = batch_graph(batch, state, training)
-            if graph is not None and training and state.cache is not None:
+            if graph is not None and training and state.cache is not None and not graph.hetero:
                 state.cache.annotate(graph, batch)
             seam.set_batch(graph)
             yield batch

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Hashable, Iterator, Protocol
 
 import torch
 from torch import Tensor
@@ -48,9 +48,30 @@ class Trace:
     model: torch.nn.Module
     state: ModelState
     mode: Mode
-    calls: int = 0
     problem: str | None = None     # why this forward could not be trimmed as planned
     rng: Tensor | None = None      # SPECULATE: the CPU random state the forward began with
+    # layer calls on the batch's graph so far, by edge key (`BatchGraph.edge_key`: one key
+    # for a Data batch, its edge type for a HeteroData batch)
+    counts: dict[Hashable, int] = dataclasses.field(default_factory=dict)
+
+    def count(self, key: Hashable) -> int:
+        """Count one more layer call of edge key `key`; its index among that key's calls (its
+        layer, 0: the bottom one)."""
+        index = self.counts.get(key, 0)
+        self.counts[key] = index + 1
+        return index
+
+    @property
+    def calls(self) -> int:
+        """Layer calls per edge key so far (the most of any key): the forward's layer count."""
+        return max(self.counts.values(), default=0)
+
+    def uneven(self) -> str | None:
+        """Why the edge types were not all called equally often (None: they were)."""
+        if len(set(self.counts.values())) <= 1:
+            return None
+        return ("its edge types were not called by every layer: "
+                + ", ".join(f"{key} {n}x" for key, n in self.counts.items()))
 
 
 @dataclasses.dataclass

@@ -10,20 +10,22 @@ RECOMPUTE or REPLAY_RELEARN).
 """
 from __future__ import annotations
 
-from ..trim.batch import BatchGraph
+from ..trim.hetero import SampledGraph
 from ..trim.state import CHECKPOINTED, Mode, ModelState
 from .chain import Trace
 
 __all__ = ["runs_past_seam"]
 
 
-def runs_past_seam(trace: Trace | None, batch: BatchGraph | None, in_forward: bool,
+def runs_past_seam(trace: Trace | None, batch: SampledGraph | None, in_forward: bool,
                    untraced: ModelState | None, args: tuple, kwargs: dict) -> bool:
     """Whether a layer call made under activation checkpointing runs past the seam (see the
     module docstring). `in_forward`: the call is inside a module call the seam saw enter;
     `untraced`: the state of a model entered under checkpointing, whose calls are counted."""
     edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
-    if batch is None or not batch.is_own(edge_index):
+    key = None if batch is None else batch.edge_key(
+        edge_index, trace.counts if trace is not None else {})
+    if key is None:
         return True
     if trace is None or not in_forward:  # checkpoint(model), or a layer's recomputation
         if untraced is not None:
@@ -32,6 +34,6 @@ def runs_past_seam(trace: Trace | None, batch: BatchGraph | None, in_forward: bo
     trace.state.checkpointed_calls += 1
     trace.problem = trace.problem or CHECKPOINTED
     if trace.mode.untrimmed or trace.mode is Mode.CALIBRATE:
-        trace.calls += 1
+        trace.count(key)
         return True
     return False

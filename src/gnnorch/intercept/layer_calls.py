@@ -10,12 +10,13 @@ the layer's own forward in the cheaper exact order.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Hashable
 
 from torch import Tensor
 
 from ..trim.batch import BatchGraph
 from ..trim.call import trimmable, trimmed_call
+from ..trim.hetero import SampledGraph
 from ..trim.hops import LayerBounds
 from ..trim.state import Mode
 from .chain import LayerCall, Trace
@@ -35,32 +36,38 @@ class TrimAndRewrite:
         self.rows_computed = 0               # output rows computed by trimmed layer calls
         self.rows_untrimmed = 0              # what the same calls compute untrimmed
 
-    def call(self, trace: Trace, batch: BatchGraph, index: int, layer: Any,
+    def call(self, trace: Trace, batch: SampledGraph, key: Hashable, index: int, layer: Any,
              original: LayerCall, args: tuple, kwargs: dict, x: Any, edge_index: Tensor, *,
              count: bool = True) -> Any:
-        """Layer call `index` of the traced forward on `batch`, trimmed when the model is
-        (`count`: add its rows to the statistics; the one-off check does not)."""
+        """Layer call `index` of edge key `key` (`BatchGraph.edge_key`) in the traced forward
+        on `batch`, trimmed when the model is (`count`: add its rows to the statistics; the
+        one-off check does not)."""
         if trace.mode.untrimmed:
             return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
-        compact_input = (trace.mode.compact and trace.state.compact and index > 0
-                         and isinstance(x, Tensor))
-        if not (isinstance(x, Tensor) and x.size(0) == batch.num_nodes) and not compact_input:
-            trace.problem = (f"{type(layer).__name__} received inputs that are not one row per "
-                             f"batch vertex")
+        rows = batch.call_rows(key)
+        compact_input = trace.mode.compact and trace.state.compact and index > 0
+        problem = _input_problem(x, rows, compact_input)
+        if problem is not None:
+            trace.problem = f"{type(layer).__name__} received {problem}"
             return self.run(layer, original, args, kwargs)
         if trace.mode is Mode.CALIBRATE:
             return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
         if index >= (trace.state.layers or 0):
             trace.problem = f"a forward made more than {trace.state.layers} layer calls"
             return self.run(layer, original, args, kwargs)
-        bounds = batch.layout.bounds(index, trace.state.layers)
-        if bounds is None or not trimmable(layer, kwargs):
+        bounds = batch.call_bounds(key, index, trace.state.layers)
+        if bounds is None or not trimmable(layer, kwargs, hetero=batch.hetero):
             return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
-        if x.size(0) < bounds.num_src:
+        if _too_few_rows(x, bounds):
             trace.problem = f"{type(layer).__name__} received fewer rows than it reads"
             return self.run(layer, original, args, kwargs)
-        return self.trimmed(batch, layer, original, args, kwargs, x, edge_index, bounds,
-                            trace.state.compact, count)
+        out = trimmed_call(lambda *a, **k: self.run(layer, original, a, k), layer, args,
+                           kwargs, x, edge_index, batch, bounds, trace.state.compact,
+                           rows=rows[1])
+        if count:
+            self.rows_computed += bounds.num_dst
+            self.rows_untrimmed += rows[1]
+        return out
 
     def untrimmed(self, batch: BatchGraph, layer: Any, original: LayerCall, args: tuple,
                   kwargs: dict, x: Any, edge_index: Tensor) -> Any:
@@ -71,7 +78,7 @@ class TrimAndRewrite:
         if (batch.extra_degree is not None and isinstance(layer, GCNConv) and layer.normalize
                 and trimmable(layer, kwargs) and isinstance(x, Tensor)
                 and x.size(0) == batch.num_nodes):
-            return self.trimmed(batch, layer, original, args, kwargs, x, edge_index, None, False)
+            return self.trimmed(batch, layer, original, args, kwargs, x, edge_index)
         return self.run(layer, original, args, kwargs)
 
     def run(self, layer: Any, original: LayerCall, args: tuple, kwargs: dict) -> Any:
@@ -83,13 +90,37 @@ class TrimAndRewrite:
                                      kwargs)
 
     def trimmed(self, batch: BatchGraph, layer: Any, original: LayerCall, args: tuple,
-                kwargs: dict, x: Tensor, edge_index: Tensor, bounds: LayerBounds | None,
-                compact: bool, count: bool = True) -> Tensor:
-        """The call on rows [0, bounds.num_dst) (`gnnorch.trim.call`), the rest of the chain
-        (rewrite, the unpatched call) below it; bounds None: all rows."""
-        out = trimmed_call(lambda *a, **k: self.run(layer, original, a, k), layer, args,
-                           kwargs, x, edge_index, batch, bounds, compact)
-        if count and bounds is not None:
-            self.rows_computed += bounds.num_dst
-            self.rows_untrimmed += batch.num_nodes
-        return out
+                kwargs: dict, x: Tensor, edge_index: Tensor) -> Tensor:
+        """A GCN call on every row of a batch with pruned vertices, normalised with their
+        degrees (`gnnorch.trim.call`), the rest of the chain (rewrite, the unpatched call)
+        below it."""
+        return trimmed_call(lambda *a, **k: self.run(layer, original, a, k), layer, args,
+                            kwargs, x, edge_index, batch, None, False, rows=batch.num_nodes)
+
+
+def _sides(x: Any) -> tuple[Any, Any]:
+    """(source, destination) inputs of a layer call: a bipartite pair's two parts, or one
+    tensor for both."""
+    if isinstance(x, tuple) and len(x) == 2:
+        return x[0], x[1]
+    return x, x
+
+
+def _input_problem(x: Any, rows: tuple[int, int], compact: bool) -> str | None:
+    """Why a layer call's input `x` (a tensor, or a bipartite pair whose destination part may
+    be None) is not one row per batch vertex of its types (`rows`: source and destination
+    rows), or None. A compact forward's later layers receive fewer rows: any count passes
+    here (`_too_few_rows` checks the bounds)."""
+    src, dst = _sides(x)
+    if not isinstance(src, Tensor) or not (dst is None or isinstance(dst, Tensor)):
+        return "inputs that are not tensors"
+    if compact:
+        return None
+    if src.size(0) != rows[0] or (dst is not None and dst.size(0) != rows[1]):
+        return "inputs that are not one row per batch vertex"
+    return None
+
+
+def _too_few_rows(x: Any, bounds: LayerBounds) -> bool:
+    src, dst = _sides(x)
+    return src.size(0) < bounds.num_src or (dst is not None and dst.size(0) < bounds.num_dst)

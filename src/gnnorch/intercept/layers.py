@@ -71,12 +71,13 @@ from torch import Tensor
 from ..compat import pyg as compat_pyg
 from ..compat import torch as compat_torch
 from ..trim.batch import BatchGraph
-from ..trim.exact_output import prefix_exact
+from ..trim.exact_output import prefix_exact_parts
 from ..trim.materialize import materializer, run_as
 from ..trim.state import (CHECKPOINTED, SELF_TRIMMING, Action, Mode, ModelState,
                           check_result, enter, forward_end, non_seed_read, self_trimming)
 from ..trim.trusted import trusted_model
-from ..trim.verify import pad_compact
+from ..trim.hetero import SampledGraph
+from ..trim.verify import output_parts, pad_compact
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .checkpointed import runs_past_seam
 from .layer_calls import TrimAndRewrite
@@ -127,7 +128,7 @@ class LayerSeam:
         self.cls = MessagePassing
         self.trim_enabled = trim
         self.rewrites = rewrites
-        self.batch: BatchGraph | None = None
+        self.batch: SampledGraph | None = None
         self.models: "weakref.WeakKeyDictionary[torch.nn.Module, ModelState]" = \
             weakref.WeakKeyDictionary()
         self.states: list[ModelState] = []  # outlive their models, for the report
@@ -161,7 +162,7 @@ class LayerSeam:
                 else contextlib.nullcontext()):
             yield self
 
-    def set_batch(self, batch: BatchGraph | None) -> None:
+    def set_batch(self, batch: SampledGraph | None) -> None:
         """Announce the batch the user's next forwards work on (None: no sampled batch)."""
         self.batch = batch
         self.clear_forward()
@@ -174,11 +175,6 @@ class LayerSeam:
         self._untraced = None
         self._outer = None
         self.module_calls.reset()
-
-    @property
-    def check_s(self) -> float:
-        """Seconds spent in one-off trimming checks."""
-        return self.check.seconds
 
     def stats(self) -> dict:
         return {"enabled": self.trim_enabled, "check_s": self.check.seconds,
@@ -252,6 +248,7 @@ class LayerSeam:
             return None
         self._trace = None
         state = trace.state
+        trace.problem = trace.problem or trace.uneven()
         if trace.mode.checking:
             step = forward_end(trace.mode, calls=trace.calls, layers=state.layers,
                                problem=trace.problem)
@@ -293,17 +290,18 @@ class LayerSeam:
 
     def _trimmed_output(self, module: torch.nn.Module, state: ModelState, args: tuple,
                         kwargs: dict, output: Any) -> Any:
-        """A trimmed forward's output: padded to a row per vertex, prefix-exact."""
+        """A trimmed forward's output: padded to a row per vertex, prefix-exact (each tensor
+        of a dict output by node type: exact in its type's seed rows)."""
         state.trimmed_forwards += 1
-        full = pad_compact(output, self.batch, state.compact)
-        if not isinstance(full, Tensor) or self.batch.num_nodes <= self.batch.batch_size:
-            return full
         batch = self.batch
+        full = pad_compact(output, batch, state.compact)
+        parts = output_parts(full, batch)
+        if parts is None:
+            return full
         rerun = functools.partial(self._rerun_untrimmed, module, batch, args=args, kwargs=kwargs)
-        return prefix_exact(full, batch.batch_size,
-                            materializer(module, state, batch.batch_size, rerun))
+        return prefix_exact_parts(parts, materializer(module, state, batch.batch_size, rerun))
 
-    def _rerun_untrimmed(self, model: torch.nn.Module, batch: BatchGraph, grad: bool,
+    def _rerun_untrimmed(self, model: torch.nn.Module, batch: SampledGraph, grad: bool,
                          training: bool, parameters: dict[str, Tensor] | None, *,
                          args: tuple, kwargs: dict) -> Tensor:
         """`model(*args, **kwargs)` on `batch` as the seam would run it untrimmed (with the
@@ -344,16 +342,16 @@ class LayerSeam:
                 or (trace.mode.untrimmed and not self.hooks and batch.extra_degree is None)):
             return self.calls.run(layer, original, args, kwargs)
         edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
-        if not batch.is_own(edge_index):
+        key = batch.edge_key(edge_index, trace.counts)
+        if key is None:
             if batch.is_narrowed(edge_index):  # a layer of a self-trimming model, mid-forward
                 trace.problem = SELF_TRIMMING
             return self.calls.run(layer, original, args, kwargs)
-        index = trace.calls
-        trace.calls += 1
+        index = trace.count(key)
         x = args[0] if args else kwargs.get("x")
         checking = trace.mode.checking
-        run = functools.partial(self.calls.call, trace, batch, index, layer, original, args,
-                                kwargs, x, edge_index, count=not checking)
+        run = functools.partial(self.calls.call, trace, batch, key, index, layer, original,
+                                args, kwargs, x, edge_index, count=not checking)
         if not self.hooks or checking:  # the one-off check bypasses hooks
             return run()
         return run_chain(self.hooks, functools.partial(

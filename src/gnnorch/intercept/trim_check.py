@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..trim.batch import BatchGraph
+from ..trim.hetero import SampledGraph
 from ..trim.mixing import batch_mixing_modules
 from ..trim.state import Mode, ModelState
 from ..trim.trusted import trusted_trimming
@@ -26,7 +26,7 @@ __all__ = ["CheckedSeam", "OneOffCheck"]
 class CheckedSeam(Protocol):
     """What the check needs of the layer seam (`intercept.layers.LayerSeam`)."""
 
-    batch: BatchGraph | None
+    batch: SampledGraph | None
 
     def forward_in(self, mode: Mode, module: torch.nn.Module, args: tuple,
                    kwargs: dict) -> Any:
@@ -107,7 +107,7 @@ class OneOffCheck:
             model.eval()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 plain = seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs)
-                return verify_trimming(plain, trimmed, seam.batch.batch_size)
+                return verify_trimming(plain, trimmed, seam.batch)
         finally:
             for m, training in flags:
                 m.training = training

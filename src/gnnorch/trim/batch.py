@@ -11,13 +11,13 @@ cache's pruning) carries `extra_degree`: those vertices keep the degree they wou
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Hashable, Mapping
 
 import torch
 from torch import Tensor
 
 from ..device.twin import device_twin
-from .hops import HopLayout
+from .hops import HopLayout, LayerBounds
 
 
 @dataclasses.dataclass
@@ -63,6 +63,28 @@ class BatchGraph:
             self._storages.add(edge_index.untyped_storage().data_ptr())
             return True
         return False
+
+    @property
+    def hetero(self) -> bool:
+        return False
+
+    def edge_key(self, edge_index: Any, counts: Mapping[Hashable, int]) -> int | None:
+        """0 when `edge_index` is the batch's own (`is_own`), else None: the key its layer calls
+        are counted under (`gnnorch.trim.hetero.HeteroBatchGraph` keys them by edge type)."""
+        return 0 if self.is_own(edge_index) else None
+
+    def call_rows(self, key: int) -> tuple[int, int]:
+        """(source rows, destination rows) of an untrimmed layer call: every vertex's."""
+        return self.num_nodes, self.num_nodes
+
+    def call_bounds(self, key: int, layer: int, num_layers: int) -> LayerBounds | None:
+        """What layer `layer` of `num_layers` computes under trimming (`HopLayout.bounds`)."""
+        return self.layout.bounds(layer, num_layers)
+
+    def output_rows(self, key: Hashable) -> tuple[int, int] | None:
+        """(exact rows, rows) of a trimmed model's one-tensor output (`key` None); a part of a
+        dict output has none."""
+        return (self.batch_size, self.num_nodes) if key is None else None
 
     def is_narrowed(self, edge_index: Any) -> bool:
         """Whether `edge_index` is a column slice of this batch's edge_index (or of a device copy

@@ -21,40 +21,44 @@ from typing import Any, Callable
 import torch.nn.functional as F
 from torch import Tensor
 
-from .batch import BatchGraph
+from .hetero import SampledGraph
 from .hops import LayerBounds
 from .layer_types import pair_capable
 
 
-def trimmable(layer: Any, kwargs: dict) -> bool:
+def trimmable(layer: Any, kwargs: dict, hetero: bool = False) -> bool:
     """Whether this call of `layer` may be trimmed: messages flow source to target, no attention
     weights are returned (they would be per kept edge) and no cached GCN normalisation (it
-    belongs to another graph)."""
+    belongs to another graph). On a HeteroData batch a normalising GCN layer runs untrimmed:
+    its degrees would be those of one edge type's graph, which `BatchGraph.gcn_norm` does
+    not keep."""
     if getattr(layer, "flow", "source_to_target") != "source_to_target":
         return False
     if kwargs.get("return_attention_weights"):
         return False
     from torch_geometric.nn import GCNConv
 
-    return not (isinstance(layer, GCNConv) and layer.cached)
+    return not (isinstance(layer, GCNConv) and (layer.cached or hetero and layer.normalize))
 
 
-def trimmed_call(call: Callable[..., Any], layer: Any, args: tuple, kwargs: dict, x: Tensor,
-                 edge_index: Tensor, batch: BatchGraph, bounds: LayerBounds | None,
-                 compact: bool) -> Tensor:
+def trimmed_call(call: Callable[..., Any], layer: Any, args: tuple, kwargs: dict, x: Any,
+                 edge_index: Tensor, batch: SampledGraph, bounds: LayerBounds | None,
+                 compact: bool, *, rows: int) -> Tensor:
     """`call(*args, **kwargs)` (the layer's call further down the chain) on rows
-    [0, bounds.num_dst) only; bounds None: every row, but with GCN's normalisation taken from
-    the batch (`BatchGraph.gcn_norm`, which counts pruned in-edges when the cache set
-    `extra_degree`)."""
+    [0, bounds.num_dst) only, of `rows` destination rows (padded back to them unless
+    `compact`). `x` is one tensor or a bipartite (source, destination) pair (a HeteroData
+    batch's edge type between two node types). bounds None: every row, but with GCN's
+    normalisation taken from the batch (`BatchGraph.gcn_norm`, which counts pruned in-edges
+    when the cache set `extra_degree`)."""
     from torch_geometric.nn import GCNConv
 
     if bounds is None:
-        bounds = LayerBounds(num_src=batch.num_nodes, num_dst=batch.num_nodes)
+        bounds = LayerBounds(num_src=rows, num_dst=rows)
     num_edges = edge_index.size(1)
     rest_args = list(args[2:])
     rest_kwargs = {k: v for k, v in kwargs.items() if k not in ("x", "edge_index")}
     gcn = isinstance(layer, GCNConv) and layer.normalize
-    if gcn:  # normalise on the untrimmed batch graph, then trim
+    if gcn:  # normalise on the untrimmed batch graph, then trim (a Data batch's only)
         weight = rest_args.pop(0) if rest_args else rest_kwargs.pop("edge_weight", None)
         edge_index, weight = batch.gcn_norm(edge_index, weight, layer.improved,
                                             layer.add_self_loops, layer.flow, x.dtype)
@@ -70,8 +74,11 @@ def trimmed_call(call: Callable[..., Any], layer: Any, args: tuple, kwargs: dict
         edge_index = edge_index[:, keep]
     rest_args = [_keep_edges(v, keep, num_edges) for v in rest_args]
     rest_kwargs = {k: _keep_edges(v, keep, num_edges) for k, v in rest_kwargs.items()}
-    if isinstance(layer, _pair_types()):
-        inputs: Any = (_rows(x, bounds.num_src), _rows(x, bounds.num_dst))
+    if isinstance(x, tuple):
+        inputs: Any = (_rows(x[0], bounds.num_src),
+                       None if x[1] is None else _rows(x[1], bounds.num_dst))
+    elif isinstance(layer, _pair_types()):
+        inputs = (_rows(x, bounds.num_src), _rows(x, bounds.num_dst))
     else:
         inputs = _rows(x, bounds.num_src)
     if gcn:
@@ -84,7 +91,7 @@ def trimmed_call(call: Callable[..., Any], layer: Any, args: tuple, kwargs: dict
     out = _rows(out, bounds.num_dst)
     if compact:
         return out
-    pad = [0, 0] * (out.dim() - 1) + [0, batch.num_nodes - bounds.num_dst]
+    pad = [0, 0] * (out.dim() - 1) + [0, rows - bounds.num_dst]
     return F.pad(out, pad)
 
 

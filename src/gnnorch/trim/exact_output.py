@@ -24,9 +24,10 @@ tensor is the untrimmed forward's result, so gradients flow through whichever th
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import contextlib
+import functools
 
 import torch
 from torch import Tensor
@@ -131,6 +132,37 @@ def prefix_exact(value: Tensor, exact_rows: int, materialize: Materializer) -> T
     out._gnnorch_materialize = materialize
     out._gnnorch_exact = None
     return out
+
+
+def prefix_exact_parts(parts: dict[Hashable, tuple[Tensor, int, int]],
+                       materialize: Callable[[str], Any]) -> Any:
+    """A trimmed forward's output rebuilt from its parts (`gnnorch.trim.verify.output_parts`:
+    key -> (tensor, exact rows, rows)), each part prefix-exact in its exact rows: one tensor
+    (key None) or a dict by node type. `materialize(reason)` recomputes the whole output
+    untrimmed, at most once for all the parts."""
+    if None in parts:
+        value, exact, rows = parts[None]
+        return value if rows <= exact else prefix_exact(value, exact, materialize)
+    untrimmed = _once(materialize)
+    return {key: value if rows <= exact else prefix_exact(
+                value, exact, functools.partial(_part_of, untrimmed, key))
+            for key, (value, exact, rows) in parts.items()}
+
+
+def _once(materialize: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`materialize`, run at its first call only (for the reason given then)."""
+    done: list[Any] = []
+
+    def untrimmed(reason: str) -> Any:
+        if not done:
+            done.append(materialize(reason))
+        return done[0]
+    return untrimmed
+
+
+def _part_of(untrimmed: Callable[[str], dict], key: Hashable, reason: str) -> Tensor:
+    """Part `key` of a dict output recomputed untrimmed (once for all its parts)."""
+    return untrimmed(reason)[key]
 
 
 def exact_value(value: Any, reason: str = "requested") -> Any:

@@ -11,42 +11,80 @@ different output, and is checked padded instead.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .batch import BatchGraph
+from .hetero import SampledGraph
 
-__all__ = ["VERIFY_RTOL", "VERIFY_ATOL", "pad_compact", "verify_trimming"]
+__all__ = ["VERIFY_RTOL", "VERIFY_ATOL", "output_parts", "pad_compact", "verify_trimming"]
 
 VERIFY_RTOL = 1e-4
 VERIFY_ATOL = 1e-5
 
 NOT_ONE_TENSOR = "the model's output is not one tensor with a row per vertex"
+NOT_PER_TYPE = ("the model's output is neither one tensor with a row per vertex of the seeds' "
+                "type nor a dict of such tensors by node type")
+
+Parts = dict[Hashable, tuple[Tensor, int, int]]
 
 
-def pad_compact(output: Any, batch: BatchGraph, compact: bool) -> Any:
-    """A compact model output (seed rows only) zero-padded to a row per batch vertex; other
-    outputs unchanged. Only the seed rows of the result are exact."""
-    if (compact and isinstance(output, Tensor) and output.dim() >= 1
-            and output.size(0) == batch.batch_size and batch.num_nodes > batch.batch_size):
-        pad = [0, 0] * (output.dim() - 1) + [0, batch.num_nodes - batch.batch_size]
-        return F.pad(output, pad)
-    return output
+def output_parts(output: Any, batch: SampledGraph) -> Parts | None:
+    """The parts of a model output trimming vouches for, key -> (tensor, exact rows, rows):
+    a one-tensor output (key None), or each tensor of a dict output by node type (a
+    HeteroData batch's: `to_hetero` and `HeteroConv` models return one); None for anything
+    else."""
+    if isinstance(output, Tensor):
+        rows = batch.output_rows(None)
+        return None if rows is None or output.dim() < 1 else {None: (output, *rows)}
+    if not (batch.hetero and isinstance(output, dict) and output):
+        return None
+    parts: Parts = {}
+    for key, value in output.items():
+        rows = batch.output_rows(key)
+        if rows is None or not isinstance(value, Tensor) or value.dim() < 1:
+            return None
+        parts[key] = (value, *rows)
+    return parts
+
+
+def _rebuilt(parts: dict[Hashable, Any]) -> Any:
+    """An output of the same form from its parts: the tensor, or a dict by node type."""
+    return parts[None] if None in parts else dict(parts)
+
+
+def pad_compact(output: Any, batch: SampledGraph, compact: bool) -> Any:
+    """A compact model output (seed rows only, per part) zero-padded to a row per batch
+    vertex; other outputs unchanged. Only the seed rows of the result are exact."""
+    parts = output_parts(output, batch) if compact else None
+    if parts is None:
+        return output
+    return _rebuilt({key: _padded(value, exact, rows)
+                     for key, (value, exact, rows) in parts.items()})
+
+
+def _padded(value: Tensor, exact: int, rows: int) -> Tensor:
+    if value.size(0) == exact and rows > exact:
+        return F.pad(value, [0, 0] * (value.dim() - 1) + [0, rows - exact])
+    return value
 
 
 def verify_trimming(plain: Any, trimmed: Callable[[bool], tuple[Any, str | None]],
-                    batch_size: int) -> tuple[bool, bool, str | None]:
-    """(trim, compact, reason) for a model whose untrimmed output is `plain`.
+                    batch: SampledGraph) -> tuple[bool, bool, str | None]:
+    """(trim, compact, reason) for a model whose untrimmed output is `plain` on `batch`.
 
     `trimmed(compact)` runs the trimmed forward and returns its padded output and the problem
-    the seam met on the way (None: none); it may raise, which counts as a failed try.
+    the seam met on the way (None: none); it may raise, which counts as a failed try. Every
+    part's exact rows are compared (`output_parts`); at least one row must be.
     """
-    if not (isinstance(plain, Tensor) and plain.dim() >= 1 and plain.size(0) >= batch_size):
-        return False, False, NOT_ONE_TENSOR
-    reason = NOT_ONE_TENSOR
+    unfit = NOT_PER_TYPE if batch.hetero else NOT_ONE_TENSOR
+    parts = output_parts(plain, batch)
+    if parts is None or any(value.size(0) < exact for value, exact, _ in parts.values()) or \
+            not any(exact for _, exact, _ in parts.values()):
+        return False, False, unfit
+    reason = unfit
     for compact in (True, False):
         try:
             out, problem = trimmed(compact)
@@ -56,15 +94,26 @@ def verify_trimming(plain: Any, trimmed: Callable[[bool], tuple[Any, str | None]
         if problem is not None:
             reason = problem
             continue
-        if not (isinstance(out, Tensor) and out.shape == plain.shape):
+        got = output_parts(out, batch)
+        if got is None or got.keys() != parts.keys() or any(
+                got[key][0].shape != value.shape for key, (value, _, _) in parts.items()):
             continue
-        if out.dtype != plain.dtype:
-            reason = (f"the trimmed output is {out.dtype}, the untrimmed one {plain.dtype}")
-            continue
-        a, b = plain[:batch_size], out[:batch_size]
-        if torch.allclose(a, b, rtol=VERIFY_RTOL, atol=VERIFY_ATOL, equal_nan=True):
+        verdict = _compare(parts, got)
+        if verdict is None:
             return True, compact, None
-        diff = float((a - b).abs().nan_to_num(math.inf).max())
-        reason = (f"trimmed and untrimmed seed outputs differ (max abs diff {diff:.3g}): the "
-                  f"model mixes vertices across the batch")
+        reason = verdict
     return False, False, reason
+
+
+def _compare(plain: Parts, trimmed: Parts) -> str | None:
+    """Why the exact rows of `trimmed` differ from those of `plain` (None: they do not)."""
+    for key, (value, exact, _) in plain.items():
+        out = trimmed[key][0]
+        if out.dtype != value.dtype:
+            return f"the trimmed output is {out.dtype}, the untrimmed one {value.dtype}"
+        a, b = value[:exact], out[:exact]
+        if not torch.allclose(a, b, rtol=VERIFY_RTOL, atol=VERIFY_ATOL, equal_nan=True):
+            diff = float((a - b).abs().nan_to_num(math.inf).max())
+            return (f"trimmed and untrimmed seed outputs differ (max abs diff {diff:.3g}): "
+                    f"the model mixes vertices across the batch")
+    return None
