@@ -18,6 +18,8 @@ Rows, each in a fresh process:
 * ``vanilla``: the function called as it is;
 * ``gnnorch-host``: ``Runtime(train, data_path="host")`` (PyG's batches in the trainer's
   thread, the user's ``batch.to(device)`` copying them: pageable);
+* ``gnnorch-notrim`` / ``gnnorch-host-notrim``: those rows with ``trim=False`` (since session
+  31 HeteroData batches are trimmed per node and edge type, `gnnorch.trim.hetero`);
 * ``gnnorch``: ``Runtime(train)`` (on CUDA the path serves the loader: sampled and gathered on
   the GPU in the pipeline's thread, the user's workers dropped; where the graph does not fit
   the budget, sampled by the user's workers on the host and gathered into pinned memory;
@@ -51,7 +53,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent / "src"))
 import baselines  # noqa: E402
 
-ROWS = ("vanilla", "gnnorch-host", "gnnorch")
+ROWS = ("vanilla", "gnnorch-host", "gnnorch", "gnnorch-notrim", "gnnorch-host-notrim")
+DEFAULT_ROWS = ROWS[:4]
 
 
 def mag_like(papers: int, seed: int = 0):
@@ -164,14 +167,24 @@ def measure(row: str, args: argparse.Namespace) -> dict:
     else:
         import gnnorch
 
-        path = "host" if row == "gnnorch-host" else ("auto" if args.device != "cpu" else "device")
-        runtime = gnnorch.Runtime(train, data_path=path, device=args.device)
+        path = "host" if row.startswith("gnnorch-host") else (
+            "auto" if args.device != "cpu" else "device")
+        # seed: the path's sampling generator is seeded from the run's seed, so rows drawn
+        # by it see the same batches in every process (the host rows: the function's own
+        # manual_seed)
+        runtime = gnnorch.Runtime(train, data_path=path, device=args.device, seed=0,
+                                  trim=not row.endswith("-notrim"))
         out = runtime(data, **call)
-        device_stats = runtime.last_run.stats[0].get("device") or {}
-        loaders = device_stats.get("loaders") or []
+        stats = runtime.last_run.stats[0]
+        loaders = (stats.get("device") or {}).get("loaders") or []
         record = {k: loaders[0].get(k) for k in ("served", "reason", "copied", "prefetch",
                                                  "prefetch_reason", "batches", "wait_s")
                   } if loaders else None
+        trim = stats.get("trim") or {}
+        models = trim.get("models") or [{}]
+        out["trim"] = {"trimmed": models[0].get("trimmed"), "reason": models[0].get("reason"),
+                       "rows_computed": trim.get("rows_computed"),
+                       "rows_untrimmed": trim.get("rows_untrimmed")}
     steady = min(range(1, len(out["epoch_s"])), key=lambda e: out["epoch_s"][e], default=0)
     return {"row": row, "call_s": time.perf_counter() - start, **out,
             "steady_epoch_s": out["epoch_s"][steady], "steady_next_s": out["next_s"][steady],
@@ -188,7 +201,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--persistent", type=int, choices=(0, 1), default=1)
-    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--rows", default=",".join(DEFAULT_ROWS))
     parser.add_argument("--measure", choices=ROWS, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

@@ -519,12 +519,13 @@ unit_refresh() {
 }
 
 unit_hetero() {
-  # PyG's HeteroData batches copied by the path from pinned memory on a side stream (in the
-  # trainer's thread with persistent workers, drawn ahead without), against the user's own
-  # pageable batch.to(device); its own graph (built in each row's process)
+  # HeteroData loaders served by the path (sampled and gathered on the GPU, drawn ahead),
+  # against the user's workers and pageable batch.to(device), and the gnnorch row untrimmed
+  # (gnnorch-notrim: session 31's per-type trimming off); its own graph (built in each
+  # row's process)
   local papers=736389 workers=8
   [ "$DRY" = 1 ] && { papers=20000; workers=2; }
-  (cd "$ROOT/cwd" && run_step hetero 240 "$PY" "$REPO/scripts/bench_hetero_feed.py" \
+  (cd "$ROOT/cwd" && run_step hetero 300 "$PY" "$REPO/scripts/bench_hetero_feed.py" \
     --device "$DEVICE" --papers "$papers" --workers "$workers" --epochs 3 \
     --out "$ROOT/results/hetero_feed.json")
   (cd "$ROOT/cwd" && run_step hetero_nonpersistent 180 "$PY" \

@@ -105,3 +105,37 @@ def torchscript_gone(monkeypatch):
     finally:
         monkeypatch.undo()
         compat_jit.JIT_SCRIPT.reset()
+
+
+WRITES = ("author", "writes", "paper")
+
+
+def small_hetero_graph(seed: int = 0, papers: int = 80, authors: int = 50, topic: bool = True):
+    """Papers (features, labels, a train mask, the user's own ``n_id``), authors, venues
+    reached only at hop 2, a ``topic`` type without edges (`topic`: to_hetero needs every node
+    type updated); an edge attribute on ``writes``."""
+    from torch_geometric.data import HeteroData
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def edges(n_src, n_dst, count):
+        return torch.stack([torch.randint(0, n_src, (count,), generator=gen),
+                            torch.randint(0, n_dst, (count,), generator=gen)])
+
+    data = HeteroData()
+    data["paper"].x = torch.randn(papers, 8, generator=gen)
+    data["paper"].y = torch.randint(0, 3, (papers,), generator=gen)
+    data["paper"].train_mask = torch.rand(papers, generator=gen) < 0.6
+    data["paper"].n_id = torch.arange(papers)
+    data["author"].x = torch.randn(authors, 8, generator=gen)
+    data["venue"].x = torch.randn(6, 8, generator=gen)
+    data["venue"].num_nodes = 6
+    if topic:
+        data["topic"].x = torch.randn(3, 8, generator=gen)
+    data[WRITES].edge_index = edges(authors, papers, 200)
+    data[WRITES].edge_attr = torch.randn(200, 2, generator=gen)
+    data["paper", "cites", "paper"].edge_index = edges(papers, papers, 300)
+    data["paper", "rev_writes", "author"].edge_index = data[WRITES].edge_index.flip(0)
+    data["venue", "hosts", "paper"].edge_index = edges(6, papers, 60)
+    data["paper", "in", "venue"].edge_index = data["venue", "hosts", "paper"].edge_index.flip(0)
+    return data

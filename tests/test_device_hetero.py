@@ -26,11 +26,10 @@ from gnnorch.launch.plan import CorePlan
 from gnnorch.run_options import RunOptions
 from gnnorch.sampling.hetero_neighbor import FastHeteroNeighborSampler
 
-from helpers import plain_epoch
+from helpers import WRITES, plain_epoch, small_hetero_graph
 
 SEED = 7
 FANOUT = [3, 2]
-WRITES = ("author", "writes", "paper")
 NEGATIVES = {"binary": dict(neg_sampling_ratio=1.0),
              "triplet": dict(neg_sampling=NegativeSampling("triplet", 2)),
              "none": {}}
@@ -38,38 +37,8 @@ NEGATIVES = {"binary": dict(neg_sampling_ratio=1.0),
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _graph(seed: int = 0, papers: int = 80, authors: int = 50, topic: bool = True
-           ) -> HeteroData:
-    """Papers (features, labels, a train mask, the user's own ``n_id``), authors, venues
-    reached only at hop 2, a ``topic`` type without edges (`topic`: to_hetero needs every node
-    type updated); an edge attribute on ``writes``."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def edges(n_src, n_dst, count):
-        return torch.stack([torch.randint(0, n_src, (count,), generator=gen),
-                            torch.randint(0, n_dst, (count,), generator=gen)])
-
-    data = HeteroData()
-    data["paper"].x = torch.randn(papers, 8, generator=gen)
-    data["paper"].y = torch.randint(0, 3, (papers,), generator=gen)
-    data["paper"].train_mask = torch.rand(papers, generator=gen) < 0.6
-    data["paper"].n_id = torch.arange(papers)
-    data["author"].x = torch.randn(authors, 8, generator=gen)
-    data["venue"].x = torch.randn(6, 8, generator=gen)
-    data["venue"].num_nodes = 6
-    if topic:
-        data["topic"].x = torch.randn(3, 8, generator=gen)
-    data[WRITES].edge_index = edges(authors, papers, 200)
-    data[WRITES].edge_attr = torch.randn(200, 2, generator=gen)
-    data["paper", "cites", "paper"].edge_index = edges(papers, papers, 300)
-    data["paper", "rev_writes", "author"].edge_index = data[WRITES].edge_index.flip(0)
-    data["venue", "hosts", "paper"].edge_index = edges(6, papers, 60)
-    data["paper", "in", "venue"].edge_index = data["venue", "hosts", "paper"].edge_index.flip(0)
-    return data
-
-
-DATA = _graph()
-TRAIN_DATA = _graph(topic=False)
+DATA = small_hetero_graph()
+TRAIN_DATA = small_hetero_graph(topic=False)
 
 
 def _ctx(config):
@@ -185,7 +154,7 @@ def test_budget_and_features_host_decide_where_hetero_data_lives():
 
 def test_hetero_data_with_adj_t_is_left_to_pyg():
     torch_sparse = pytest.importorskip("torch_sparse")
-    data = _graph()
+    data = small_hetero_graph()
     store = data["paper", "cites", "paper"]
     store.adj_t = torch_sparse.SparseTensor(row=store.edge_index[1], col=store.edge_index[0],
                                             sparse_sizes=(80, 80))
@@ -195,7 +164,7 @@ def test_hetero_data_with_adj_t_is_left_to_pyg():
 
 
 def test_learnt_hetero_features_are_left_to_pyg():
-    data = _graph()
+    data = small_hetero_graph()
     data["author"].x = torch.nn.Parameter(data["author"].x)
     _, _, state = _served(DataPathConfig(mode="device"), _node_loader(data))
     assert not state.device.served and "author.x" in state.device.reason
@@ -307,7 +276,7 @@ def test_a_graph_without_edges_is_served():
 def test_changes_to_the_loaders_data_are_seen_from_the_next_epoch():
     """PyG's filter_fn reads ``loader.data`` at each batch: an attribute deleted, added or
     written in place after the loader was built is in its batches from the next epoch."""
-    data = _graph()
+    data = small_hetero_graph()
     loader = _node_loader(data)
     _, path, state = _served(DataPathConfig(mode="device"), loader)
     first = _device_epoch(path, loader, state)

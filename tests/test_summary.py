@@ -165,11 +165,15 @@ def test_fork_guard_line_only_when_a_stuck_child_was_killed():
     assert "fork guard" not in render_summary(info)
 
 
-def test_trim_says_hetero_batches_run_untrimmed():
+def test_trim_says_no_model_ran_on_a_batch_whatever_the_graph():
     hetero = {"sampler": {"loaders": [{"role": "train", "backend": "pyg", "graph": "HeteroData"}]},
               "trim": {"enabled": True, "models": []}}
-    assert ("trim: no model ran on a homogeneous NeighborLoader batch (HeteroData batches are "
-            "not trimmed)") in render_summary(_info(hetero))
+    assert "trim: no MessagePassing model ran on a NeighborLoader batch" in \
+        render_summary(_info(hetero))
+    hetero["trim"]["models"] = [{"model": "GraphModule", "trimmed": True,
+                                 "verified_by": "the one-off check"}]
+    assert "trim: GraphModule trimmed (verified: the one-off check)" in \
+        render_summary(_info(hetero))
     plain = {"sampler": {"loaders": [{"role": "train", "backend": "gnnorch", "graph": "Data"}]},
              "trim": {"enabled": True, "models": []}}
     assert "trim: no MessagePassing model ran on a NeighborLoader batch" in \

@@ -145,11 +145,6 @@ def _trim(info: RunInfo, stats: dict) -> str | None:
         return None
     models = _dicts(section.get("models"))
     if not models:
-        sampler = stats.get("sampler")
-        loaders = _dicts(sampler.get("loaders")) if isinstance(sampler, dict) else []
-        if any(loader.get("graph") == "HeteroData" for loader in loaders):
-            return ("trim: no model ran on a homogeneous NeighborLoader batch (HeteroData "
-                    "batches are not trimmed)")
         return "trim: no MessagePassing model ran on a NeighborLoader batch"
     entries = []
     for m in models:

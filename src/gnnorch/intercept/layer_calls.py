@@ -2,7 +2,9 @@
 
 `TrimAndRewrite.call` runs layer call l of a traced forward on the batch graph: untrimmed while the
 model is calibrated or not trimmed, else on input rows [0, c_{D+1}) and the edges into rows
-[0, c_D) (`gnnorch.trim.call`; bounds from `gnnorch.trim.hops`). A call whose inputs do not
+[0, c_D) (`gnnorch.trim.call`; bounds from `gnnorch.trim.hops`, per edge type on a HeteroData
+batch from `gnnorch.trim.hetero`: source rows of the source type, destination rows of the
+destination type). A call whose inputs do not
 match the plan (not one row per batch vertex, fewer rows than it reads, more layer calls than
 K) runs untrimmed and records the problem on the trace, so the seam recomputes that forward
 untrimmed and stops trimming the model. Below trimming, the rewrite engine (when on) computes

@@ -22,7 +22,9 @@ layer's own forward in the cheaper exact order. Calls on other edge_index tensor
 rewrite -> unpatched only. The chain's vocabulary is `intercept.chain`.
 
 Hop-aware trimming (the invariant is in `gnnorch.trim.hops`): the k-th layer call of a model
-on a batch whose edge_index is the batch's own is layer l = k of K. Layer l runs on input rows
+on a batch whose edge_index is the batch's own is layer l = k of K. On a HeteroData batch
+(`gnnorch.trim.hetero`) calls are counted per edge type, recognised by its edge_index: the
+k-th call of an edge type is layer k, and K is the calls per edge type (the same for all). Layer l runs on input rows
 [0, c_{D+1}) and the edges into rows [0, c_D). K comes from the model's first forward on a
 batch: a model whose trimmed forward cannot fail where its own would not (a trusted PyG
 BasicGNN, `gnnorch.trim.trusted`) runs that forward trimmed with K guessed from the batch's

@@ -1,7 +1,8 @@
 """Hop-aware trimming: compute layer l of K only where the seeds' outputs need it.
 
 `hops`: the hop layout of a sampled batch (vertices and edges per hop) and the per-layer bounds
-derived from it; hop counts recovered from the edges when a sampler gives none. `mixing`: static
+derived from it; hop counts recovered from the edges when a sampler gives none. `hetero`: the
+same per node and edge type for HeteroData batches. `mixing`: static
 detection of modules that mix vertices across a batch (trimming would change their result).
 The seam that applies the bounds to the user's layers is `gnnorch.intercept.layers`.
 """
