@@ -124,12 +124,33 @@ def _paper_logits(model, batch):
     return out["paper"] if isinstance(out, dict) else out
 
 
+class GinCat(torch.nn.Module):
+    """`HeteroConv` of bipartite `GINConv`s concatenated per destination type (aggr "cat"),
+    per-type `HeteroDictLinear` between the layers."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GINConv, HeteroDictLinear
+
+        def gin(out):
+            return HeteroConv({e: GINConv(torch.nn.Sequential(Linear(-1, out), torch.nn.ReLU()))
+                               for e in DATA.edge_types}, aggr="cat")
+
+        self.conv1, self.conv2 = gin(8), gin(3)
+        self.lin = HeteroDictLinear(-1, 8, types=DATA.node_types)
+
+    def forward(self, x_dict, edge_index_dict):
+        x_dict = self.lin({k: v.relu() for k, v in self.conv1(x_dict, edge_index_dict).items()})
+        return self.conv2(x_dict, edge_index_dict)
+
+
 MODELS = {
     "to_hetero-sage": lambda: to_hetero(Sage(), DATA.metadata(), aggr="sum"),
     "to_hetero-sage-3-layers": lambda: to_hetero(Sage(3), DATA.metadata(), aggr="mean"),
     "to_hetero-gat-residual": lambda: to_hetero(Gat(), DATA.metadata(), aggr="sum"),
     "heteroconv-gcn": lambda: Hetero(gcn=True),
     "heteroconv-tensor-out": lambda: Hetero(head=True),
+    "heteroconv-gin-cat-dictlinear": GinCat,
 }
 
 
@@ -352,3 +373,27 @@ def test_pygs_own_sampler_is_trimmed_with_its_hop_counts():
         assert model["trimmed"], model
     else:
         assert not model["trimmed"] and "no hop counts" in model["reason"], model
+
+
+def test_evaluation_loaders_are_trimmed_with_the_same_predictions():
+    """A validation loop (eval mode, no gradients, an unshuffled loader over other seeds)."""
+
+    def train(data):
+        make = MODELS["to_hetero-sage"]
+        losses, _, _ = _train_nodes(make)(data)
+        torch.manual_seed(1)
+        model = make()
+        loader = NeighborLoader(data, num_neighbors=[4, 4], batch_size=32,
+                                input_nodes=("paper", ~data["paper"].train_mask))
+        model.eval()
+        predictions = []
+        with torch.no_grad():
+            for batch in loader:
+                size = batch["paper"].batch_size
+                out = model(batch.x_dict, batch.edge_index_dict)["paper"][:size]
+                predictions.append(out.log_softmax(-1))
+        return losses, {"predictions": torch.cat(predictions)}, None
+
+    trimmed, untrimmed, stats = _runs(train)
+    _assert_same(trimmed, untrimmed)
+    assert all(m["trimmed"] for m in stats["models"]), stats["models"]
