@@ -157,7 +157,8 @@ def train(data, device: str, epochs: int, workers: int, persistent: bool = True,
 def measure(row: str, args: argparse.Namespace) -> dict:
     data = mag_like(args.papers)
     call = dict(device=args.device, epochs=args.epochs, workers=args.workers,
-                persistent=bool(args.persistent))
+                persistent=bool(args.persistent), batch_size=args.batch_size,
+                fanout=tuple(int(f) for f in args.fanout.split(",")))
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     record = None
@@ -201,6 +202,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--persistent", type=int, choices=(0, 1), default=1)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--fanout", default="10,10", help="per hop, comma-separated")
     parser.add_argument("--rows", default=",".join(DEFAULT_ROWS))
     parser.add_argument("--measure", choices=ROWS, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
@@ -215,7 +218,8 @@ def main() -> None:
     for row in rows:
         cmd = [sys.executable, __file__, "--measure", row, "--device", args.device,
                "--papers", str(args.papers), "--epochs", str(args.epochs),
-               "--workers", str(args.workers), "--persistent", str(args.persistent)]
+               "--workers", str(args.workers), "--persistent", str(args.persistent),
+               "--batch-size", str(args.batch_size), "--fanout", args.fanout]
         result = baselines.fresh_json_row(cmd, row)
         results.append(result)
         print(f"{row:13s} steady {result['steady_epoch_s']:.2f} s  "

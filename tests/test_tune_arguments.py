@@ -54,6 +54,41 @@ def test_deleted_replaced_and_in_place_changes_are_named():
     assert not any("extra" in c for c in changes), changes
 
 
+def test_tensors_moved_to_shared_memory_are_not_changes():
+    """torch's multiprocessing pickler moves a tensor's storage into shared memory in place
+    when the arguments go to rank processes: the same object, values and version, a new
+    pointer. That is no change; a shared copy put in its place is one."""
+    data = load_cora()
+    data.train_mask.share_memory_()                   # shared before: stays so
+    before = Fingerprint.of((data, ), {})
+    pointer = data.x.data_ptr()
+    data.x.share_memory_()
+    data.edge_index.share_memory_()
+    assert data.x.data_ptr() != pointer               # the move this test is about
+    assert before.changes(Fingerprint.of((data, ), {})) == []
+    data.y = data.y.clone().share_memory_()
+    data.edge_index.mul_(1)
+    changes = before.changes(Fingerprint.of((data, ), {}))
+    assert any(".y" in c and "replaced" in c for c in changes), changes
+    assert any(".edge_index" in c and "in place" in c for c in changes), changes
+
+
+@TWO_CORES
+def test_arguments_sent_to_rank_processes_are_unchanged_for_the_next_run():
+    """A run with two ranks sends the arguments to them (moving the caller's tensors into
+    shared memory); a probe in the caller afterwards found them "replaced" and stopped the
+    call (ArgumentsChangedError, seen tuning a to_hetero model)."""
+    data = load_cora()
+    before = Fingerprint.of((data, ), {})
+    gnnorch.Runtime(_count_batches, processes=2, autotune=False)(data)
+    assert before.changes(Fingerprint.of((data, ), {})) == []
+
+
+def _count_batches(data):
+    loader = NeighborLoader(data, num_neighbors=[3], batch_size=256, input_nodes=data.train_mask)
+    return sum(1 for _ in loader)
+
+
 def test_hetero_store_and_model_parameters():
     data = HeteroData()
     data['paper'].x = torch.randn(4, 3)

@@ -18,13 +18,18 @@ torch has none, in-place changes go unseen). Other attribute values are compared
 (``id``), scalars by value.
 
 `Fingerprint.changes(later)` names what differs: an attribute deleted, a tensor replaced by
-another, a tensor changed in place, an optimizer's state that grew. An attribute *added* is
+another, a tensor changed in place, an optimizer's state that grew. One move is not a change:
+a tensor whose storage went to shared memory (same object, same version, same values, a new
+pointer). torch's multiprocessing pickler does that to the caller's tensors in place when a
+run sends the arguments to rank processes (the zygote's warm ranks, a probe with p > 1),
+so a later run in the caller sees them there. An attribute *added* is
 not a change: a re-run assigns it again. Objects of other classes are not walked. The walk
 stops after `MAX_ENTRIES` entries, so a list of a million graphs costs a bounded time; what
 lies beyond is not checked.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -41,7 +46,8 @@ MAX_ENTRIES = 20_000
 
 def _tensor_identity(t: torch.Tensor) -> tuple:
     """(what makes it the same tensor, its version): equal identities with different
-    versions mean the tensor was changed in place."""
+    versions mean the tensor was changed in place. The identity's first item is the storage
+    pointer (`_moved_to_shared_memory` reads it)."""
     if is_lazy(t):
         return ("uninitialised", id(t)), 0
     try:
@@ -61,6 +67,8 @@ class Fingerprint:
     """Path -> identity of everything recorded (see the module docstring)."""
 
     entries: dict[str, tuple] = field(default_factory=dict)
+    # path -> the tensor recorded there (weakly) and whether its storage was shared memory
+    tensors: dict[str, tuple[weakref.ref, bool]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, args: tuple, kwargs: dict) -> Fingerprint:
@@ -69,7 +77,7 @@ class Fingerprint:
             walk.visit(f"args[{i}]", value)
         for key, value in kwargs.items():
             walk.visit(f"kwargs[{key!r}]", value)
-        return cls(walk.entries)
+        return cls(walk.entries, walk.tensors)
 
     def changes(self, later: Fingerprint) -> list[str]:
         """What changed from this fingerprint to `later`, one phrase per path."""
@@ -78,11 +86,23 @@ class Fingerprint:
             now = later.entries.get(path)
             if now is None:
                 out.append(f"{path} deleted")
-            elif kind != now[0] or ident != now[1]:
+            elif kind != now[0] or (ident != now[1]
+                                    and not self._moved_to_shared_memory(path, later)):
                 out.append(f"{path} replaced")
             elif version != now[2]:
                 out.append(f"{path} changed in place")
         return out
+
+    def _moved_to_shared_memory(self, path: str, later: Fingerprint) -> bool:
+        """Whether the tensor at `path` is the very object recorded, its storage moved into
+        shared memory since, and nothing else about it different but the pointer."""
+        before, after = self.tensors.get(path), later.tensors.get(path)
+        if before is None or after is None:
+            return False
+        (ref, was_shared), (ref_now, shared_now) = before, after
+        tensor = ref()
+        return (tensor is not None and tensor is ref_now() and not was_shared and shared_now
+                and self.entries[path][1][1:] == later.entries[path][1][1:])
 
 
 def listed(changes: list[str], most: int = 4) -> str:
@@ -96,6 +116,7 @@ class _Walk:
 
     def __init__(self) -> None:
         self.entries: dict[str, tuple] = {}
+        self.tensors: dict[str, tuple[weakref.ref, bool]] = {}
         self.seen: set[int] = set()
 
     def record(self, path: str, entry: tuple) -> None:
@@ -108,6 +129,8 @@ class _Walk:
         if isinstance(value, torch.Tensor):
             where, version = _tensor_identity(value)
             self.record(path, ("tensor", where, version))
+            if path in self.entries and not is_lazy(value):
+                self.tensors[path] = (weakref.ref(value), _shared(value))
             return
         if not isinstance(value, (tuple, list, dict)) and not _walkable(value):
             self.record(path, ("value", _value_identity(value), 0))
@@ -117,6 +140,13 @@ class _Walk:
         self.seen.add(id(value))
         for sub, child in _children(path, value):
             self.visit(sub, child)
+
+
+def _shared(t: torch.Tensor) -> bool:
+    try:
+        return bool(t.is_shared())
+    except (RuntimeError, NotImplementedError):   # sparse layouts, subclasses
+        return False
 
 
 def _value_identity(value: Any) -> Any:
