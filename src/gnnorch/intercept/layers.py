@@ -24,12 +24,13 @@ rewrite -> unpatched only. The chain's vocabulary is `intercept.chain`.
 Hop-aware trimming (the invariant is in `gnnorch.trim.hops`): the k-th layer call of a model
 on a batch whose edge_index is the batch's own is layer l = k of K. On a HeteroData batch
 (`gnnorch.trim.hetero`) calls are counted per edge type, recognised by its edge_index: the
-k-th call of an edge type is layer k, and K is the calls per edge type (the same for all). Layer l runs on input rows
-[0, c_{D+1}) and the edges into rows [0, c_D). K comes from the model's first forward on a
-batch: a model whose trimmed forward cannot fail where its own would not (a trusted PyG
-BasicGNN, `gnnorch.trim.trusted`) runs that forward trimmed with K guessed from the batch's
-hop count (recomputed untrimmed from the same RNG state if the guess or the check fails);
-any other model's first forward runs untrimmed, as without gnnorch, and K is its layer count.
+k-th call of an edge type is layer k, and K is the calls per edge type (the same for all).
+Layer l runs on input rows [0, c_{D+1}) and the edges into rows [0, c_D). K comes from the
+model's first forward on a batch: a model whose trimmed forward cannot fail where its own
+would not (a trusted PyG BasicGNN, `gnnorch.trim.trusted`) runs that forward trimmed with K
+guessed from the batch's hop count (recomputed untrimmed from the same RNG state if the
+guess or the check fails); any other model's first forward runs untrimmed, as without
+gnnorch, and K is its layer count.
 Models whose code between layers is row-local and shape-agnostic (activation, dropout,
 Linear: e.g. PyG's BasicGNN without JumpingKnowledge) skip the padding ("compact"): each layer
 returns only the rows the next one reads; the one-off check decides.
@@ -74,11 +75,11 @@ from ..compat import pyg as compat_pyg
 from ..compat import torch as compat_torch
 from ..trim.batch import BatchGraph
 from ..trim.exact_output import prefix_exact_parts
+from ..trim.hetero import SampledGraph
 from ..trim.materialize import materializer, run_as
 from ..trim.state import (CHECKPOINTED, SELF_TRIMMING, Action, Mode, ModelState,
                           check_result, enter, forward_end, non_seed_read, self_trimming)
 from ..trim.trusted import trusted_model
-from ..trim.hetero import SampledGraph
 from ..trim.verify import output_parts, pad_compact
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .checkpointed import runs_past_seam
