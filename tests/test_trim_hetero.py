@@ -156,7 +156,8 @@ MODELS = {
 
 def _train_nodes(make, hops=2, transform=None, read_authors=False):
     """A node-classification training function: the losses of 2 epochs and the gradients of
-    the last step (and, `read_authors`, the author rows of the last batch's output)."""
+    the last step (and, `read_authors`, the author rows of the third batch's output, summed
+    over rows: a read beyond the seeds' type)."""
 
     def train(data):
         loader = NeighborLoader(data, num_neighbors=[4] * hops, batch_size=24, shuffle=True,
