@@ -117,8 +117,11 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
             stack.callback(ctx.one_off_meters.remove, layer_seam.one_off_seconds)
             stack.callback(lambda: ctx.stats.__setitem__("trim", layer_seam.stats()))
         if cache is not None:
-            stack.enter_context(cache.installed(ctx.batch_callbacks))
+            # registered first, so it runs after the cache's own exit (LIFO): the statistics
+            # are read once the background refresher's last job is drained, not while that
+            # job may still be counting its rows in the worker thread
             stack.callback(lambda: ctx.stats.__setitem__("cache", cache.stats()))
+            stack.enter_context(cache.installed(ctx.batch_callbacks))
         if sync is not None:
             stack.enter_context(sync.installed())
         _ACTIVE = Seams(loaders, distribution, layer_seam, cache, partition, path)
