@@ -208,6 +208,13 @@ def main() -> None:
     parser.add_argument("--measure", choices=ROWS, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    try:
+        fanout = [int(f) for f in args.fanout.split(",")]
+    except ValueError:
+        fanout = []
+    if not fanout or args.batch_size < 1:
+        parser.error(f"--fanout takes comma-separated integers such as 10,10 (got "
+                     f"{args.fanout!r}) and --batch-size a positive integer")
     if args.measure:
         baselines.finish_child(measure(args.measure, args))
     rows = [r for r in args.rows.split(",") if r]

@@ -47,6 +47,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="append the JSON lines to this file")
     args = parser.parse_args()
     cases = {case.name: case for case in corpus.load_cases()}
+    unknown = [name for name in args.cases if name not in cases]
+    if unknown:
+        parser.error(f"unknown cases {unknown}; the corpus has: {', '.join(sorted(cases))}")
     for name in args.cases:
         record = status(cases[name], json.loads(args.options))
         line = json.dumps(record)
