@@ -22,8 +22,14 @@ Rows, each in a fresh process (same graph, same seed), the function unchanged:
 * gnnorch data path: ``Runtime(train, processes=1, autotune=False, data_path="device")``
   (issue 21's GPU path with the CPU as its device: sampling and negatives in a producer thread).
 
+``--model encoder`` wraps the same GraphSAGE as the encoder of a model whose output is a
+decoder's edge scores (PyG's link-prediction tutorials: ``Model = encoder + EdgeDecoder``, an
+MLP on both ends' rows, as in ``examples/hetero/bipartite_sage_unsup.py``). gnnorch trims such a
+model at its encoder since session 32; the PyG expert passes the per-hop counts through the
+model to the encoder by hand.
+
     .venv/bin/python scripts/bench_link.py --out benchmarks/results/link.json \
-        [--vanilla-python .venv-baseline/bin/python]
+        [--vanilla-python .venv-baseline/bin/python] [--model encoder]
 """
 from __future__ import annotations
 
@@ -61,10 +67,38 @@ def make_data(nodes: int, seed: int, labels: int):
     return data
 
 
-def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0, expert=False):
+class EdgeDecoder(torch.nn.Module):
+    """`examples/hetero/bipartite_sage_unsup.py`'s decoder: an MLP on both ends' rows."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.lin1 = torch.nn.Linear(2 * hidden, hidden)
+        self.lin2 = torch.nn.Linear(hidden, 1)
+
+    def forward(self, z, edge_label_index):
+        row, col = edge_label_index
+        z = torch.cat([z[row], z[col]], dim=-1)
+        return self.lin2(self.lin1(z).relu()).view(-1)
+
+
+class EncoderDecoder(torch.nn.Module):
+    """A GNN encoder and an edge decoder in one model: its output is a score per label edge."""
+
+    def __init__(self, encoder: torch.nn.Module, hidden: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = EdgeDecoder(hidden)
+
+    def forward(self, x, edge_index, edge_label_index, **trim):
+        return self.decoder(self.encoder(x, edge_index, **trim), edge_label_index)
+
+
+def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0, expert=False,
+          model_kind="basic"):
     """An ordinary PyG link-prediction function; returns its own epoch seconds, mean training
     loss per epoch and the held-out ROC AUC. ``expert``: PyG's own trimming by hand (the
-    per-hop counts passed to the model in training)."""
+    per-hop counts passed to the model in training). ``model_kind`` "encoder": the GraphSAGE
+    inside an encoder-decoder model that scores the label edges itself."""
     from sklearn.metrics import roc_auc_score
     from torch_geometric.loader import LinkNeighborLoader
     from torch_geometric.nn import GraphSAGE
@@ -74,6 +108,16 @@ def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0, e
                                 edge_label_index=data.train_label_index, shuffle=True,
                                 neg_sampling_ratio=1.0)
     model = GraphSAGE(data.num_features, hidden, num_layers=len(fanout))
+    if model_kind == "encoder":
+        model = EncoderDecoder(model, hidden)
+
+    def score(batch, **trim):
+        if model_kind == "encoder":
+            return model(batch.x, batch.edge_index, batch.edge_label_index, **trim)
+        h = model(batch.x, batch.edge_index, **trim)
+        src, dst = batch.edge_label_index
+        return (h[src] * h[dst]).sum(dim=-1) / hidden ** 0.5
+
     optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
     epoch_seconds, losses = [], []
     for _ in range(epochs):
@@ -83,9 +127,7 @@ def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0, e
             optimizer.zero_grad()
             trim = dict(num_sampled_nodes_per_hop=batch.num_sampled_nodes,
                         num_sampled_edges_per_hop=batch.num_sampled_edges) if expert else {}
-            h = model(batch.x, batch.edge_index, **trim)
-            src, dst = batch.edge_label_index
-            pred = (h[src] * h[dst]).sum(dim=-1) / hidden ** 0.5
+            pred = score(batch, **trim)
             loss = F.binary_cross_entropy_with_logits(pred, batch.edge_label)
             loss.backward()
             optimizer.step()
@@ -99,9 +141,7 @@ def train(data, epochs=2, batch_size=1024, fanout=(10, 5), hidden=256, seed=0, e
     scores, labels = [], []
     with torch.no_grad():
         for batch in test:
-            h = model(batch.x, batch.edge_index)
-            src, dst = batch.edge_label_index
-            scores.append((h[src] * h[dst]).sum(dim=-1) / hidden ** 0.5)
+            scores.append(score(batch))
             labels.append(batch.edge_label)
     auc = roc_auc_score(torch.cat(labels).numpy(), torch.cat(scores).numpy())
     return {"epoch_seconds": epoch_seconds, "losses": losses, "auc": float(auc)}
@@ -113,16 +153,19 @@ def measure_one(label: str, args: argparse.Namespace) -> dict:
     options = ROWS[label]
     start = time.perf_counter()
     if options is None:
-        out = train(data, epochs=args.epochs, expert=label == "PyG expert")
+        out = train(data, epochs=args.epochs, expert=label == "PyG expert",
+                    model_kind=args.model)
         extra = {}
     else:
         import gnnorch
 
         runtime = gnnorch.Runtime(train, **options)
-        out = runtime(data, epochs=args.epochs)
+        out = runtime(data, epochs=args.epochs, model_kind=args.model)
         run = runtime.last_run
         loaders = run.stats[0].get("sampler", {}).get("loaders", [])
         extra = {"plan": run.plan.to_dict(), "summary": runtime.summary(),
+                 "trim": [{k: m.get(k) for k in ("model", "trimmed", "encoder", "reason")}
+                          for m in (run.stats[0].get("trim") or {}).get("models", [])],
                  "loaders": [{k: s.get(k) for k in ("kind", "role", "backend")}
                              for s in loaders]}
     import torch_geometric.typing as pyg_typing
@@ -134,12 +177,25 @@ def measure_one(label: str, args: argparse.Namespace) -> dict:
 
 def run_fresh(label: str, args: argparse.Namespace, python: str) -> dict:
     cmd = [python, __file__, "--measure", label, "--nodes", str(args.nodes), "--epochs",
-           str(args.epochs), "--seed", str(args.seed), "--labels", str(args.labels)]
+           str(args.epochs), "--seed", str(args.seed), "--labels", str(args.labels),
+           "--model", args.model]
     row = baselines.fresh_json_row(cmd, label)
     print(f"  {label:<36} epoch {row['best_epoch_seconds']:7.2f} s  loss "
           f"{row['losses'][-1]:.4f}  AUC {row['auc']:.4f}  wall {row['call_wall_seconds']:.1f} s",
           flush=True)
     return row
+
+
+def _trimmed(row: dict) -> str:
+    """How a row's model was trimmed: by hand (the expert), by gnnorch (at its output or at its
+    encoder), or not."""
+    if "trim" not in row:
+        return "by hand (PyG)" if row["label"] == "PyG expert" else "no"
+    models = row["trim"]
+    if not models or not all(m.get("trimmed") for m in models):
+        return "no"
+    return ", ".join(f"at {m['encoder']}" if m.get("encoder") else "at the output"
+                     for m in models)
 
 
 def _machine() -> dict:
@@ -159,6 +215,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vanilla-python", default=sys.executable)
+    ap.add_argument("--model", choices=("basic", "encoder"), default="basic",
+                    help="encoder: GraphSAGE inside an encoder-decoder model")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/link.json"))
     ap.add_argument("--measure", help=argparse.SUPPRESS)   # internal: one row, JSON to stdout
     args = ap.parse_args()
@@ -176,21 +234,23 @@ def main() -> None:
     rows.append(run_fresh("vanilla", args, args.vanilla_python))
     rows[0]["label"], rows[-1]["label"] = "vanilla PyG (first)", "vanilla PyG (last)"
     vanilla = (rows[0]["best_epoch_seconds"] + rows[-1]["best_epoch_seconds"]) / 2
-    print("\n| row | sampler | epoch s | vs vanilla | mean loss, last epoch | held-out AUC |")
-    print("|---|---|---|---|---|---|")
+    print("\n| row | sampler | trimmed | epoch s | vs vanilla | mean loss, last epoch | "
+          "held-out AUC |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         row["speedup_vs_vanilla"] = vanilla / row["best_epoch_seconds"]
         sampler = ("pyg-lib" if row["pyg_lib"] else "torch_sparse") if "plan" not in row else \
             ", ".join(f"{s['role']} {s['backend']}" for s in row["loaders"])
         plan = f" ({row['plan']['processes']} rank(s))" if "plan" in row else ""
-        print(f"| {row['label']}{plan} | {sampler} | {row['best_epoch_seconds']:.2f} | "
+        print(f"| {row['label']}{plan} | {sampler} | {_trimmed(row)} | "
+              f"{row['best_epoch_seconds']:.2f} | "
               f"{row['speedup_vs_vanilla']:.2f}x | {row['losses'][-1]:.4f} | "
               f"{row['auc']:.4f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "benchmark": "bench_link", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": _machine(), "argv": sys.argv, "nodes": args.nodes, "labels": args.labels,
-        "epochs": args.epochs, "rows": rows}, indent=1))
+        "epochs": args.epochs, "model": args.model, "rows": rows}, indent=1))
     print(f"wrote {args.out}")
 
 

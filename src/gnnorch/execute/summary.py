@@ -150,8 +150,9 @@ def _trim(info: RunInfo, stats: dict) -> str | None:
     for m in models:
         name = m.get("model", "model")
         if m.get("trimmed"):
-            how = m.get("verified_by")
-            entries.append(f"{name} trimmed" + (f" (verified: {how})" if how else ""))
+            how, encoder = m.get("verified_by"), m.get("encoder")
+            entries.append(f"{name} trimmed" + (f" at its encoder {encoder}" if encoder else "")
+                           + (f" (verified: {how})" if how else ""))
         else:
             reason = m.get("reason")
             entries.append(f"{name} not trimmed" + (f" ({reason})" if reason else ""))

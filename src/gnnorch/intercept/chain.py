@@ -53,6 +53,8 @@ class Trace:
     # layer calls on the batch's graph so far, by edge key (`BatchGraph.edge_key`: one key
     # for a Data batch, its edge type for a HeteroData batch)
     counts: dict[Hashable, int] = dataclasses.field(default_factory=dict)
+    # trimmed at an encoder (`intercept.encoder`): the layer calls made when it returned
+    served: int | None = None
 
     def count(self, key: Hashable) -> int:
         """Count one more layer call of edge key `key`; its index among that key's calls (its
@@ -60,6 +62,11 @@ class Trace:
         index = self.counts.get(key, 0)
         self.counts[key] = index + 1
         return index
+
+    @property
+    def made(self) -> int:
+        """Layer calls on the batch's graph so far, of every edge key."""
+        return sum(self.counts.values())
 
     @property
     def calls(self) -> int:

@@ -38,6 +38,10 @@ The model's output is a `gnnorch.trim.exact_output.PrefixExact` tensor: its seed
 trimmed forward's own, and any read of another row recomputes the forward untrimmed (exact
 values, gradients through the untrimmed graph: `gnnorch.trim.materialize`) and switches
 trimming off for that model with a `TrimmingWarning`. No value a user can observe is a placeholder.
+A model whose output has no row per vertex (a link decoder's edge scores) is trimmed at its
+encoder instead, the sub-module call that makes all its layer calls (`intercept.encoder`): the
+encoder's output is the prefix-exact one, handed on to the rest of the model at its return
+(`intercept.trimmed_outputs` hands back both kinds).
 
 A model is trimmed only if (1) it holds no module that mixes rows across the batch
 (`gnnorch.trim.mixing`; inside its layers too, e.g. a BatchNorm in a GINConv's `nn`), (2) it
@@ -69,20 +73,17 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
-from torch import Tensor
 
 from ..compat import pyg as compat_pyg
 from ..compat import torch as compat_torch
 from ..trim.batch import BatchGraph
-from ..trim.exact_output import prefix_exact_parts
 from ..trim.hetero import SampledGraph
-from ..trim.materialize import materializer, run_as
 from ..trim.state import (CHECKPOINTED, SELF_TRIMMING, Action, Mode, ModelState,
                           check_result, enter, forward_end, non_seed_read, self_trimming)
 from ..trim.trusted import trusted_model
-from ..trim.verify import output_parts, pad_compact
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .checkpointed import runs_past_seam
+from .trimmed_outputs import TrimmedOutputs
 from .layer_calls import TrimAndRewrite
 from .module_calls import ModuleCalls
 from .trim_check import OneOffCheck
@@ -147,6 +148,7 @@ class LayerSeam:
         self.module_calls = ModuleCalls(self._on_enter, self._on_exit)
         self._narrows = False    # TrimToLayer seen at its class: nested calls need no hooks
         self.check = OneOffCheck(self)       # the one-off check (its forwards come through here)
+        self.outputs = TrimmedOutputs(self, self.check)  # what trimmed forwards hand back
 
     def one_off_seconds(self) -> float:
         """Seconds spent so far measuring rather than training: trimming checks, rewrite
@@ -178,6 +180,11 @@ class LayerSeam:
         self._untraced = None
         self._outer = None
         self.module_calls.reset()
+        self.outputs.disarm()
+
+    def calls_made(self) -> int:
+        """Layer calls on the batch graph made so far in the forward in flight."""
+        return self._trace.made if self._trace is not None else 0
 
     def stats(self) -> dict:
         return {"enabled": self.trim_enabled, "check_s": self.check.seconds,
@@ -217,6 +224,8 @@ class LayerSeam:
                      layers_known=state.layers is not None, trims=state.trim,
                      may_speculate=lambda: self._may_speculate(module, state))
         self._trace = Trace(module, state, mode)
+        if state.encoder is not None and mode in (Mode.TRIM, Mode.CHECK_TRIM):
+            self.outputs.arm(self._trace, self.batch)
         if mode is Mode.SPECULATE:  # K guessed: one layer per sampled hop, padded
             state.layers, state.compact, state.speculated = layout.num_hops, False, True
             self._trace.rng = torch.get_rng_state()
@@ -251,7 +260,7 @@ class LayerSeam:
             return None
         self._trace = None
         state = trace.state
-        trace.problem = trace.problem or trace.uneven()
+        trace.problem = trace.problem or trace.uneven() or self.outputs.encoder_problem(trace)
         if trace.mode.checking:
             step = forward_end(trace.mode, calls=trace.calls, layers=state.layers,
                                problem=trace.problem)
@@ -272,8 +281,9 @@ class LayerSeam:
             if action is Action.LEARN:
                 self.check.calibrated(module, state, trace, args, kwargs)
             return None
-        if action is Action.SERVE_TRIMMED:
-            return self._trimmed_output(module, state, args, kwargs, output)
+        if action is Action.SERVE_TRIMMED:   # (at an encoder: served at its exit)
+            return None if state.encoder else self.outputs.serve(module, state, self.batch,
+                                                                 args, kwargs, output)
         if action is Action.RECOMPUTE:
             state.disable(trace.problem or (
                 f"a forward made {trace.calls} layer calls instead of {state.layers}"))
@@ -291,31 +301,17 @@ class LayerSeam:
         finally:
             self._entry = None
 
-    def _trimmed_output(self, module: torch.nn.Module, state: ModelState, args: tuple,
-                        kwargs: dict, output: Any) -> Any:
-        """A trimmed forward's output: padded to a row per vertex, prefix-exact (each tensor
-        of a dict output by node type: exact in its type's seed rows)."""
-        state.trimmed_forwards += 1
-        batch = self.batch
-        full = pad_compact(output, batch, state.compact)
-        parts = output_parts(full, batch)
-        if parts is None:
-            return full
-        rerun = functools.partial(self._rerun_untrimmed, module, batch, args=args, kwargs=kwargs)
-        return prefix_exact_parts(parts, materializer(module, state, batch.batch_size, rerun))
-
-    def _rerun_untrimmed(self, model: torch.nn.Module, batch: SampledGraph, grad: bool,
-                         training: bool, parameters: dict[str, Tensor] | None, *,
-                         args: tuple, kwargs: dict) -> Tensor:
-        """`model(*args, **kwargs)` on `batch` as the seam would run it untrimmed (with the
-        given parameter values instead of the model's own, when given): the output of a
-        trimmed forward was read beyond its seed rows (`non_seed_read`)."""
+    @contextlib.contextmanager
+    def reentered(self, batch: SampledGraph, nested: bool) -> Iterator[None]:
+        """The seam set for an untrimmed recomputation on `batch` (`TrimmedOutputs`): of a
+        model, entered in the mode `non_seed_read` names; `nested`, of a module run as inside
+        a model (untraced). The forward in flight is restored afterwards."""
         saved = (self.batch, self._depth, self._trace)
-        self.batch, self._depth, self._trace = batch, 0, None
-        self._entry = non_seed_read(Mode.TRIM).mode
+        self.batch, self._depth, self._trace = batch, int(nested), None
+        self._entry = None if nested else non_seed_read(Mode.TRIM).mode
         try:
             with self.module_calls.widened():   # maybe inside another model's call
-                return run_as(model, grad, training, parameters, args, kwargs)
+                yield
         finally:
             self._entry = None
             self.batch, self._depth, self._trace = saved
@@ -342,7 +338,7 @@ class LayerSeam:
                 trace, batch, self._depth >= 1, self._untraced, args, kwargs):
             return original(layer, *args, **kwargs)
         if (trace is None or batch is None or self._depth < 1
-                or (trace.mode.untrimmed and not self.hooks and batch.extra_degree is None)):
+                or (trace.mode is Mode.PLAIN and not self.hooks and batch.extra_degree is None)):
             return self.calls.run(layer, original, args, kwargs)
         edge_index = args[1] if len(args) > 1 else kwargs.get("edge_index")
         key = batch.edge_key(edge_index, trace.counts)

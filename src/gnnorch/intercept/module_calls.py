@@ -114,7 +114,7 @@ class ModuleCalls:
     @contextlib.contextmanager
     def widened(self) -> Iterator[None]:
         """Every module call seen for the duration (a forward re-entered from inside another
-        model's call: `LayerSeam._rerun_untrimmed`); narrowed again afterwards if it was."""
+        model's call: `LayerSeam.reentered`); narrowed again afterwards if it was."""
         was_narrowed = not self.attached
         self.attach()
         try:

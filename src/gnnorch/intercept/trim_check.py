@@ -9,7 +9,7 @@ first forward met a problem (self-trimming, activation checkpointing), is never 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -17,8 +17,10 @@ from ..trim.hetero import SampledGraph
 from ..trim.mixing import batch_mixing_modules
 from ..trim.state import Mode, ModelState
 from ..trim.trusted import trusted_trimming
-from ..trim.verify import pad_compact, verify_trimming
+from ..trim.verify import NOT_ONE_TENSOR, NOT_PER_TYPE, pad_compact, rows_per_vertex, \
+    same_values, verify_trimming
 from .chain import Trace
+from .encoder import NO_ENCODER, find_encoder
 
 __all__ = ["CheckedSeam", "OneOffCheck"]
 
@@ -35,6 +37,9 @@ class CheckedSeam(Protocol):
     def clear_forward(self) -> None:
         """No forward in flight."""
 
+    def calls_made(self) -> int:
+        """Layer calls on the batch graph made so far in the forward in flight."""
+
 
 class OneOffCheck:
     """Whether trimming is exact for a model, decided once, on its first batch: by
@@ -47,6 +52,7 @@ class OneOffCheck:
         self.seam = seam
         self.seconds = 0.0               # spent in reference / trimmed check forwards
         self.problem: str | None = None  # what the latest trimmed check forward met
+        self.encoder_output: Any = None  # what the encoder returned in it (padded)
 
     def speculated(self, module: torch.nn.Module, state: ModelState, args: tuple,
                    kwargs: dict) -> bool:
@@ -95,7 +101,7 @@ class OneOffCheck:
 
         def trimmed(compact: bool) -> tuple[Any, str | None]:
             state.compact = compact
-            self.problem = None
+            self.problem, self.encoder_output = None, None
             try:
                 out = pad_compact(seam.forward_in(Mode.CHECK_TRIM, model, args, kwargs),
                                   seam.batch, compact)
@@ -107,7 +113,41 @@ class OneOffCheck:
             model.eval()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 plain = seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs)
-                return verify_trimming(plain, trimmed, seam.batch)
+                if rows_per_vertex(plain, seam.batch):
+                    return verify_trimming(plain, trimmed, seam.batch)
+                at_encoder = self._check_at_encoder(model, state, args, kwargs, trimmed)
+                if at_encoder is not None:
+                    return at_encoder
+                trim, compact, reason = verify_trimming(plain, trimmed, seam.batch)
+                if reason in (NOT_ONE_TENSOR, NOT_PER_TYPE):
+                    reason = f"{reason}, and {NO_ENCODER}"
+                return trim, compact, reason
         finally:
             for m, training in flags:
                 m.training = training
+
+    def _check_at_encoder(self, model: torch.nn.Module, state: ModelState, args: tuple,
+                          kwargs: dict, trimmed: Callable[[bool], tuple[Any, str | None]]
+                          ) -> tuple[bool, bool, str | None] | None:
+        """(trim, compact, reason) for a model whose output has no row per vertex, trimmed at
+        its encoder (`intercept.encoder`) when the trimmed forwards give the encoder's seed
+        rows, and the model's whole output, as the untrimmed one does; None: no encoder."""
+        seam = self.seam
+        plain, found = find_encoder(
+            model, lambda: seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs),
+            seam.calls_made, seam.batch)
+        if found is None:
+            return None
+        state.encoder = found.name
+
+        def at_encoder(compact: bool) -> tuple[Any, str | None]:
+            out, problem = trimmed(compact)
+            if problem is None and not same_values(plain, out):
+                problem = (f"the model reads its encoder's output beyond the seed rows (its "
+                           f"trimmed and untrimmed outputs differ)")
+            return self.encoder_output, problem
+
+        trim, compact, reason = verify_trimming(found.output, at_encoder, seam.batch)
+        if not trim:
+            state.encoder, reason = None, f"at its encoder {found.name}: {reason}"
+        return trim, compact, reason

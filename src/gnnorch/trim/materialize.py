@@ -103,13 +103,16 @@ def run_as(model: torch.nn.Module, grad: bool, training: bool,
 
 
 def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,
-                 rerun: Rerun) -> Callable[[str], Tensor]:
+                 rerun: Rerun, name: str | None = None) -> Callable[[str], Tensor]:
     """What recomputes the forward just run when its output is read beyond the seed rows.
 
-    `rerun(grad, training, parameters)` runs the same call untrimmed with that grad mode and
-    train/eval flag (and those parameter values instead of the model's, when given); the
-    returned function takes the name of the reading operation (for the warning).
+    `model` is the module whose output it is (the model, or its encoder: `name` names it for
+    the messages; default: the model's name). `rerun(grad, training, parameters)` runs the
+    same call untrimmed with that grad mode and train/eval flag (and those parameter values
+    instead of the module's, when given); the returned function takes the name of the reading
+    operation (for the warning).
     """
+    name = name or state.name
     grad, training = torch.is_grad_enabled(), model.training
     named = list(model.named_parameters())      # one walk of the model per forward
     params = tuple(p for _, p in named)
@@ -122,7 +125,7 @@ def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,
         if stale and snapshot is None:
             state.disable("output read beyond the seeds after a change")
             raise TrimmingError(
-                f"gnnorch: the output of {state.name} was read beyond its first {batch_size} "
+                f"gnnorch: the output of {name} was read beyond its first {batch_size} "
                 f"rows (the seed rows) by {reason} after its parameters changed in place. "
                 f"Hop-aware trimming computes only the seed rows exactly and can no longer "
                 f"recompute the others with the old weights. Read those rows before changing "
@@ -130,7 +133,7 @@ def materializer(model: torch.nn.Module, state: ModelState, batch_size: int,
         state.disable(f"its output was read beyond the seed rows ({reason})")
         state.materialized += 1
         warnings.warn(TrimmingWarning(
-            f"gnnorch: the output of {state.name} was read beyond its first {batch_size} rows "
+            f"gnnorch: the output of {name} was read beyond its first {batch_size} rows "
             f"(the seed rows of the batch) by {reason}; hop-aware trimming computes only the "
             f"seed rows, so this forward was recomputed untrimmed (exact values) and trimming "
             f"is now off for this model. To keep trimming, read only out[:batch.batch_size] (of a "

@@ -164,6 +164,8 @@ class ModelState:
     speculated: bool = False       # the first forward was run trimmed before the check
     verified_by: str | None = None  # what established that trimming is exact for it
     checkpointed_calls: int = 0    # layer calls run past the seam under checkpointing
+    # trimmed at this sub-module's output rather than the model's (`intercept.encoder`)
+    encoder: str | None = None
 
     def disable(self, reason: str) -> None:
         """Trimming off for this model from now on, for `reason`."""
@@ -177,4 +179,5 @@ class ModelState:
                 "untrimmed_forwards": self.untrimmed_forwards,
                 "materialized": self.materialized,
                 "verified_by": self.verified_by if self.trim else None,
-                "checkpointed_calls": self.checkpointed_calls}
+                "checkpointed_calls": self.checkpointed_calls,
+                "encoder": self.encoder}

@@ -19,7 +19,8 @@ from torch import Tensor
 
 from .hetero import SampledGraph
 
-__all__ = ["VERIFY_RTOL", "VERIFY_ATOL", "output_parts", "pad_compact", "verify_trimming"]
+__all__ = ["VERIFY_RTOL", "VERIFY_ATOL", "output_parts", "pad_compact", "rows_per_vertex",
+           "same_values", "verify_trimming"]
 
 VERIFY_RTOL = 1e-4
 VERIFY_ATOL = 1e-5
@@ -48,6 +49,34 @@ def output_parts(output: Any, batch: SampledGraph) -> Parts | None:
             return None
         parts[key] = (value, *rows)
     return parts
+
+
+def rows_per_vertex(output: Any, batch: SampledGraph) -> bool:
+    """Whether `output` (an untrimmed one) has exactly a row per batch vertex in each of its
+    parts (`output_parts`), and some exact row: what an encoder returns."""
+    parts = output_parts(output, batch)
+    return parts is not None and all(value.size(0) == rows for value, _, rows in
+                                     parts.values()) and any(e for _, e, _ in parts.values())
+
+
+def same_values(a: Any, b: Any) -> bool:
+    """Whether two outputs are equal within the check's tolerance (NaN equal to NaN): tensors
+    of one shape and dtype, or dicts, lists and tuples of such, or other values equal."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape
+                and a.dtype == b.dtype and a.device == b.device):
+            return False
+        if not (a.is_floating_point() or a.is_complex()):
+            return torch.equal(a, b)
+        return torch.allclose(a, b, rtol=VERIFY_RTOL, atol=VERIFY_ATOL, equal_nan=True)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same_values, a, b))
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - values that cannot say: not known equal
+        return False
 
 
 def _rebuilt(parts: dict[Hashable, Any]) -> Any:

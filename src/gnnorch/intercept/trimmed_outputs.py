@@ -1,0 +1,114 @@
+"""What a trimmed forward hands back, and the untrimmed recomputation behind it.
+
+A forward trimmed at the model's output hands back that output padded to a row per vertex and
+prefix-exact (`gnnorch.trim.exact_output`: each tensor of a dict output by node type exact in
+its type's seed rows). A model trimmed at its encoder (`intercept.encoder`) hands on the
+encoder's output so, at the encoder's return, and the rest of the model computes from it;
+a forward that did not go as planned (the encoder not ending after the model's K layer calls,
+or layer calls after it) is recomputed untrimmed at the model's exit (`encoder_problem`).
+
+A read of a non-seed row recomputes the forward untrimmed (`gnnorch.trim.materialize`): the
+model re-entered through the layer seam in the mode `non_seed_read` names, or the encoder run
+as inside a model, untraced, its layer calls untrimmed (`ReenterableSeam.reentered`).
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, ContextManager, Protocol
+
+import torch
+from torch import Tensor
+
+from ..trim.exact_output import prefix_exact_parts
+from ..trim.hetero import SampledGraph
+from ..trim.materialize import materializer, run_as
+from ..trim.state import Mode, ModelState
+from ..trim.verify import output_parts, pad_compact
+from .chain import Trace
+from .encoder import EncoderWatch
+from .trim_check import OneOffCheck
+
+__all__ = ["ReenterableSeam", "TrimmedOutputs"]
+
+
+class ReenterableSeam(Protocol):
+    """What serving needs of the layer seam (`intercept.layers.LayerSeam`)."""
+
+    def reentered(self, batch: SampledGraph, nested: bool) -> ContextManager[None]:
+        """The seam set for a recomputation on `batch`: of a model (traced, entered in the
+        mode `non_seed_read` names) or, `nested`, of a module run as inside a model (untraced,
+        its layer calls untrimmed); the forward in flight restored afterwards."""
+
+
+class TrimmedOutputs:
+    """Hands back the outputs of trimmed forwards (module docstring); in the one-off check's
+    trimmed forward of a model checked at its encoder, the encoder's output goes to `check`."""
+
+    def __init__(self, seam: ReenterableSeam, check: OneOffCheck) -> None:
+        self.seam = seam
+        self.check = check
+        self.watch = EncoderWatch()
+
+    def serve(self, module: torch.nn.Module, state: ModelState, batch: SampledGraph,
+              args: tuple, kwargs: dict, output: Any, nested: bool = False) -> Any:
+        """A trimmed forward's output (of the model, or `nested`: of its encoder) padded to a
+        row per vertex and prefix-exact."""
+        state.trimmed_forwards += 1
+        full = pad_compact(output, batch, state.compact)
+        parts = output_parts(full, batch)
+        if parts is None:
+            return full
+        rerun = functools.partial(self._rerun, module, batch, args=args, kwargs=kwargs,
+                                  nested=nested)
+        name = f"{state.name}.{state.encoder}" if nested else None
+        return prefix_exact_parts(parts, materializer(module, state, batch.batch_size, rerun,
+                                                      name))
+
+    def _rerun(self, module: torch.nn.Module, batch: SampledGraph, grad: bool, training: bool,
+               parameters: dict[str, Tensor] | None, *, args: tuple, kwargs: dict,
+               nested: bool) -> Tensor:
+        """`module(*args, **kwargs)` on `batch` untrimmed (with the given parameter values
+        instead of the module's own, when given): its trimmed output was read beyond the seed
+        rows."""
+        with self.seam.reentered(batch, nested):
+            return run_as(module, grad, training, parameters, args, kwargs)
+
+    # -- models trimmed at an encoder --------------------------------------------------
+    def arm(self, trace: Trace, batch: SampledGraph) -> None:
+        """A forward of a model trimmed (or checked) at its encoder began: watch the encoder."""
+        thread = threading.get_ident()
+
+        def on_exit(encoder: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+            if threading.get_ident() != thread:
+                return None
+            return self._encoder_returned(trace, batch, encoder, args, kwargs, output)
+
+        self.watch.arm(trace.model, trace.state.encoder, on_exit)
+
+    def disarm(self) -> None:
+        self.watch.disarm()
+
+    def _encoder_returned(self, trace: Trace, batch: SampledGraph, encoder: torch.nn.Module,
+                          args: tuple, kwargs: dict, output: Any) -> Any:
+        """The encoder's output handed on padded; prefix-exact when the forward went as planned
+        so far (else `encoder_problem` has the model's exit recompute it untrimmed)."""
+        trace.served, state = trace.made, trace.state
+        if trace.mode is Mode.CHECK_TRIM:
+            self.check.encoder_output = pad_compact(output, batch, state.compact)
+            return self.check.encoder_output
+        if trace.problem is None and trace.calls == state.layers and not trace.uneven():
+            return self.serve(encoder, state, batch, args, kwargs, output, nested=True)
+        return pad_compact(output, batch, state.compact)
+
+    def encoder_problem(self, trace: Trace) -> str | None:
+        """At the model's exit: why a forward trimmed (or checked) at its encoder went
+        otherwise than planned (None: as planned, or not such a forward)."""
+        name = trace.state.encoder
+        if name is None or trace.mode not in (Mode.TRIM, Mode.CHECK_TRIM):
+            return None
+        self.disarm()
+        if trace.served is None:
+            return f"its encoder {name} did not return in a forward"
+        return None if trace.served == trace.made else (
+            f"it made layer calls on the batch graph after its encoder {name}")
