@@ -107,6 +107,8 @@ def test_placement_decided_and_in_stats():
     assert stats["active"] and stats["device"] == "cpu"
     assert entry["placement"]["structure"] == "gpu" and entry["placement"]["features"] == "gpu"
     assert entry["placement"]["budget_bytes"] > 0 and len(entry["placement"]["reasons"]) == 2
+    # the CPU standing in for a GPU is named as what it is
+    assert all("device (cpu)" in r and "GPU" not in r for r in entry["placement"]["reasons"])
     assert "sampled and gathered" in entry["reason"] and "-> 0" in entry["num_workers"]
     assert entry["bytes_on_device"] > 0
 

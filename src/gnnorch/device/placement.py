@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from .split_rows import TABLE_BYTES
 
-__all__ = ["DataPlacement", "plan_data_placement", "structure_bytes", "feature_bytes",
-           "SPLIT_MIN_SHARE"]
+__all__ = ["DataPlacement", "device_label", "plan_data_placement", "structure_bytes",
+           "feature_bytes", "SPLIT_MIN_SHARE"]
 
 GPU, PINNED, HOST, SPLIT = "gpu", "pinned", "host", "split"
 
@@ -61,6 +61,12 @@ class DataPlacement:
         return out
 
 
+def device_label(device: Any) -> str:
+    """What placement reasons call `device` (a `torch.device`): "GPU" for CUDA, else "device
+    (cpu)" and the like (the path runs the same with the CPU standing in for a GPU)."""
+    return "GPU" if device.type == "cuda" else f"device ({device.type})"
+
+
 def structure_bytes(num_nodes: int, num_edges: int) -> int:
     """Bytes of PyG's CSC of a graph: colptr (N + 1), row and perm (E each), int64."""
     return 8 * (num_nodes + 1) + 16 * num_edges
@@ -79,7 +85,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
                         resident_bytes: int = 0, row_bytes: int = 0,
                         device_share: Callable[[int], float] | None = None,
                         shared_rows: int = 0,
-                        structure_size: int | None = None) -> DataPlacement:
+                        structure_size: int | None = None,
+                        device_label: str = "GPU") -> DataPlacement:
     """Decide where the structure and the features live (the module docstring's rule).
 
     ``free_bytes``: the device's free memory (e.g. ``torch.cuda.mem_get_info()[0]``), used
@@ -97,6 +104,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     (0: none); features that do not fit whole are then split over those rows.
     ``structure_size``: the structure's bytes when it is not one CSC of `num_nodes` and
     `num_edges` (a HeteroData's: one CSC per edge type).
+    ``device_label``: what the reasons call the device ("GPU"; `device_label(device)` names a
+    device that stands in for one, as the CPU does in CI).
     """
     if budget_bytes is None:
         if free_bytes is None:
@@ -120,12 +129,12 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     elif s_bytes <= left:
         structure = GPU
         left -= s_bytes
-        reasons.append(f"structure ({s_bytes / mib:.0f} MiB) fits the GPU budget "
-                       f"({budget_bytes / mib:.0f} MiB): sampled on the GPU")
+        reasons.append(f"structure ({s_bytes / mib:.0f} MiB) fits the {device_label} budget "
+                       f"({budget_bytes / mib:.0f} MiB): sampled on the {device_label}")
     else:
         structure = HOST
-        reasons.append(f"structure ({s_bytes / mib:.0f} MiB) exceeds the GPU budget "
-                       f"({budget_bytes / mib:.0f} MiB): sampled on the host")
+        reasons.append(f"structure ({s_bytes / mib:.0f} MiB) exceeds the {device_label} "
+                       f"budget ({budget_bytes / mib:.0f} MiB): sampled on the host")
     if features_host:
         features = PINNED if pin else HOST
         why = features_host if isinstance(features_host, str) else "features='host'"
@@ -135,7 +144,7 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
     elif f_bytes <= left:
         features = GPU
         reasons.append(f"features ({f_bytes / mib:.0f} MiB) fit the rest of the budget "
-                       f"({left / mib:.0f} MiB): gathered on the GPU")
+                       f"({left / mib:.0f} MiB): gathered on the {device_label}")
     else:
         features = PINNED if pin else HOST
         how = "pinned, copied asynchronously" if pin else "pageable"
@@ -143,8 +152,8 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
                   f"({left / mib:.0f} MiB)")
         if shared_rows > 0:
             reasons.append(f"{exceed}: split as another loader split them, its {shared_rows} "
-                           f"hottest of {num_nodes} rows on the GPU already (no new copy, no "
-                           f"ranking); the rest gathered on the host ({how})")
+                           f"hottest of {num_nodes} rows on the {device_label} already (no new "
+                           f"copy, no ranking); the rest gathered on the host ({how})")
             return DataPlacement(structure, SPLIT, s_bytes, f_bytes, budget_bytes,
                                  tuple(reasons), shared_rows, 0.0, features)
         # the split's slot table (int32 a vertex) comes out of the budget too
@@ -153,9 +162,9 @@ def plan_data_placement(num_nodes: int, num_edges: int, node_tensors: dict[str, 
         share = device_share(rows) if rows > 0 and device_share is not None else 0.0
         if share >= SPLIT_MIN_SHARE:
             reasons.append(f"{exceed}: split, the {rows} hottest of {num_nodes} rows "
-                           f"({rows * row_bytes / mib:.0f} MiB) on the GPU, expected to serve "
-                           f"{100 * share:.1f} % of the rows batches gather; the rest gathered "
-                           f"on the host ({how})")
+                           f"({rows * row_bytes / mib:.0f} MiB) on the {device_label}, expected "
+                           f"to serve {100 * share:.1f} % of the rows batches gather; the rest "
+                           f"gathered on the host ({how})")
             return DataPlacement(structure, SPLIT, s_bytes, f_bytes, budget_bytes,
                                  tuple(reasons), rows, share, features)
         why_whole = (f"; its {rows} hottest rows would serve {100 * share:.1f} % of the rows "

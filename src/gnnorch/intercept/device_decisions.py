@@ -34,7 +34,7 @@ from ..device.gather import (ResidentTensors, device_attributes, gathered_attrib
 from ..device.hetero_gather import (hetero_device_attributes, hetero_learnt_attributes,
                                     hetero_untensored_attributes)
 from ..device.hot_rows import RowRanking, rank_rows, working_bytes
-from ..device.placement import DataPlacement, plan_data_placement
+from ..device.placement import DataPlacement, device_label, plan_data_placement
 from ..device.state import LoaderDevice
 
 if TYPE_CHECKING:
@@ -245,7 +245,8 @@ def data_placement(device: torch.device, cfg: DataPathConfig, data: Any, num_edg
         features_host=host_why, host_sampling=host_sampling, resident_bytes=on_device,
         row_bytes=row_bytes if ranking is not None else 0,
         device_share=(lambda rows: ranking().share(rows)) if ranking is not None else None,
-        shared_rows=int(shared_rows.numel()) if shared_rows is not None else 0)
+        shared_rows=int(shared_rows.numel()) if shared_rows is not None else 0,
+        device_label=device_label(device))
 
 
 def _splittable(data: Any, device: torch.device, resident: ResidentTensors,
@@ -302,7 +303,7 @@ def hetero_data_placement(device: torch.device, cfg: DataPathConfig, data: Heter
         tensors, free_bytes=free, budget_bytes=budget, budget_fraction=cfg.budget_fraction,
         pin=cfg.pin and device.type == "cuda", features_host=host_why,
         host_sampling=host_sampling, resident_bytes=on_device,
-        structure_size=hetero_csc_bytes(sampler))
+        structure_size=hetero_csc_bytes(sampler), device_label=device_label(device))
 
 
 def row_ranking(loader: NeighborLoader, sampler: FastNeighborSampler, device: torch.device,
