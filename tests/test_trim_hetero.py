@@ -290,12 +290,102 @@ def test_dict_level_layers_and_uneven_layers_are_not_trimmed_saying_why():
             x_dict = {k: v.relu() for k, v in self.conv1(x_dict, edge_index_dict).items()}
             return self.conv2(x_dict, edge_index_dict)
 
-    for make, why in ((Hgt, "no MessagePassing layer ran"),
-                      (Uneven, "not called by every layer")):
+    trimmed, untrimmed, stats = _runs(_train_nodes(Hgt))
+    _assert_same(trimmed, untrimmed)
+    model = stats["models"][0]
+    assert not model["trimmed"] and "no MessagePassing layer ran" in model["reason"], model
+
+    # layers calling different edge types get their layers from the data flow
+    # (`gnnorch.intercept.dataflow`): the second layer calls `writes` and `cites` only, so the
+    # first layer's call into the venues (unused by the output) runs untrimmed
+    trimmed, untrimmed, stats = _runs(_train_nodes(Uneven))
+    _assert_same(trimmed, untrimmed)
+    model = stats["models"][0]
+    assert model["trimmed"] and model["layer_plan"] == [0, 0, 0, None, 0, 1, 1], model
+    assert 0 < stats["rows_computed"] < stats["rows_untrimmed"]
+
+
+class Asymmetric(torch.nn.Module):
+    """Encoders of different depths over the same edge types (PyG's `bipartite_sage_unsup`):
+    two `cites` layers for the papers, one `rev_writes` layer for the authors, joined by a
+    `writes` layer into the paper rows. Per edge type: `cites` 2 calls, the others 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.cites1, self.cites2 = SAGEConv(-1, 16), SAGEConv(16, 3)
+        self.to_author = SAGEConv((-1, -1), 16)
+        self.to_paper = SAGEConv((16, -1), 3)
+
+    def forward(self, x_dict, edge_index_dict):
+        paper = self.cites1(x_dict["paper"], edge_index_dict[CITES]).relu()
+        paper = self.cites2(paper, edge_index_dict[CITES])
+        author = self.to_author((x_dict["paper"], x_dict["author"]),
+                                edge_index_dict["paper", "rev_writes", "author"]).relu()
+        return paper + self.to_paper((author, x_dict["paper"]), edge_index_dict[WRITES])
+
+
+def test_encoders_of_different_depths_are_trimmed_by_data_flow():
+    trimmed, untrimmed, stats = _runs(_train_nodes(Asymmetric))
+    _assert_same(trimmed, untrimmed)
+    model = stats["models"][0]
+    # depths: cites1 1, cites2 0, to_author 1, to_paper 0 -> layers 0, 1, 0, 1 of K = 2
+    assert model["trimmed"] and model["layer_plan"] == [0, 1, 0, 1], model
+    assert model["layers"] == 2 and 0 < stats["rows_computed"] < stats["rows_untrimmed"]
+
+
+def test_a_forward_that_changes_its_arguments_is_left_whole_not_broken():
+    """PyG's `bipartite_sage_unsup` replaces entries of the ``x_dict`` it is given: the check's
+    forward, run again on those arguments, raises. The user's program must not: the model is
+    left whole, saying why."""
+
+    class Mutating(Asymmetric):
+        def forward(self, x_dict, edge_index_dict):
+            x_dict["paper"] = torch.cat([x_dict["paper"], x_dict["paper"]], dim=-1)
+            return super().forward(x_dict, edge_index_dict)
+
+    class MutatingToHetero(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gnn = MODELS["to_hetero-sage"]()
+
+        def forward(self, x_dict, edge_index_dict):
+            x_dict["paper"] = torch.cat([x_dict["paper"], x_dict["paper"]], dim=-1)
+            return self.gnn(x_dict, edge_index_dict)
+
+    for make in (Mutating, MutatingToHetero):
         trimmed, untrimmed, stats = _runs(_train_nodes(make))
         _assert_same(trimmed, untrimmed)
         model = stats["models"][0]
-        assert not model["trimmed"] and why in model["reason"], model
+        assert not model["trimmed"], model
+        assert "could not run its forward again" in model["reason"], model
+
+
+def test_a_forward_off_its_data_flow_plan_is_recomputed_untrimmed():
+    """A later forward calls its edge types in another order than the plan: recomputed
+    untrimmed (exact), and trimming stops for the model, saying why."""
+
+    class Swapping(Asymmetric):
+        forwards = 0
+
+        def forward(self, x_dict, edge_index_dict):
+            Swapping.forwards += 1
+            if Swapping.forwards < 8:
+                return super().forward(x_dict, edge_index_dict)
+            author = self.to_author((x_dict["paper"], x_dict["author"]),
+                                    edge_index_dict["paper", "rev_writes", "author"]).relu()
+            paper = self.cites1(x_dict["paper"], edge_index_dict[CITES]).relu()
+            paper = self.cites2(paper, edge_index_dict[CITES])
+            return paper + self.to_paper((author, x_dict["paper"]), edge_index_dict[WRITES])
+
+    def make():
+        Swapping.forwards = 0
+        return Swapping()
+
+    trimmed, untrimmed, stats = _runs(_train_nodes(make))
+    _assert_same(trimmed, untrimmed)
+    model = stats["models"][0]
+    assert not model["trimmed"] and "data-flow plan" in model["reason"], model
+    assert model["trimmed_forwards"] > 0
 
 
 def test_a_loader_transform_stops_trimming_saying_why():

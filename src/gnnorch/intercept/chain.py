@@ -63,6 +63,21 @@ class Trace:
         self.counts[key] = index + 1
         return index
 
+    def layer_of(self, key: Hashable) -> int | None:
+        """Count one more layer call of edge key `key`; its layer: its index among that key's
+        calls, or for a model with a data-flow plan (`intercept.dataflow`) the plan's layer
+        at this position of the forward (None: untrimmed; a call off the plan notes the
+        problem)."""
+        position, index = self.made, self.count(key)
+        plan = self.state.plan
+        if plan is None:
+            return index
+        if position < len(plan) and plan[position][0] == key:
+            return plan[position][1]
+        self.problem = self.problem or (
+            f"its layer calls left its data-flow plan at call {position + 1} ({key})")
+        return None    # untrimmed: the forward is recomputed untrimmed at its end
+
     @property
     def made(self) -> int:
         """Layer calls on the batch's graph so far, of every edge key."""
@@ -70,11 +85,19 @@ class Trace:
 
     @property
     def calls(self) -> int:
-        """Layer calls per edge key so far (the most of any key): the forward's layer count."""
+        """Layer calls per edge key so far (the most of any key): the forward's layer count
+        (with a data-flow plan: the plan's K; `uneven` checks the calls against the plan)."""
+        if self.state.plan is not None:
+            return self.state.layers or 0
         return max(self.counts.values(), default=0)
 
     def uneven(self) -> str | None:
-        """Why the edge types were not all called equally often (None: they were)."""
+        """Why the edge types were not all called equally often, or (with a data-flow plan)
+        why the forward made another number of layer calls than planned (None: neither)."""
+        plan = self.state.plan
+        if plan is not None:
+            return None if self.made == len(plan) else (
+                f"it made {self.made} layer calls where its data-flow plan has {len(plan)}")
         if len(set(self.counts.values())) <= 1:
             return None
         return ("its edge types were not called by every layer: "

@@ -38,13 +38,14 @@ class TrimAndRewrite:
         self.rows_computed = 0               # output rows computed by trimmed layer calls
         self.rows_untrimmed = 0              # what the same calls compute untrimmed
 
-    def call(self, trace: Trace, batch: SampledGraph, key: Hashable, index: int, layer: Any,
-             original: LayerCall, args: tuple, kwargs: dict, x: Any, edge_index: Tensor, *,
-             count: bool = True) -> Any:
+    def call(self, trace: Trace, batch: SampledGraph, key: Hashable, index: int | None,
+             layer: Any, original: LayerCall, args: tuple, kwargs: dict, x: Any,
+             edge_index: Tensor, *, count: bool = True) -> Any:
         """Layer call `index` of edge key `key` (`BatchGraph.edge_key`) in the traced forward
         on `batch`, trimmed when the model is (`count`: add its rows to the statistics; the
-        one-off check does not)."""
-        if trace.mode.untrimmed:
+        one-off check does not); `index` None: untrimmed (a data-flow plan's call whose
+        output the model's output does not use)."""
+        if trace.mode.untrimmed or index is None:   # (None: untrimmed in a data-flow plan)
             return self.untrimmed(batch, layer, original, args, kwargs, x, edge_index)
         rows = batch.call_rows(key)
         compact_input = trace.mode.compact and trace.state.compact and index > 0

@@ -83,6 +83,7 @@ from ..trim.state import (CHECKPOINTED, SELF_TRIMMING, Action, Mode, ModelState,
 from ..trim.trusted import trusted_model
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .checkpointed import runs_past_seam
+from .dataflow import DataflowRecorder
 from .trimmed_outputs import TrimmedOutputs
 from .layer_calls import TrimAndRewrite
 from .module_calls import ModuleCalls
@@ -149,6 +150,7 @@ class LayerSeam:
         self._narrows = False    # TrimToLayer seen at its class: nested calls need no hooks
         self.check = OneOffCheck(self)       # the one-off check (its forwards come through here)
         self.outputs = TrimmedOutputs(self, self.check)  # what trimmed forwards hand back
+        self.flow: DataflowRecorder | None = None  # set by the check (`intercept.dataflow`)
 
     def one_off_seconds(self) -> float:
         """Seconds spent so far measuring rather than training: trimming checks, rewrite
@@ -346,11 +348,13 @@ class LayerSeam:
             if batch.is_narrowed(edge_index):  # a layer of a self-trimming model, mid-forward
                 trace.problem = SELF_TRIMMING
             return self.calls.run(layer, original, args, kwargs)
-        index = trace.count(key)
+        index = trace.layer_of(key)
         x = args[0] if args else kwargs.get("x")
         checking = trace.mode.checking
         run = functools.partial(self.calls.call, trace, batch, key, index, layer, original,
                                 args, kwargs, x, edge_index, count=not checking)
+        if self.flow is not None:       # the one-off check's data-flow forward
+            return self.flow.layer(key, x, run)
         if not self.hooks or checking:  # the one-off check bypasses hooks
             return run()
         return run_chain(self.hooks, functools.partial(

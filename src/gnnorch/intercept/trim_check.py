@@ -9,7 +9,8 @@ first forward met a problem (self-trimming, activation checkpointing), is never 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Protocol
+import contextlib
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
@@ -20,15 +21,21 @@ from ..trim.trusted import trusted_trimming
 from ..trim.verify import NOT_ONE_TENSOR, NOT_PER_TYPE, pad_compact, rows_per_vertex, \
     same_values, verify_trimming
 from .chain import Trace
+from .dataflow import DataflowRecorder, layer_plan
 from .encoder import NO_ENCODER, find_encoder
 
 __all__ = ["CheckedSeam", "OneOffCheck"]
+
+
+class NotRepeatable(Exception):
+    """The model's forward raised when the one-off check ran it again."""
 
 
 class CheckedSeam(Protocol):
     """What the check needs of the layer seam (`intercept.layers.LayerSeam`)."""
 
     batch: SampledGraph | None
+    flow: DataflowRecorder | None    # records the layer calls of a data-flow forward
 
     def forward_in(self, mode: Mode, module: torch.nn.Module, args: tuple,
                    kwargs: dict) -> Any:
@@ -75,8 +82,11 @@ class OneOffCheck:
         if trace.calls == 0:
             state.reason = "no MessagePassing layer ran on the batch's edge_index"
             return
-        if trace.problem is not None:
-            state.reason = trace.problem
+        why = trace.problem
+        if why is not None and why == trace.uneven():   # layers from data flow instead?
+            why = self._planned(model, state, args, kwargs, why)
+        if why is not None:
+            state.reason = why
             return
         mixing = batch_mixing_modules(model, any_mode=True)
         if mixing:
@@ -84,22 +94,77 @@ class OneOffCheck:
             return
         self.verify(model, state, args, kwargs)
 
+    def _planned(self, model: torch.nn.Module, state: ModelState, args: tuple, kwargs: dict,
+                 uneven: str) -> str | None:
+        """None when the model, whose layers do not all call the same edge types (`uneven`
+        says how), has a layer plan from its data flow (`intercept.dataflow`, recorded in one
+        untrimmed forward; the plan and K go to `state`), else why not."""
+        start = time.perf_counter()
+        recorder = DataflowRecorder()
+        try:
+            with self._quiet(model), recorder:
+                self.seam.flow = recorder
+                output = self._plain_again(model, args, kwargs)
+        except NotRepeatable as exc:
+            return f"{uneven}; {exc}"
+        finally:
+            self.seam.flow = None
+            self.seconds += time.perf_counter() - start
+        plan, why = layer_plan(recorder.steps, output)
+        if plan is None:
+            return f"{uneven}; no layer plan from its data flow: {why}"
+        state.plan = plan
+        state.layers = max(layer for _, layer in plan if layer is not None) + 1
+        return None
+
     def verify(self, model: torch.nn.Module, state: ModelState, args: tuple,
                kwargs: dict) -> None:
         """The check (`_check`), timed; its verdict goes to `state`."""
         start = time.perf_counter()
-        state.trim, state.compact, state.reason = self._check(model, state, args, kwargs)
+        try:
+            state.trim, state.compact, state.reason = self._check(model, state, args, kwargs)
+        except NotRepeatable as exc:
+            state.trim, state.compact, state.reason = False, False, str(exc)
         state.verified_by = "the one-off check" if state.trim else None
+        if not state.trim and state.plan is not None:
+            state.plan, state.reason = None, f"with layers from its data flow: {state.reason}"
         self.seconds += time.perf_counter() - start
+
+    def _plain_again(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        """The model's forward run again untrimmed (`Mode.CHECK_PLAIN`); `NotRepeatable` when
+        it raises (the seam's forward state cleared)."""
+        try:
+            return self.seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - the user's forward, run once more
+            self.seam.clear_forward()
+            first = (str(exc).splitlines() or [""])[0][:200]
+            raise NotRepeatable(
+                f"the one-off check could not run its forward again ({type(exc).__name__}: "
+                f"{first}); a forward that changes its arguments (replacing an entry of "
+                f"batch.x_dict, say) cannot be run twice") from exc
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _quiet(model: torch.nn.Module) -> Iterator[None]:
+        """The model in eval mode, without gradients, the RNG untouched (its modules'
+        train/eval flags restored afterwards)."""
+        flags = [(m, m.training) for m in model.modules()]
+        try:
+            model.eval()
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                yield
+        finally:
+            for m, training in flags:
+                m.training = training
 
     def _check(self, model: torch.nn.Module, state: ModelState, args: tuple,
                kwargs: dict) -> tuple[bool, bool, str | None]:
-        """(trim, compact, reason): `gnnorch.trim.verify` on this batch; train/eval flags
-        are restored."""
+        """(trim, compact, reason): `gnnorch.trim.verify` on this batch (`_quiet`)."""
         seam = self.seam
-        flags = [(m, m.training) for m in model.modules()]
 
         def trimmed(compact: bool) -> tuple[Any, str | None]:
+            if compact and state.plan is not None:   # a forward off the plan must be able to
+                return None, "padded: layers from data flow"  # run its calls untrimmed
             state.compact = compact
             self.problem, self.encoder_output = None, None
             try:
@@ -109,22 +174,17 @@ class OneOffCheck:
                 seam.clear_forward()
             return out, self.problem
 
-        try:
-            model.eval()
-            with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                plain = seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs)
-                if rows_per_vertex(plain, seam.batch):
-                    return verify_trimming(plain, trimmed, seam.batch)
-                at_encoder = self._check_at_encoder(model, state, args, kwargs, trimmed)
-                if at_encoder is not None:
-                    return at_encoder
-                trim, compact, reason = verify_trimming(plain, trimmed, seam.batch)
-                if reason in (NOT_ONE_TENSOR, NOT_PER_TYPE):
-                    reason = f"{reason}, and {NO_ENCODER}"
-                return trim, compact, reason
-        finally:
-            for m, training in flags:
-                m.training = training
+        with self._quiet(model):
+            plain = self._plain_again(model, args, kwargs)
+            if rows_per_vertex(plain, seam.batch):
+                return verify_trimming(plain, trimmed, seam.batch)
+            at_encoder = self._check_at_encoder(model, state, args, kwargs, trimmed)
+            if at_encoder is not None:
+                return at_encoder
+            trim, compact, reason = verify_trimming(plain, trimmed, seam.batch)
+            if reason in (NOT_ONE_TENSOR, NOT_PER_TYPE):
+                reason = f"{reason}, and {NO_ENCODER}"
+            return trim, compact, reason
 
     def _check_at_encoder(self, model: torch.nn.Module, state: ModelState, args: tuple,
                           kwargs: dict, trimmed: Callable[[bool], tuple[Any, str | None]]
@@ -134,7 +194,7 @@ class OneOffCheck:
         rows, and the model's whole output, as the untrimmed one does; None: no encoder."""
         seam = self.seam
         plain, found = find_encoder(
-            model, lambda: seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs),
+            model, lambda: self._plain_again(model, args, kwargs),
             seam.calls_made, seam.batch)
         if found is None:
             return None

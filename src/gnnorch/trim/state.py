@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Callable, NamedTuple
+from typing import Callable, Hashable, NamedTuple
 
 __all__ = ["Action", "CHECKPOINTED", "Mode", "ModelState", "SELF_TRIMMING", "Step", "check_result", "enter",
            "forward_end", "non_seed_read", "self_trimming"]
@@ -166,6 +166,9 @@ class ModelState:
     checkpointed_calls: int = 0    # layer calls run past the seam under checkpointing
     # trimmed at this sub-module's output rather than the model's (`intercept.encoder`)
     encoder: str | None = None
+    # per layer call in forward order, (edge key, layer): layers from data flow, for models
+    # whose layers do not all call the same edge types (`intercept.dataflow`)
+    plan: tuple[tuple[Hashable, int], ...] | None = None
 
     def disable(self, reason: str) -> None:
         """Trimming off for this model from now on, for `reason`."""
@@ -180,4 +183,5 @@ class ModelState:
                 "materialized": self.materialized,
                 "verified_by": self.verified_by if self.trim else None,
                 "checkpointed_calls": self.checkpointed_calls,
-                "encoder": self.encoder}
+                "encoder": self.encoder,
+                "layer_plan": None if self.plan is None else [layer for _, layer in self.plan]}
