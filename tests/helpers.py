@@ -139,3 +139,37 @@ def small_hetero_graph(seed: int = 0, papers: int = 80, authors: int = 50, topic
     data["venue", "hosts", "paper"].edge_index = edges(6, papers, 60)
     data["paper", "in", "venue"].edge_index = data["venue", "hosts", "paper"].edge_index.flip(0)
     return data
+
+
+class SageStack(torch.nn.Module):
+    """`layers` bipartite-capable SAGEConv layers (16 wide inside, `out` at the top), ReLU
+    between: a model `to_hetero` can convert, or a link encoder."""
+
+    def __init__(self, layers: int = 2, out: int = 3):
+        from torch_geometric.nn import SAGEConv
+
+        super().__init__()
+        self.convs = torch.nn.ModuleList(
+            [SAGEConv((-1, -1), 16) for _ in range(layers - 1)] + [SAGEConv((-1, -1), out)])
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = x.relu()
+        return x
+
+
+def assert_same_training(trimmed, untrimmed):
+    """Two runs' (losses, gradients by name[, anything else]) equal: losses within 1e-5,
+    gradients within 1e-4 relative / 1e-5 absolute, a third element (when not None) within
+    1e-5."""
+    assert len(trimmed[0]) == len(untrimmed[0]) > 0
+    torch.testing.assert_close(trimmed[0], untrimmed[0], rtol=1e-5, atol=1e-5)
+    assert trimmed[1].keys() == untrimmed[1].keys()
+    for name in trimmed[1]:
+        torch.testing.assert_close(trimmed[1][name], untrimmed[1][name], rtol=1e-4, atol=1e-5,
+                                   msg=name)
+    extra = [run[2] for run in (trimmed, untrimmed) if len(run) > 2]
+    if len(extra) == 2 and (extra[0] is not None or extra[1] is not None):
+        torch.testing.assert_close(extra[0], extra[1], rtol=1e-5, atol=1e-5)

@@ -18,7 +18,7 @@ from torch_geometric.nn import GraphSAGE, Linear, SAGEConv, to_hetero
 import gnnorch
 from gnnorch.errors import TrimmingWarning
 
-from helpers import WRITES, small_hetero_graph
+from helpers import WRITES, SageStack as Sage, assert_same_training, small_hetero_graph
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -37,20 +37,6 @@ GRAPH = _graph()
 
 
 # --------------------------------------------------------------------------- models
-class Sage(torch.nn.Module):
-    def __init__(self, layers=2, out=8):
-        super().__init__()
-        self.convs = torch.nn.ModuleList(
-            [SAGEConv((-1, -1), 16) for _ in range(layers - 1)] + [SAGEConv((-1, -1), out)])
-
-    def forward(self, x, edge_index):
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = x.relu()
-        return x
-
-
 class DotDecoder(torch.nn.Module):
     def forward(self, z, edge_label_index):
         return (z[edge_label_index[0]] * z[edge_label_index[1]]).sum(-1)
@@ -75,7 +61,7 @@ class LinkModel(torch.nn.Module):
     def __init__(self, encoder=None, decoder=None, read_all=False, conv_after=False):
         super().__init__()
         self.lin = Linear(12, 16)
-        self.encoder = encoder if encoder is not None else Sage()
+        self.encoder = encoder if encoder is not None else Sage(out=8)
         self.decoder = decoder if decoder is not None else DotDecoder()
         self.read_all = read_all       # the decoder adds the mean of every row (non-seed)
         self.conv_after = SAGEConv(8, 8) if conv_after else None
@@ -93,7 +79,7 @@ class Siamese(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.encoder = Sage()
+        self.encoder = Sage(out=8)
 
     def forward(self, x, edge_index, edge_label_index):
         z = self.encoder(x, edge_index) + self.encoder(x.flip(1), edge_index)
@@ -116,7 +102,7 @@ DATA_MODELS = {
     "sage-dot": lambda: LinkModel(),
     "graphsage-mlp": lambda: LinkModel(GraphSAGE(16, 16, num_layers=2, out_channels=8),
                                        MlpDecoder()),
-    "sage-3-layers": lambda: LinkModel(Sage(layers=3)),
+    "sage-3-layers": lambda: LinkModel(Sage(layers=3, out=8)),
     "nested": Nested,
 }
 
@@ -168,17 +154,6 @@ def _runs(train, data, **options):
     return out[True], out[False], stats, summary
 
 
-def _assert_same(trimmed, untrimmed):
-    assert len(trimmed[0]) == len(untrimmed[0]) > 0
-    torch.testing.assert_close(trimmed[0], untrimmed[0], rtol=1e-5, atol=1e-5)
-    assert trimmed[1].keys() == untrimmed[1].keys()
-    for name in trimmed[1]:
-        torch.testing.assert_close(trimmed[1][name], untrimmed[1][name], rtol=1e-4, atol=1e-5,
-                                   msg=name)
-    if trimmed[2] is not None or untrimmed[2] is not None:
-        torch.testing.assert_close(trimmed[2], untrimmed[2], rtol=1e-5, atol=1e-5)
-
-
 def _model(stats):
     (model,) = stats["models"]
     return model
@@ -191,7 +166,7 @@ def test_a_link_model_is_trimmed_at_its_encoder(name):
         warnings.simplefilter("error", TrimmingWarning)   # nothing read beyond the seeds
         trimmed, untrimmed, stats, summary = _runs(
             _train_data_links(DATA_MODELS[name], batches=6), GRAPH)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = _model(stats)
     encoder = "inner.encoder" if name == "nested" else "encoder"
     assert model["trimmed"] and model["encoder"] == encoder, model
@@ -208,7 +183,7 @@ def test_evaluation_scores_equal_and_deeper_samples():
         trimmed, untrimmed, stats, _ = _runs(
             _train_data_links(DATA_MODELS["sage-dot"], batches=4, evaluate=True, hops=hops),
             GRAPH)
-        _assert_same(trimmed, untrimmed)
+        assert_same_training(trimmed, untrimmed)
         assert _model(stats)["trimmed"]
 
 
@@ -219,7 +194,7 @@ def test_a_decoder_reading_beyond_the_seed_rows_leaves_the_model_whole_quietly()
         warnings.simplefilter("error", TrimmingWarning)
         trimmed, untrimmed, stats, _ = _runs(
             _train_data_links(lambda: LinkModel(read_all=True), batches=4), GRAPH)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = _model(stats)
     assert not model["trimmed"] and model["encoder"] is None, model
     assert "reads its encoder's output beyond the seed rows" in model["reason"], model
@@ -232,7 +207,7 @@ def test_a_decoder_reading_beyond_the_seed_rows_leaves_the_model_whole_quietly()
 ])
 def test_layer_calls_outside_one_encoder_call_leave_the_model_whole(make, why):
     trimmed, untrimmed, stats, _ = _runs(_train_data_links(make, batches=4), GRAPH)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = _model(stats)
     assert not model["trimmed"] and why in model["reason"], model
     assert "no sub-module makes every layer call" in model["reason"], model
@@ -256,7 +231,7 @@ def test_a_model_returning_its_encoder_output_reads_it_exactly():
         return [z.sum(0) for z, _ in outs], {}, torch.cat([s for _, s in outs])
 
     trimmed, untrimmed, stats, _ = _runs(train, GRAPH)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     assert not _model(stats)["trimmed"]
 
 
@@ -286,7 +261,7 @@ def test_the_encoders_untrimmed_output_is_recomputed_when_read_beyond_the_seeds(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trimmed, untrimmed, stats, _ = _runs(train, GRAPH)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = _model(stats)
     assert model["materialized"] == 1 and not model["trimmed"], model
     assert model["trimmed_forwards"] == 3, model
@@ -302,7 +277,7 @@ def test_two_ranks_trimmed_at_the_encoder_equal_two_ranks_untrimmed():
         if trim:
             assert all(runtime.last_run.stats[r]["trim"]["models"][0]["encoder"] == "encoder"
                        for r in (0, 1))
-    _assert_same(runs[True], runs[False])
+    assert_same_training(runs[True], runs[False])
 
 
 # --------------------------------------------------------------------------- HeteroData
@@ -314,7 +289,7 @@ class HeteroLinkModel(torch.nn.Module):
         super().__init__()
         self.author_lin = Linear(8, 16)
         self.paper_lin = Linear(8, 16)
-        self.gnn = to_hetero(Sage(), data.metadata(), aggr="sum")
+        self.gnn = to_hetero(Sage(out=8), data.metadata(), aggr="sum")
 
     def forward(self, batch):
         x_dict = {"author": self.author_lin(batch["author"].x),
@@ -349,7 +324,7 @@ def test_a_hetero_link_model_is_trimmed_at_its_to_hetero_encoder():
     with warnings.catch_warnings():
         warnings.simplefilter("error", TrimmingWarning)
         trimmed, untrimmed, stats, _ = _runs(_train_hetero_links, HETERO)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = _model(stats)
     assert model["trimmed"] and model["encoder"] == "gnn", model
     assert model["materialized"] == 0
@@ -359,5 +334,5 @@ def test_a_hetero_link_model_is_trimmed_at_its_to_hetero_encoder():
 def test_the_device_path_serves_encoder_trimmed_batches():
     trimmed, untrimmed, stats, _ = _runs(_train_hetero_links, HETERO,
                                          data_path={"mode": "device", "prefetch": 2})
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     assert _model(stats)["encoder"] == "gnn"

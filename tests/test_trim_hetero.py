@@ -21,7 +21,7 @@ from gnnorch.errors import TrimmingWarning
 from gnnorch.trim.hetero import HeteroHopLayout, hetero_layout
 from gnnorch.trim.hops import LayerBounds
 
-from helpers import WRITES, small_hetero_graph
+from helpers import WRITES, SageStack as Sage, assert_same_training, small_hetero_graph
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,20 +65,6 @@ def test_layouts_that_do_not_add_up_are_refused():
 
 
 # --------------------------------------------------------------------------- models
-class Sage(torch.nn.Module):
-    def __init__(self, layers=2, out=3):
-        super().__init__()
-        self.convs = torch.nn.ModuleList(
-            [SAGEConv((-1, -1), 16) for _ in range(layers - 1)] + [SAGEConv((-1, -1), out)])
-
-    def forward(self, x, edge_index):
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = x.relu()
-        return x
-
-
 class Gat(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -200,19 +186,10 @@ def _runs(train, **options):
     return out[True], out[False], stats
 
 
-def _assert_same(trimmed, untrimmed):
-    assert len(trimmed[0]) == len(untrimmed[0]) > 0
-    torch.testing.assert_close(trimmed[0], untrimmed[0], rtol=1e-5, atol=1e-5)
-    assert trimmed[1].keys() == untrimmed[1].keys()
-    for name in trimmed[1]:
-        torch.testing.assert_close(trimmed[1][name], untrimmed[1][name], rtol=1e-4, atol=1e-5,
-                                   msg=name)
-
-
 @pytest.mark.parametrize("name", list(MODELS))
 def test_trimmed_training_equals_untrimmed(name):
     trimmed, untrimmed, stats = _runs(_train_nodes(MODELS[name]))
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = stats["models"][0]
     assert model["trimmed"] and model["trimmed_forwards"] > 0, model
     assert model["verified_by"] == "the one-off check"
@@ -223,7 +200,7 @@ def test_trimmed_training_equals_untrimmed(name):
 def test_a_model_shallower_or_deeper_than_the_sample(hops):
     """Two layers on a 1-hop sample (the bottom layer runs untrimmed) or a 3-hop one."""
     trimmed, untrimmed, stats = _runs(_train_nodes(MODELS["to_hetero-sage"], hops=hops))
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     assert stats["models"][0]["trimmed"]
 
 
@@ -234,7 +211,7 @@ def test_other_types_rows_read_are_recomputed_untrimmed():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trimmed, untrimmed, stats = _runs(train)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     torch.testing.assert_close(trimmed[2], untrimmed[2])
     assert any(issubclass(w.category, TrimmingWarning) for w in caught)
     model = stats["models"][0]
@@ -291,7 +268,7 @@ def test_dict_level_layers_and_uneven_layers_are_not_trimmed_saying_why():
             return self.conv2(x_dict, edge_index_dict)
 
     trimmed, untrimmed, stats = _runs(_train_nodes(Hgt))
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = stats["models"][0]
     assert not model["trimmed"] and "no MessagePassing layer ran" in model["reason"], model
 
@@ -299,7 +276,7 @@ def test_dict_level_layers_and_uneven_layers_are_not_trimmed_saying_why():
     # (`gnnorch.intercept.dataflow`): the second layer calls `writes` and `cites` only, so the
     # first layer's call into the venues (unused by the output) runs untrimmed
     trimmed, untrimmed, stats = _runs(_train_nodes(Uneven))
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = stats["models"][0]
     assert model["trimmed"] and model["layer_plan"] == [0, 0, 0, None, 0, 1, 1], model
     assert 0 < stats["rows_computed"] < stats["rows_untrimmed"]
@@ -326,7 +303,7 @@ class Asymmetric(torch.nn.Module):
 
 def test_encoders_of_different_depths_are_trimmed_by_data_flow():
     trimmed, untrimmed, stats = _runs(_train_nodes(Asymmetric))
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = stats["models"][0]
     # depths: cites1 1, cites2 0, to_author 1, to_paper 0 -> layers 0, 1, 0, 1 of K = 2
     assert model["trimmed"] and model["layer_plan"] == [0, 1, 0, 1], model
@@ -354,7 +331,7 @@ def test_a_forward_that_changes_its_arguments_is_left_whole_not_broken():
 
     for make in (Mutating, MutatingToHetero):
         trimmed, untrimmed, stats = _runs(_train_nodes(make))
-        _assert_same(trimmed, untrimmed)
+        assert_same_training(trimmed, untrimmed)
         model = stats["models"][0]
         assert not model["trimmed"], model
         assert "could not run its forward again" in model["reason"], model
@@ -382,7 +359,7 @@ def test_a_forward_off_its_data_flow_plan_is_recomputed_untrimmed():
         return Swapping()
 
     trimmed, untrimmed, stats = _runs(_train_nodes(make))
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = stats["models"][0]
     assert not model["trimmed"] and "data-flow plan" in model["reason"], model
     assert model["trimmed_forwards"] > 0
@@ -391,7 +368,7 @@ def test_a_forward_off_its_data_flow_plan_is_recomputed_untrimmed():
 def test_a_loader_transform_stops_trimming_saying_why():
     trimmed, untrimmed, stats = _runs(
         _train_nodes(MODELS["to_hetero-sage"], transform=T.NormalizeFeatures()))
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = stats["models"][0]
     assert not model["trimmed"] and "transforms its batches" in model["reason"]
 
@@ -401,7 +378,7 @@ def test_the_device_path_serves_trimmed_batches():
     carry the hop counts trimming needs, with the same losses as untrimmed."""
     trimmed, untrimmed, stats = _runs(_train_nodes(MODELS["to_hetero-sage"]),
                                       data_path={"mode": "device", "prefetch": 2})
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     assert stats["models"][0]["trimmed"]
 
 
@@ -414,7 +391,7 @@ def test_two_ranks_trimmed_equal_two_ranks_untrimmed():
         if trim:
             assert all(runtime.last_run.stats[r]["trim"]["models"][0]["trimmed"]
                        for r in (0, 1))
-    _assert_same(runs[True], runs[False])
+    assert_same_training(runs[True], runs[False])
 
 
 # --------------------------------------------------------------------------- link loaders
@@ -447,7 +424,7 @@ def _train_links(data):
 
 def test_link_batches_are_trimmed_to_both_ends_first_hop():
     trimmed, untrimmed, stats = _runs(_train_links)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = stats["models"][0]
     assert model["trimmed"] and model["materialized"] == 0, model
 
@@ -458,7 +435,7 @@ def test_pygs_own_sampler_is_trimmed_with_its_hop_counts():
     import torch_geometric.typing as pyg_typing
 
     trimmed, untrimmed, stats = _runs(_train_nodes(MODELS["to_hetero-sage"]), sampler="pyg")
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     model = stats["models"][0]
     if pyg_typing.WITH_PYG_LIB:
         assert model["trimmed"], model
@@ -486,5 +463,5 @@ def test_evaluation_loaders_are_trimmed_with_the_same_predictions():
         return losses, {"predictions": torch.cat(predictions)}, None
 
     trimmed, untrimmed, stats = _runs(train)
-    _assert_same(trimmed, untrimmed)
+    assert_same_training(trimmed, untrimmed)
     assert all(m["trimmed"] for m in stats["models"]), stats["models"]
