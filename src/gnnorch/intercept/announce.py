@@ -29,14 +29,17 @@ __all__ = ["announced", "batch_graph", "batch_transform", "defers_features",
 
 
 def layout_kind(loader: NeighborLoader) -> tuple[bool, int | None]:
-    """(whether the loader's batches are directional hop-ordered samples, number of hops)."""
+    """(whether the loader's batches are directional hop-ordered samples, number of hops).
+    Disjoint (and so temporal) samples count: pyg-lib, which PyG needs for them, expands every
+    seed's tree hop by hop over all trees at once, so the batch's vertices and edges come hop
+    by hop with per-hop counts, as a shared sample's do."""
     from torch_geometric.sampler import NeighborSampler
     from torch_geometric.sampler.base import SubgraphType
 
     sampler = getattr(loader, "node_sampler", getattr(loader, "link_sampler", None))
     if not isinstance(sampler, NeighborSampler):
         return False, None
-    directional = (sampler.subgraph_type == SubgraphType.directional and not sampler.disjoint
+    directional = (sampler.subgraph_type == SubgraphType.directional
                    and getattr(loader, "transform_sampler_output", None) is None)
     if sampler.is_hetero:
         return directional, sampler.num_neighbors.num_hops
