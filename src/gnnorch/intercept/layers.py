@@ -84,10 +84,10 @@ from ..trim.trusted import trusted_model
 from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
 from .checkpointed import runs_past_seam
 from .dataflow import DataflowRecorder
-from .trimmed_outputs import TrimmedOutputs
 from .layer_calls import TrimAndRewrite
 from .module_calls import ModuleCalls
 from .trim_check import OneOffCheck
+from .trimmed_outputs import TrimmedOutputs
 
 if TYPE_CHECKING:
     from ..rewrite.engine import RewriteEngine

@@ -8,8 +8,8 @@ first forward met a problem (self-trimming, activation checkpointing), is never 
 """
 from __future__ import annotations
 
-import time
 import contextlib
+import time
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
@@ -83,14 +83,16 @@ class OneOffCheck:
             state.reason = "no MessagePassing layer ran on the batch's edge_index"
             return
         why = trace.problem
-        if why is not None and why == trace.uneven():   # layers from data flow instead?
+        uneven = why is not None and why == trace.uneven()   # layers from data flow instead?
+        if why is None or uneven:
+            mixing = batch_mixing_modules(model, any_mode=True)
+            if mixing:
+                state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
+                return
+        if uneven:
             why = self._planned(model, state, args, kwargs, why)
         if why is not None:
             state.reason = why
-            return
-        mixing = batch_mixing_modules(model, any_mode=True)
-        if mixing:
-            state.reason = "mixes vertices across the batch: " + ", ".join(mixing)
             return
         self.verify(model, state, args, kwargs)
 
