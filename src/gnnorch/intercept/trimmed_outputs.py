@@ -2,10 +2,10 @@
 
 A forward trimmed at the model's output hands back that output padded to a row per vertex and
 prefix-exact (`gnnorch.trim.exact_output`: each tensor of a dict output by node type exact in
-its type's seed rows). A model trimmed at its encoder (`intercept.encoder`) hands on the
-encoder's output so, at the encoder's return, and the rest of the model computes from it;
-a forward that did not go as planned (the encoder not ending after the model's K layer calls,
-or layer calls after it) is recomputed untrimmed at the model's exit (`encoder_problem`).
+its type's seed rows). A model trimmed at its encoder (`intercept.encoder`) gets its encoder's
+output the same way, at the encoder's return, and the rest of the model computes from it; a
+forward that did not go as planned (the encoder not ending after the model's K layer calls, or
+layer calls after it) is recomputed untrimmed at the model's exit (`encoder_problem`).
 
 A read of a non-seed row recomputes the forward untrimmed (`gnnorch.trim.materialize`): the
 model re-entered through the layer seam in the mode `non_seed_read` names, or the encoder run
