@@ -180,3 +180,14 @@ def test_trim_says_no_model_ran_on_a_batch_whatever_the_graph():
         render_summary(_info(plain))
     odd = {"sampler": "?", "trim": {"enabled": True, "models": []}}   # never raises
     assert "trim: no MessagePassing model ran" in render_summary(_info(odd))
+
+
+def test_trim_names_the_encoder_and_layers_from_data_flow():
+    stats = {"trim": {"enabled": True, "models": [
+        {"model": "Model", "trimmed": True, "encoder": "encoder",
+         "verified_by": "the one-off check"},
+        {"model": "Asym", "trimmed": True, "layer_plan": [0, 1, 0, 1],
+         "verified_by": "the one-off check"}]}}
+    text = render_summary(_info(stats))
+    assert "Model trimmed at its encoder encoder (verified: the one-off check)" in text
+    assert "Asym trimmed with layers from data flow (verified: the one-off check)" in text

@@ -152,6 +152,7 @@ def _trim(info: RunInfo, stats: dict) -> str | None:
         if m.get("trimmed"):
             how, encoder = m.get("verified_by"), m.get("encoder")
             entries.append(f"{name} trimmed" + (f" at its encoder {encoder}" if encoder else "")
+                           + (" with layers from data flow" if m.get("layer_plan") else "")
                            + (f" (verified: {how})" if how else ""))
         else:
             reason = m.get("reason")
