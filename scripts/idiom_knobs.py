@@ -608,6 +608,70 @@ def link_labels_only(data, epochs=4):
     return dict(loss=float(loss), positives_seen=labels_seen)
 
 
+def _link_model(data, in_batch_negatives: bool):
+    """PyG's link-prediction tutorial shape: a GraphSAGE encoder and a decoder in one model,
+    its output a score per pair. ``in_batch_negatives``: the model also scores as many random
+    pairs of the whole batch (rows beyond the seeds) as negatives, as some programs do."""
+    from torch_geometric.nn import GraphSAGE
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 1)
+
+        def forward(self, z, pairs):
+            return self.lin(torch.cat([z[pairs[0]], z[pairs[1]]], -1)).view(-1)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = GraphSAGE(data.num_features, 32, 2)
+            self.decoder = Decoder()
+
+        def forward(self, x, edge_index, edge_label_index):
+            z = self.encoder(x, edge_index)
+            if in_batch_negatives:
+                rand = torch.randint(0, z.size(0), edge_label_index.shape)
+                edge_label_index = torch.cat([edge_label_index, rand], 1)
+            return self.decoder(z, edge_label_index)
+
+    return Model()
+
+
+def _link_fit(data, epochs, in_batch_negatives):
+    from torch_geometric.loader import LinkNeighborLoader
+    loader = LinkNeighborLoader(data, num_neighbors=[10, 5], batch_size=64, shuffle=True,
+                                neg_sampling_ratio=0.0 if in_batch_negatives else 1.0)
+    model = _link_model(data, in_batch_negatives)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            score = model(batch.x, batch.edge_index, batch.edge_label_index)
+            if in_batch_negatives:    # the loader's edges are all positives
+                ones = torch.ones(batch.edge_label_index.size(1))
+                label = torch.cat([ones, torch.zeros_like(ones)])
+            else:
+                label = batch.edge_label
+            loss = F.binary_cross_entropy_with_logits(score, label)
+            loss.backward()
+            opt.step()
+    return dict(loss=float(loss))
+
+
+def link_encoder_decoder(data, epochs=2):
+    """A model = GraphSAGE encoder + MLP decoder at edge_label_index (its output a score per
+    supervision edge), binary negatives from the loader: trimmed at its encoder."""
+    return _link_fit(data, epochs, in_batch_negatives=False)
+
+
+def link_in_batch_negatives(data, epochs=2):
+    """The same model drawing its negatives among all of the batch's rows inside its forward:
+    its decoder reads beyond the seed rows, so it must stay exact (left whole)."""
+    return _link_fit(data, epochs, in_batch_negatives=True)
+
+
 def data_adj_t(data, epochs=6):
     """T.ToSparseTensor() on the whole graph before the loader (OGB examples' idiom): data
     holds adj_t and no edge_index; the batches carry adj_t."""
@@ -835,5 +899,5 @@ IDIOMS = {fn.__name__: fn for fn in (
     bidirectional_subgraph, threads_set_inside, hetero_conv_dict, link_labels_only,
     data_adj_t, rgcn_edge_types, temporal_sampling, weighted_sampling,
     legacy_neighbor_sampler, graph_saint, score_on_train_loader, lazy_init_break,
-    clip_grad_norm,
+    clip_grad_norm, link_encoder_decoder, link_in_batch_negatives,
 )}

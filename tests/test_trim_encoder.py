@@ -336,3 +336,17 @@ def test_the_device_path_serves_encoder_trimmed_batches():
                                          data_path={"mode": "device", "prefetch": 2})
     assert_same_training(trimmed, untrimmed)
     assert _model(stats)["encoder"] == "gnn"
+
+
+def test_a_model_drawing_random_numbers_is_checked_from_one_random_state():
+    """A model that draws random numbers in its forward (noise on its scores) draws the same in
+    each of the check's forwards, so the check compares like with like and trims it."""
+
+    class Noisy(LinkModel):
+        def forward(self, x, edge_index, edge_label_index):
+            score = super().forward(x, edge_index, edge_label_index)
+            return score + 0.1 * torch.randn_like(score)
+
+    trimmed, untrimmed, stats, _ = _runs(_train_data_links(Noisy, batches=4), GRAPH)
+    assert_same_training(trimmed, untrimmed)
+    assert _model(stats)["trimmed"] and _model(stats)["encoder"] == "encoder"

@@ -60,6 +60,7 @@ class OneOffCheck:
         self.seconds = 0.0               # spent in reference / trimmed check forwards
         self.problem: str | None = None  # what the latest trimmed check forward met
         self.encoder_output: Any = None  # what the encoder returned in it (padded)
+        self._rng = torch.get_rng_state()  # the random state every check forward starts from
 
     def speculated(self, module: torch.nn.Module, state: ModelState, args: tuple,
                    kwargs: dict) -> bool:
@@ -136,6 +137,7 @@ class OneOffCheck:
         """The model's forward run again untrimmed (`Mode.CHECK_PLAIN`); `NotRepeatable` when
         it raises (the seam's forward state cleared)."""
         try:
+            torch.set_rng_state(self._rng)
             return self.seam.forward_in(Mode.CHECK_PLAIN, model, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - the user's forward, run once more
             self.seam.clear_forward()
@@ -145,15 +147,16 @@ class OneOffCheck:
                 f"{first}); a forward that changes its arguments (replacing an entry of "
                 f"batch.x_dict, say) cannot be run twice") from exc
 
-    @staticmethod
     @contextlib.contextmanager
-    def _quiet(model: torch.nn.Module) -> Iterator[None]:
+    def _quiet(self, model: torch.nn.Module) -> Iterator[None]:
         """The model in eval mode, without gradients, the RNG untouched (its modules'
-        train/eval flags restored afterwards)."""
+        train/eval flags restored afterwards). Every check forward starts from the same CPU
+        random state (`_rng`), so a model drawing random numbers draws the same in each."""
         flags = [(m, m.training) for m in model.modules()]
         try:
             model.eval()
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                self._rng = torch.get_rng_state()
                 yield
         finally:
             for m, training in flags:
@@ -170,6 +173,7 @@ class OneOffCheck:
             state.compact = compact
             self.problem, self.encoder_output = None, None
             try:
+                torch.set_rng_state(self._rng)
                 out = pad_compact(seam.forward_in(Mode.CHECK_TRIM, model, args, kwargs),
                                   seam.batch, compact)
             finally:
