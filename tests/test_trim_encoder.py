@@ -350,3 +350,22 @@ def test_a_model_drawing_random_numbers_is_checked_from_one_random_state():
     trimmed, untrimmed, stats, _ = _runs(_train_data_links(Noisy, batches=4), GRAPH)
     assert_same_training(trimmed, untrimmed)
     assert _model(stats)["trimmed"] and _model(stats)["encoder"] == "encoder"
+
+
+def test_modules_that_refuse_hooks_are_left_out_of_the_encoder_search():
+    """A TorchScript sub-module takes no hooks: the search records the others (here: none
+    spans the layer calls) and never raises."""
+    from gnnorch.intercept.encoder import find_encoder
+
+    class WithScript(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scripted = torch.jit.script(torch.nn.Linear(2, 2))
+
+        def forward(self, x):
+            return self.scripted(x)
+
+    model = WithScript()
+    for root in (model, model.scripted):
+        output, found = find_encoder(root, lambda: model(torch.ones(3, 2)), lambda: 0, None)
+        assert found is None and output.shape == (3, 2)

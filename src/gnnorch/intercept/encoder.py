@@ -93,8 +93,11 @@ def _recorded(modules: dict[torch.nn.Module, str], made: Callable[[], int],
 
     try:
         for module in modules:
-            handles.append(module.register_forward_pre_hook(pre))
-            handles.append(module.register_forward_hook(post))
+            try:
+                pre_handle = module.register_forward_pre_hook(pre)
+            except (RuntimeError, TypeError, NotImplementedError):   # refuses hooks: unseen
+                continue
+            handles += [pre_handle, module.register_forward_hook(post)]
         yield
     finally:
         for handle in handles:
