@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if min(args.nodes, args.labels, args.steps, args.batch_size, args.hidden) < 1:
+        ap.error("--nodes, --labels, --steps, --batch-size and --hidden must be at least 1")
     data = make_data(args.nodes, 0, args.labels)
     runs, trim_stats = {}, None
     for trim in (True, False):

@@ -173,3 +173,15 @@ def assert_same_training(trimmed, untrimmed):
     extra = [run[2] for run in (trimmed, untrimmed) if len(run) > 2]
     if len(extra) == 2 and (extra[0] is not None or extra[1] is not None):
         torch.testing.assert_close(extra[0], extra[1], rtol=1e-5, atol=1e-5)
+
+
+def trimmed_and_untrimmed(train, data, seed: int, **options):
+    """`train(data)` under `gnnorch.Runtime` (one process, `seed`, `options`) with trimming on
+    and off: (trimmed result, untrimmed result, the trimmed run's Runtime)."""
+    import gnnorch
+
+    out, runtimes = {}, {}
+    for trim in (True, False):
+        runtimes[trim] = gnnorch.Runtime(train, processes=1, seed=seed, trim=trim, **options)
+        out[trim] = runtimes[trim](data)
+    return out[True], out[False], runtimes[True]

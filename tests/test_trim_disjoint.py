@@ -12,9 +12,7 @@ import torch_geometric.typing as pyg_typing
 from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
 from torch_geometric.nn import GraphSAGE
 
-import gnnorch
-
-from helpers import WRITES, assert_same_training
+from helpers import WRITES, assert_same_training, trimmed_and_untrimmed
 from test_trim_encoder import GRAPH, HETERO, HeteroLinkModel
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -77,13 +75,9 @@ def _train_temporal_links(data):
     (_train_temporal_links, HETERO, "gnn"),
 ])
 def test_disjoint_samples_are_trimmed_exactly(train, data, encoder):
-    runs = {}
-    for trim in (True, False):
-        runtime = gnnorch.Runtime(train, processes=1, seed=SEED, trim=trim)
-        runs[trim] = runtime(data)
-        if trim:
-            stats = runtime.last_run.stats[0]["trim"]
-    assert_same_training(runs[True], runs[False])
+    trimmed, untrimmed, runtime = trimmed_and_untrimmed(train, data, SEED)
+    assert_same_training(trimmed, untrimmed)
+    stats = runtime.last_run.stats[0]["trim"]
     (model,) = stats["models"]
     assert model["trimmed"] and model["encoder"] == encoder, model
     assert 0 < stats["rows_computed"] < stats["rows_untrimmed"]

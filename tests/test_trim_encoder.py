@@ -18,7 +18,8 @@ from torch_geometric.nn import GraphSAGE, Linear, SAGEConv, to_hetero
 import gnnorch
 from gnnorch.errors import TrimmingWarning
 
-from helpers import WRITES, SageStack as Sage, assert_same_training, small_hetero_graph
+from helpers import (WRITES, SageStack as Sage, assert_same_training, small_hetero_graph,
+                     trimmed_and_untrimmed)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -144,14 +145,8 @@ def _train_data_links(make, batches=None, evaluate=False, hops=2, grad_check=Tru
 def _runs(train, data, **options):
     """(trimmed, untrimmed) results of `train` under the runtime, and the trimmed run's trim
     statistics."""
-    out = {}
-    for trim in (True, False):
-        runtime = gnnorch.Runtime(train, processes=1, seed=SEED, trim=trim, **options)
-        out[trim] = runtime(data)
-        if trim:
-            stats = runtime.last_run.stats[0]["trim"]
-            summary = runtime.summary()
-    return out[True], out[False], stats, summary
+    trimmed, untrimmed, runtime = trimmed_and_untrimmed(train, data, SEED, **options)
+    return trimmed, untrimmed, runtime.last_run.stats[0]["trim"], runtime.summary()
 
 
 def _model(stats):

@@ -21,7 +21,8 @@ from gnnorch.errors import TrimmingWarning
 from gnnorch.trim.hetero import HeteroHopLayout, hetero_layout
 from gnnorch.trim.hops import LayerBounds
 
-from helpers import WRITES, SageStack as Sage, assert_same_training, small_hetero_graph
+from helpers import (WRITES, SageStack as Sage, assert_same_training, small_hetero_graph,
+                     trimmed_and_untrimmed)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -177,13 +178,8 @@ def _train_nodes(make, hops=2, transform=None, read_authors=False):
 def _runs(train, **options):
     """(trimmed, untrimmed) results of `train` under the runtime, and the trimmed run's trim
     statistics."""
-    out = {}
-    for trim in (True, False):
-        runtime = gnnorch.Runtime(train, processes=1, seed=SEED, trim=trim, **options)
-        out[trim] = runtime(DATA)
-        if trim:
-            stats = runtime.last_run.stats[0]["trim"]
-    return out[True], out[False], stats
+    trimmed, untrimmed, runtime = trimmed_and_untrimmed(train, DATA, SEED, **options)
+    return trimmed, untrimmed, runtime.last_run.stats[0]["trim"]
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -247,7 +243,7 @@ def test_a_model_that_trims_itself_is_left_to_pyg():
     assert not model["trimmed"] and "trims its own layers" in model["reason"]
 
 
-def test_dict_level_layers_and_uneven_layers_are_not_trimmed_saying_why():
+def test_dict_level_layers_are_left_whole_and_uneven_layers_trimmed_by_data_flow():
     class Hgt(torch.nn.Module):
         def __init__(self):
             super().__init__()

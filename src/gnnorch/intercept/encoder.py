@@ -88,7 +88,9 @@ def _recorded(modules: dict[torch.nn.Module, str], made: Callable[[], int],
 
     def post(module: torch.nn.Module, args: tuple, output: Any) -> None:
         call = open_calls.pop()
-        call.calls_after, call.output = made(), output
+        call.calls_after = made()
+        if call.calls_before == 0 and call.calls_after > 0:   # may span every layer call:
+            call.output = output                               # only those outputs kept
         calls.append(call)
 
     try:

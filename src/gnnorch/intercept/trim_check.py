@@ -22,7 +22,7 @@ from ..trim.verify import NOT_ONE_TENSOR, NOT_PER_TYPE, pad_compact, rows_per_ve
     same_values, verify_trimming
 from .chain import Trace
 from .dataflow import DataflowRecorder, layer_plan
-from .encoder import NO_ENCODER, find_encoder
+from .encoder import NO_ENCODER, EncoderCall, find_encoder
 
 __all__ = ["CheckedSeam", "OneOffCheck"]
 
@@ -181,29 +181,27 @@ class OneOffCheck:
             return out, self.problem
 
         with self._quiet(model):
-            plain = self._plain_again(model, args, kwargs)
+            # one reference forward, its sub-module calls recorded in case the output has
+            # no row per vertex and the model is to be checked at its encoder
+            plain, found = find_encoder(model, lambda: self._plain_again(model, args, kwargs),
+                                        seam.calls_made, seam.batch)
             if rows_per_vertex(plain, seam.batch):
                 return verify_trimming(plain, trimmed, seam.batch)
-            at_encoder = self._check_at_encoder(model, state, args, kwargs, trimmed)
-            if at_encoder is not None:
-                return at_encoder
+            if found is not None:
+                return self._check_at_encoder(state, plain, found, trimmed)
             trim, compact, reason = verify_trimming(plain, trimmed, seam.batch)
             if reason in (NOT_ONE_TENSOR, NOT_PER_TYPE):
                 reason = f"{reason}, and {NO_ENCODER}"
             return trim, compact, reason
 
-    def _check_at_encoder(self, model: torch.nn.Module, state: ModelState, args: tuple,
-                          kwargs: dict, trimmed: Callable[[bool], tuple[Any, str | None]]
-                          ) -> tuple[bool, bool, str | None] | None:
-        """(trim, compact, reason) for a model whose output has no row per vertex, trimmed at
-        its encoder (`intercept.encoder`) when the trimmed forwards give the encoder's seed
-        rows, and the model's whole output, as the untrimmed one does; None: no encoder."""
+    def _check_at_encoder(self, state: ModelState, plain: Any, found: EncoderCall,
+                          trimmed: Callable[[bool], tuple[Any, str | None]]
+                          ) -> tuple[bool, bool, str | None]:
+        """(trim, compact, reason) for a model whose output (untrimmed: `plain`) has no row per
+        vertex, trimmed at its encoder `found` (`intercept.encoder`) when the trimmed forwards
+        give the encoder's seed rows, and the model's whole output, as the untrimmed one
+        does."""
         seam = self.seam
-        plain, found = find_encoder(
-            model, lambda: self._plain_again(model, args, kwargs),
-            seam.calls_made, seam.batch)
-        if found is None:
-            return None
         state.encoder = found.name
 
         def at_encoder(compact: bool) -> tuple[Any, str | None]:
