@@ -20,7 +20,8 @@ Invariant. A model is trimmed at a sub-module E only when
    that batch;
 3. in every trimmed forward, E ends after exactly the model's K layer calls, and none follows:
    E's output is handed on padded and prefix-exact (`gnnorch.trim.exact_output`: a read of any
-   other row recomputes E untrimmed), and a forward that breaks this is recomputed untrimmed.
+   other row recomputes E untrimmed), or as it is when it holds only the seed rows, and a
+   forward that breaks this is recomputed untrimmed.
 So no value the user can observe is a placeholder, as for a model trimmed at its output.
 """
 from __future__ import annotations
@@ -34,11 +35,12 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from ..trim.hetero import SampledGraph
-from ..trim.verify import rows_per_vertex
+from ..trim.verify import rows_per_vertex, seed_rows_only
 
 __all__ = ["EncoderCall", "EncoderWatch", "find_encoder", "NO_ENCODER"]
 
-NO_ENCODER = "no sub-module makes every layer call and returns a row per vertex"
+NO_ENCODER = ("no sub-module makes every layer call and returns a row per vertex (or the "
+              "seed rows)")
 
 # (module, args, kwargs, output) -> the output the rest of the model gets
 OnEncoderExit = Callable[[torch.nn.Module, tuple, dict, Any], Any]
@@ -120,7 +122,8 @@ def find_encoder(model: torch.nn.Module, forward: Callable[[], Any], made: Calla
     times = collections.Counter(call.name for call in calls)
     fits = [call for call in calls
             if call.name and total and call.calls_before == 0 and call.calls_after == total
-            and times[call.name] == 1 and rows_per_vertex(call.output, batch)]
+            and times[call.name] == 1 and (rows_per_vertex(call.output, batch)
+                                           or seed_rows_only(call.output, batch))]
     return output, min(fits, key=lambda call: (call.depth, call.order), default=None)
 
 

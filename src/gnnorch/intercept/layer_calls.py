@@ -64,9 +64,11 @@ class TrimAndRewrite:
         if _too_few_rows(x, bounds):
             trace.problem = f"{type(layer).__name__} received fewer rows than it reads"
             return self.run(layer, original, args, kwargs)
+        state = trace.state    # a model keeping only the seed rows itself gets its last
+        #   layers' outputs padded, so a read beyond them shows (`TrimmedOutputs.seeds_problem`)
+        compact = state.compact and not (state.seeds_only and index == state.layers - 1)
         out = trimmed_call(lambda *a, **k: self.run(layer, original, a, k), layer, args,
-                           kwargs, x, edge_index, batch, bounds, trace.state.compact,
-                           rows=rows[1])
+                           kwargs, x, edge_index, batch, bounds, compact, rows=rows[1])
         if count:
             self.rows_computed += bounds.num_dst
             self.rows_untrimmed += rows[1]

@@ -262,7 +262,9 @@ class LayerSeam:
             return None
         self._trace = None
         state = trace.state
-        trace.problem = trace.problem or trace.uneven() or self.outputs.encoder_problem(trace)
+        trace.problem = (trace.problem or trace.uneven() or self.outputs.encoder_problem(trace)
+                         or (None if state.encoder else
+                             self.outputs.seeds_problem(trace, output, self.batch)))
         if trace.mode.checking:
             step = forward_end(trace.mode, calls=trace.calls, layers=state.layers,
                                problem=trace.problem)

@@ -19,7 +19,7 @@ from ..trim.mixing import batch_mixing_modules
 from ..trim.state import Mode, ModelState
 from ..trim.trusted import trusted_trimming
 from ..trim.verify import NOT_ONE_TENSOR, NOT_PER_TYPE, pad_compact, rows_per_vertex, \
-    same_values, verify_trimming
+    same_values, seed_rows_only, verify_trimming
 from .chain import Trace
 from .dataflow import DataflowRecorder, layer_plan
 from .encoder import NO_ENCODER, EncoderCall, find_encoder
@@ -129,6 +129,7 @@ class OneOffCheck:
         except NotRepeatable as exc:
             state.trim, state.compact, state.reason = False, False, str(exc)
         state.verified_by = "the one-off check" if state.trim else None
+        state.seeds_only = state.seeds_only and state.trim
         if not state.trim and state.plan is not None:
             state.plan, state.reason = None, f"with layers from its data flow: {state.reason}"
         self.seconds += time.perf_counter() - start
@@ -175,7 +176,7 @@ class OneOffCheck:
             try:
                 torch.set_rng_state(self._rng)
                 out = pad_compact(seam.forward_in(Mode.CHECK_TRIM, model, args, kwargs),
-                                  seam.batch, compact)
+                                  seam.batch, state.pads_output)
             finally:
                 seam.clear_forward()
             return out, self.problem
@@ -185,7 +186,8 @@ class OneOffCheck:
             # no row per vertex and the model is to be checked at its encoder
             plain, found = find_encoder(model, lambda: self._plain_again(model, args, kwargs),
                                         seam.calls_made, seam.batch)
-            if rows_per_vertex(plain, seam.batch):
+            state.seeds_only = seed_rows_only(plain, seam.batch)   # x[:batch_size] itself
+            if state.seeds_only or rows_per_vertex(plain, seam.batch):
                 return verify_trimming(plain, trimmed, seam.batch)
             if found is not None:
                 return self._check_at_encoder(state, plain, found, trimmed)
@@ -203,6 +205,7 @@ class OneOffCheck:
         does."""
         seam = self.seam
         state.encoder = found.name
+        state.seeds_only = seed_rows_only(found.output, seam.batch)
 
         def at_encoder(compact: bool) -> tuple[Any, str | None]:
             out, problem = trimmed(compact)

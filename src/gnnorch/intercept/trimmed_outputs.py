@@ -2,7 +2,8 @@
 
 A forward trimmed at the model's output hands back that output padded to a row per vertex and
 prefix-exact (`gnnorch.trim.exact_output`: each tensor of a dict output by node type exact in
-its type's seed rows). A model trimmed at its encoder (`intercept.encoder`) gets its encoder's
+its type's seed rows), or, when the model keeps only the seed rows itself (``return
+x[:batch_size]``: `ModelState.seeds_only`), as it is: every row of it is exact. A model trimmed at its encoder (`intercept.encoder`) gets its encoder's
 output the same way, at the encoder's return, and the rest of the model computes from it; a
 forward that did not go as planned (the encoder not ending after the model's K layer calls, or
 layer calls after it) is recomputed untrimmed at the model's exit (`encoder_problem`).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from typing import Any, ContextManager, Protocol
 
 import torch
@@ -24,7 +26,8 @@ from ..trim.exact_output import prefix_exact_parts
 from ..trim.hetero import SampledGraph
 from ..trim.materialize import materializer, run_as
 from ..trim.state import Mode, ModelState
-from ..trim.verify import output_parts, pad_compact
+from ..errors import TrimmingWarning
+from ..trim.verify import output_parts, pad_compact, seed_rows_only
 from .chain import Trace
 from .encoder import EncoderWatch
 from .trim_check import OneOffCheck
@@ -55,6 +58,8 @@ class TrimmedOutputs:
         """A trimmed forward's output (of the model, or `nested`: of its encoder) padded to a
         row per vertex and prefix-exact."""
         state.trimmed_forwards += 1
+        if state.seeds_only:      # every row exact (`trim.verify.seed_rows_only`)
+            return output
         full = pad_compact(output, batch, state.compact)
         parts = output_parts(full, batch)
         if parts is None:
@@ -95,11 +100,34 @@ class TrimmedOutputs:
         so far (else `encoder_problem` has the model's exit recompute it untrimmed)."""
         trace.served, state = trace.made, trace.state
         if trace.mode is Mode.CHECK_TRIM:
-            self.check.encoder_output = pad_compact(output, batch, state.compact)
+            self.check.encoder_output = pad_compact(output, batch, state.pads_output)
             return self.check.encoder_output
         if trace.problem is None and trace.calls == state.layers and not trace.uneven():
+            trace.problem = self.seeds_problem(trace, output, batch)
+        if trace.problem is None:
             return self.serve(encoder, state, batch, args, kwargs, output, nested=True)
-        return pad_compact(output, batch, state.compact)
+        return pad_compact(output, batch, state.pads_output)
+
+    def seeds_problem(self, trace: Trace, output: Any, batch: SampledGraph) -> str | None:
+        """In a trimmed forward of a module that keeps only the seed rows itself
+        (`ModelState.seeds_only`), at its return: why its output (the model's or its
+        encoder's) is not the seed rows (None: it is, or another kind of forward). Its last
+        layers' outputs are padded to a row per vertex (`intercept.layer_calls`), so a read
+        beyond the seed rows (``x[:256]`` on a batch of fewer seeds) shows in the rows it
+        returns: the forward is recomputed untrimmed and trimming is off for the model."""
+        state = trace.state
+        if not state.seeds_only or trace.mode is not Mode.TRIM or output is None or \
+                seed_rows_only(output, batch):
+            return None
+        name = state.name + (f".{state.encoder}" if state.encoder else "")
+        warnings.warn(TrimmingWarning(
+            f"gnnorch: {name} returned other rows than the {batch.batch_size} seed rows of "
+            f"this batch, as it did on the first one; hop-aware trimming computes only the "
+            f"seed rows, so this forward was recomputed untrimmed (exact values) and "
+            f"trimming is now off for this model. To keep trimming, keep "
+            f"x[:batch.batch_size]; to silence this, pass trim=False to gnnorch.Runtime."),
+            stacklevel=4)
+        return f"its output was not the seed rows in a later forward ({name})"
 
     def encoder_problem(self, trace: Trace) -> str | None:
         """At the model's exit: why a forward trimmed (or checked) at its encoder went

@@ -166,9 +166,18 @@ class ModelState:
     checkpointed_calls: int = 0    # layer calls run past the seam under checkpointing
     # trimmed at this sub-module's output rather than the model's (`intercept.encoder`)
     encoder: str | None = None
+    # that output (the model's or the encoder's) holds only the seed rows, the module keeping
+    # them itself (`trim.verify.seed_rows_only`): all exact, handed back as it is
+    seeds_only: bool = False
     # per layer call in forward order, (edge key, layer): layers from data flow, for models
     # whose layers do not all call the same edge types (`intercept.dataflow`)
     plan: tuple[tuple[Hashable, int], ...] | None = None
+
+    @property
+    def pads_output(self) -> bool:
+        """Whether a trimmed forward's output (the model's or its encoder's) is zero-padded
+        to a row per vertex: compact, and not holding only the seed rows."""
+        return self.compact and not self.seeds_only
 
     def disable(self, reason: str) -> None:
         """Trimming off for this model from now on, for `reason`."""
@@ -184,4 +193,5 @@ class ModelState:
                 "verified_by": self.verified_by if self.trim else None,
                 "checkpointed_calls": self.checkpointed_calls,
                 "encoder": self.encoder,
+                "seeds_only": self.seeds_only,
                 "layer_plan": None if self.plan is None else [layer for _, layer in self.plan]}

@@ -20,7 +20,7 @@ from torch import Tensor
 from .hetero import SampledGraph
 
 __all__ = ["VERIFY_RTOL", "VERIFY_ATOL", "output_parts", "pad_compact", "rows_per_vertex",
-           "same_values", "verify_trimming"]
+           "same_values", "seed_rows_only", "verify_trimming"]
 
 VERIFY_RTOL = 1e-4
 VERIFY_ATOL = 1e-5
@@ -57,6 +57,18 @@ def rows_per_vertex(output: Any, batch: SampledGraph) -> bool:
     parts = output_parts(output, batch)
     return parts is not None and all(value.size(0) == rows for value, _, rows in
                                      parts.values()) and any(e for _, e, _ in parts.values())
+
+
+def seed_rows_only(output: Any, batch: SampledGraph) -> bool:
+    """Whether `output` (an untrimmed one) holds exactly the seed rows of each of its parts
+    (`output_parts`), some of them, and fewer than a row per vertex: the module kept them
+    itself (``return x[:batch_size]``; a head on ``x_dict[seed_type][:batch_size]``). All its
+    rows are then rows trimming vouches for: a trimmed forward's is handed back as it is."""
+    parts = output_parts(output, batch)
+    return parts is not None and all(value.size(0) == exact for value, exact, _ in
+                                     parts.values()) and \
+        any(exact for _, exact, _ in parts.values()) and \
+        any(exact < rows for _, exact, rows in parts.values())
 
 
 def same_values(a: Any, b: Any) -> bool:
