@@ -116,6 +116,35 @@ def test_prefix_exact_index_select_of_seed_rows_is_cheap():
     assert len(calls) == 2
 
 
+def test_prefix_exact_sums_of_two_stay_prefix_exact():
+    """Two prefix-exact tensors of one shape and the same exact rows (two encoder calls'
+    outputs) summed or multiplied: the result is prefix-exact in those rows, reading them
+    costs nothing, and a read beyond materialises both parents and replays the operation.
+    Tensors of other exact rows, or a broadcast, materialise at once."""
+    a, b = torch.randn(6, 3), torch.randn(6, 3)
+    calls = []
+
+    def exact_of(value):
+        def materialize(reason):
+            calls.append(reason)
+            return value * 10
+        return materialize
+
+    left = gnnorch.trim.exact_output.prefix_exact(a.clone(), 2, exact_of(a))
+    right = gnnorch.trim.exact_output.prefix_exact(b.clone(), 2, exact_of(b))
+    total = left + right
+    assert isinstance(total, PrefixExact) and not calls
+    assert torch.equal(total[:2], a[:2] + b[:2]) and not calls
+    assert torch.equal((left * right)[1], a[1] * b[1]) and not calls
+    assert torch.allclose(total.sum(), (a * 10 + b * 10).sum()) and len(calls) == 2
+    other = gnnorch.trim.exact_output.prefix_exact(b.clone(), 3, exact_of(b))
+    fresh = gnnorch.trim.exact_output.prefix_exact(a.clone(), 2, exact_of(a))
+    assert type(fresh + other) is torch.Tensor and len(calls) == 4
+    row = gnnorch.trim.exact_output.prefix_exact(a[:1].clone(), 1, exact_of(a[:1]))
+    assert type(gnnorch.trim.exact_output.prefix_exact(a.clone(), 2, exact_of(a)) + row) \
+        is torch.Tensor
+
+
 # -- models that trim themselves ----------------------------------------------------------------
 def hierarchical(data, epochs=1):
     """PyG's examples/hierarchical_sampling.py: BasicGNN with its own trim_to_layer."""

@@ -196,16 +196,56 @@ def test_a_decoder_reading_beyond_the_seed_rows_leaves_the_model_whole_quietly()
     assert model["materialized"] == 0
 
 
-@pytest.mark.parametrize("make, why", [
-    (lambda: LinkModel(conv_after=True), "not one tensor with a row per vertex"),
-    (Siamese, "not one tensor with a row per vertex"),
-])
-def test_layer_calls_outside_one_encoder_call_leave_the_model_whole(make, why):
+class SiameseThenConv(Siamese):
+    """The encoder called twice, then a layer call on the batch graph after both."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv_after = SAGEConv(8, 8)
+
+    def forward(self, x, edge_index, edge_label_index):
+        z = self.encoder(x, edge_index) + self.encoder(x.flip(1), edge_index)
+        z = self.conv_after(z, edge_index)
+        return (z[edge_label_index[0]] * z[edge_label_index[1]]).sum(-1)
+
+
+class SiameseUneven(Siamese):
+    """The encoder called twice, with a layer call on the batch graph between the calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv_between = SAGEConv(12, 12)
+
+    def forward(self, x, edge_index, edge_label_index):
+        z = self.encoder(x, edge_index)
+        z = z + self.encoder(self.conv_between(x, edge_index), edge_index)
+        return (z[edge_label_index[0]] * z[edge_label_index[1]]).sum(-1)
+
+
+@pytest.mark.parametrize("make", [lambda: LinkModel(conv_after=True), SiameseThenConv,
+                                  SiameseUneven])
+def test_layer_calls_outside_the_encoder_calls_leave_the_model_whole(make):
     trimmed, untrimmed, stats, _ = _runs(_train_data_links(make, batches=4), GRAPH)
     assert_same_training(trimmed, untrimmed)
     model = _model(stats)
-    assert not model["trimmed"] and why in model["reason"], model
+    assert not model["trimmed"], model
+    assert "not one tensor with a row per vertex" in model["reason"], model
     assert "no sub-module makes every layer call" in model["reason"], model
+
+
+def test_an_encoder_called_twice_is_trimmed_pass_by_pass():
+    """`Siamese` runs its encoder on the batch and on a transform of its features, summing
+    the two: each call's layers are trimmed as layers 0..K-1, and the sum of the two
+    prefix-exact outputs stays prefix-exact (no recomputation)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrimmingWarning)
+        trimmed, untrimmed, stats, _ = _runs(_train_data_links(Siamese, batches=6), GRAPH)
+    assert_same_training(trimmed, untrimmed)
+    model = _model(stats)
+    assert model["trimmed"] and model["encoder"] == "encoder", model
+    assert model["encoder_calls"] == 2 and model["layers"] == 2, model
+    assert model["layer_plan"] == [0, 1, 0, 1] and model["materialized"] == 0, model
+    assert 0 < stats["rows_computed"] < stats["rows_untrimmed"]
 
 
 def test_a_model_returning_its_encoder_output_reads_it_exactly():

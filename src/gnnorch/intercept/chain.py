@@ -53,14 +53,19 @@ class Trace:
     # layer calls on the batch's graph so far, by edge key (`BatchGraph.edge_key`: one key
     # for a Data batch, its edge type for a HeteroData batch)
     counts: dict[Hashable, int] = dataclasses.field(default_factory=dict)
-    # trimmed at an encoder (`intercept.encoder`): the layer calls made when it returned
+    # the edge keys of the layer calls so far, in order
+    order: list[Hashable] = dataclasses.field(default_factory=list)
+    # trimmed at an encoder (`intercept.encoder`): the layer calls made when it last returned,
+    # and how often it returned
     served: int | None = None
+    returns: int = 0
 
     def count(self, key: Hashable) -> int:
         """Count one more layer call of edge key `key`; its index among that key's calls (its
         layer, 0: the bottom one)."""
         index = self.counts.get(key, 0)
         self.counts[key] = index + 1
+        self.order.append(key)
         return index
 
     def layer_of(self, key: Hashable) -> int | None:

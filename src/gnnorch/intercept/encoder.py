@@ -12,24 +12,28 @@ link decoder reads only the rows at ``edge_label_index``: the seed rows of a lin
 
 Invariant. A model is trimmed at a sub-module E only when
 1. in an untrimmed forward of the model (the one-off check's), E is the outermost sub-module
-   call that makes every one of the forward's layer calls on the batch graph (none before it
-   starts, none after it ends), E is called once, and E returns a row per batch vertex (one
-   tensor, or a dict of such tensors by node type: `gnnorch.trim.verify.rows_per_vertex`);
-2. the one-off check finds E's seed rows *and the model's whole output* equal between the
-   trimmed and the untrimmed forward: the rest of the model read nothing but E's seed rows on
-   that batch;
-3. in every trimmed forward, E ends after exactly the model's K layer calls, and none follows:
-   E's output is handed on padded and prefix-exact (`gnnorch.trim.exact_output`: a read of any
-   other row recomputes E untrimmed), or as it is when it holds only the seed rows, and a
+   whose calls make every one of the forward's layer calls on the batch graph (none before its
+   first call starts, none between its calls, none after its last call ends), and E returns a
+   row per batch vertex (one tensor, or a dict of such tensors by node type:
+   `gnnorch.trim.verify.rows_per_vertex`) or only the seed rows (``return x[:batch_size]``:
+   `gnnorch.trim.verify.seed_rows_only`). E is called once, or n times with the same layer
+   calls each time (PyG's `DeepGraphInfomax` runs its encoder on the batch and on a
+   corruption of it): the calls of each pass are then layers 0..K-1 again (`EncoderFound.plan`);
+2. the one-off check finds each call's seed rows of E *and the model's whole output* equal
+   between the trimmed and the untrimmed forward: the rest of the model read nothing but E's
+   seed rows on that batch;
+3. in every trimmed forward, each call of E ends after exactly its share of the model's layer
+   calls, E is called as often as in the check, and no layer call follows: each output of E is
+   handed on padded and prefix-exact (`gnnorch.trim.exact_output`: a read of any other row
+   recomputes that call of E untrimmed), or as it is when it holds only the seed rows, and a
    forward that breaks this is recomputed untrimmed.
 So no value the user can observe is a placeholder, as for a model trimmed at its output.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -37,7 +41,7 @@ from torch.utils.hooks import RemovableHandle
 from ..trim.hetero import SampledGraph
 from ..trim.verify import rows_per_vertex, seed_rows_only
 
-__all__ = ["EncoderCall", "EncoderWatch", "find_encoder", "NO_ENCODER"]
+__all__ = ["EncoderCall", "EncoderFound", "EncoderWatch", "find_encoder", "NO_ENCODER"]
 
 NO_ENCODER = ("no sub-module makes every layer call and returns a row per vertex (or the "
               "seed rows)")
@@ -56,6 +60,44 @@ class EncoderCall:
     calls_before: int          # layer calls on the batch graph made before it started
     calls_after: int           # ... when it ended
     output: Any = None
+    keys: tuple[Hashable, ...] = ()   # the model's own call: its layer calls' edge keys
+
+
+@dataclasses.dataclass
+class EncoderFound:
+    """The encoder of a model: its calls in one untrimmed forward (condition 1)."""
+
+    name: str
+    outputs: list[Any]                 # what each call returned, in call order
+    keys: tuple[Hashable, ...]         # the forward's layer calls' edge keys, in order
+
+    @property
+    def output(self) -> Any:
+        return self.outputs[0]
+
+    @property
+    def times(self) -> int:
+        return len(self.outputs)
+
+    def plan(self) -> tuple[tuple[Hashable, int], ...] | None:
+        """For an encoder called n > 1 times: each layer call's (edge key, layer), the calls of
+        every pass numbered 0..K-1 per edge key again, when every pass makes the same calls
+        and calls each edge key K times (else None). None for an encoder called once."""
+        n, total = self.times, len(self.keys)
+        if n == 1 or total % n:
+            return None
+        span = total // n
+        passes = [self.keys[i * span:(i + 1) * span] for i in range(n)]
+        if any(p != passes[0] for p in passes):
+            return None
+        seen: dict[Hashable, int] = {}
+        one = []
+        for key in passes[0]:
+            one.append((key, seen.get(key, 0)))
+            seen[key] = seen.get(key, 0) + 1
+        if len(set(seen.values())) != 1:
+            return None
+        return tuple(one) * n
 
 
 def _candidates(model: torch.nn.Module) -> dict[torch.nn.Module, str]:
@@ -77,9 +119,10 @@ def _candidates(model: torch.nn.Module) -> dict[torch.nn.Module, str]:
 
 @contextlib.contextmanager
 def _recorded(modules: dict[torch.nn.Module, str], made: Callable[[], int],
-              calls: list[EncoderCall]) -> Iterator[None]:
+              keys: Callable[[], tuple], calls: list[EncoderCall]) -> Iterator[None]:
     """Every call of `modules` during the block appended to `calls` as it ends, with the layer
-    calls `made()` counts at its start and end."""
+    calls `made()` counts at its start and end (and, for the model's own call, named "", the
+    edge keys `keys()` lists)."""
     open_calls: list[EncoderCall] = []
     handles: list[RemovableHandle] = []
     started = iter(range(1 << 62))
@@ -91,8 +134,10 @@ def _recorded(modules: dict[torch.nn.Module, str], made: Callable[[], int],
     def post(module: torch.nn.Module, args: tuple, output: Any) -> None:
         call = open_calls.pop()
         call.calls_after = made()
-        if call.calls_before == 0 and call.calls_after > 0:   # may span every layer call:
-            call.output = output                               # only those outputs kept
+        if call.calls_after > call.calls_before:   # may be (one call of) the encoder: only
+            call.output = output                   # those outputs kept
+        if not call.name:
+            call.keys = tuple(keys())
         calls.append(call)
 
     try:
@@ -109,32 +154,52 @@ def _recorded(modules: dict[torch.nn.Module, str], made: Callable[[], int],
 
 
 def find_encoder(model: torch.nn.Module, forward: Callable[[], Any], made: Callable[[], int],
-                 batch: SampledGraph) -> tuple[Any, EncoderCall | None]:
-    """(the model's output, its encoder call or None): runs `forward()`, an untrimmed forward
-    of `model` on `batch`, recording its sub-module calls; `made()` counts the layer calls on
-    the batch graph so far. The encoder is the outermost (then earliest) sub-module called
-    once that spans all of them (the module docstring's condition 1)."""
+                 batch: SampledGraph, keys: Callable[[], tuple] = tuple
+                 ) -> tuple[Any, EncoderFound | None]:
+    """(the model's output, its encoder or None): runs `forward()`, an untrimmed forward of
+    `model` on `batch`, recording its sub-module calls; `made()` counts the layer calls on the
+    batch graph so far, `keys()` lists their edge keys. The encoder is the outermost (then
+    earliest) sub-module whose calls tile all of them (the module docstring's condition 1)."""
     calls: list[EncoderCall] = []
-    with _recorded({model: "", **_candidates(model)}, made, calls):
+    with _recorded({model: "", **_candidates(model)}, made, keys, calls):
         output = forward()
     # the model's own call ends (its hook runs) before the seam's exit hook ends the forward
-    total = max((call.calls_after for call in calls if not call.name), default=0)
-    times = collections.Counter(call.name for call in calls)
-    fits = [call for call in calls
-            if call.name and total and call.calls_before == 0 and call.calls_after == total
-            and times[call.name] == 1 and (rows_per_vertex(call.output, batch)
-                                           or seed_rows_only(call.output, batch))]
-    return output, min(fits, key=lambda call: (call.depth, call.order), default=None)
+    own = [call for call in calls if not call.name]
+    total = max((call.calls_after for call in own), default=0)
+    by_name: dict[str, list[EncoderCall]] = {}
+    for call in sorted(calls, key=lambda call: call.order):
+        if call.name:
+            by_name.setdefault(call.name, []).append(call)
+    fits = [found for found in by_name.values()
+            if total and _tiles(found, total) and all(
+                rows_per_vertex(call.output, batch) or seed_rows_only(call.output, batch)
+                for call in found)]
+    if not fits:
+        return output, None
+    best = min(fits, key=lambda found: (found[0].depth, found[0].order))
+    encoder = EncoderFound(best[0].name, [call.output for call in best],
+                           own[-1].keys if own else ())
+    if encoder.times > 1 and encoder.plan() is None:
+        return output, None
+    return output, encoder
+
+
+def _tiles(calls: list[EncoderCall], total: int) -> bool:
+    """Whether a sub-module's calls (in order) make all `total` layer calls, the same number
+    each, one after the other: none before the first, between two or after the last."""
+    span = calls[0].calls_after - calls[0].calls_before
+    return span > 0 and calls[0].calls_before == 0 and calls[-1].calls_after == total and all(
+        call.calls_after - call.calls_before == span for call in calls) and all(
+        a.calls_after == b.calls_before for a, b in zip(calls, calls[1:]))
 
 
 class EncoderWatch:
-    """The hook that hands on an encoder's output in a forward trimmed at it: armed on the
-    encoder at the model's entry, it runs once, at the encoder's next return (`on_exit`
-    replaces the output), and is removed at the model's exit or when the forward is cleared."""
+    """The hook that hands on an encoder's outputs in a forward trimmed at it: armed on the
+    encoder at the model's entry, it runs at each of the encoder's returns (`on_exit` replaces
+    the output), and is removed at the model's exit or when the forward is cleared."""
 
     def __init__(self) -> None:
         self._handle: RemovableHandle | None = None
-        self.ran = False
 
     def arm(self, model: torch.nn.Module, name: str, on_exit: OnEncoderExit) -> bool:
         """Watch `model`'s sub-module `name`; False when the model has none by that name."""
@@ -145,9 +210,6 @@ class EncoderWatch:
             return False
 
         def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
-            if self.ran:       # a second call: left alone (its layer calls are counted)
-                return None
-            self.ran = True
             return on_exit(module, args, kwargs, output)
 
         self._handle = encoder.register_forward_hook(hook, with_kwargs=True)
@@ -157,4 +219,3 @@ class EncoderWatch:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
-        self.ran = False

@@ -188,6 +188,10 @@ class LayerSeam:
         """Layer calls on the batch graph made so far in the forward in flight."""
         return self._trace.made if self._trace is not None else 0
 
+    def call_keys(self) -> tuple:
+        """The edge keys of those calls, in order."""
+        return tuple(self._trace.order) if self._trace is not None else ()
+
     def stats(self) -> dict:
         return {"enabled": self.trim_enabled, "check_s": self.check.seconds,
                 "models": [s.to_dict() for s in self.states if s.layers or s.checkpointed_calls
@@ -262,9 +266,8 @@ class LayerSeam:
             return None
         self._trace = None
         state = trace.state
-        trace.problem = (trace.problem or trace.uneven() or self.outputs.encoder_problem(trace)
-                         or (None if state.encoder else
-                             self.outputs.seeds_problem(trace, output, self.batch)))
+        trace.problem = trace.problem or trace.uneven() or self.outputs.exit_problem(
+            trace, output, self.batch)
         if trace.mode.checking:
             step = forward_end(trace.mode, calls=trace.calls, layers=state.layers,
                                problem=trace.problem)

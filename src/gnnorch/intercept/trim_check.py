@@ -19,10 +19,10 @@ from ..trim.mixing import batch_mixing_modules
 from ..trim.state import Mode, ModelState
 from ..trim.trusted import trusted_trimming
 from ..trim.verify import NOT_ONE_TENSOR, NOT_PER_TYPE, pad_compact, rows_per_vertex, \
-    same_values, seed_rows_only, verify_trimming
+    same_values, seed_rows_differ, seed_rows_only, verify_trimming
 from .chain import Trace
 from .dataflow import DataflowRecorder, layer_plan
-from .encoder import NO_ENCODER, EncoderCall, find_encoder
+from .encoder import NO_ENCODER, EncoderFound, find_encoder
 
 __all__ = ["CheckedSeam", "OneOffCheck"]
 
@@ -47,6 +47,9 @@ class CheckedSeam(Protocol):
     def calls_made(self) -> int:
         """Layer calls on the batch graph made so far in the forward in flight."""
 
+    def call_keys(self) -> tuple:
+        """The edge keys of those calls, in order."""
+
 
 class OneOffCheck:
     """Whether trimming is exact for a model, decided once, on its first batch: by
@@ -59,7 +62,7 @@ class OneOffCheck:
         self.seam = seam
         self.seconds = 0.0               # spent in reference / trimmed check forwards
         self.problem: str | None = None  # what the latest trimmed check forward met
-        self.encoder_output: Any = None  # what the encoder returned in it (padded)
+        self.encoder_outputs: list = []  # what the encoder returned in it (padded), per call
         self._rng = torch.get_rng_state()  # the random state every check forward starts from
 
     def speculated(self, module: torch.nn.Module, state: ModelState, args: tuple,
@@ -172,7 +175,7 @@ class OneOffCheck:
             if compact and state.plan is not None:   # a forward off the plan must be able to
                 return None, "padded: layers from data flow"  # run its calls untrimmed
             state.compact = compact
-            self.problem, self.encoder_output = None, None
+            self.problem, self.encoder_outputs = None, []
             try:
                 torch.set_rng_state(self._rng)
                 out = pad_compact(seam.forward_in(Mode.CHECK_TRIM, model, args, kwargs),
@@ -185,7 +188,7 @@ class OneOffCheck:
             # one reference forward, its sub-module calls recorded in case the output has
             # no row per vertex and the model is to be checked at its encoder
             plain, found = find_encoder(model, lambda: self._plain_again(model, args, kwargs),
-                                        seam.calls_made, seam.batch)
+                                        seam.calls_made, seam.batch, seam.call_keys)
             state.seeds_only = seed_rows_only(plain, seam.batch)   # x[:batch_size] itself
             if state.seeds_only or rows_per_vertex(plain, seam.batch):
                 return verify_trimming(plain, trimmed, seam.batch)
@@ -196,25 +199,39 @@ class OneOffCheck:
                 reason = f"{reason}, and {NO_ENCODER}"
             return trim, compact, reason
 
-    def _check_at_encoder(self, state: ModelState, plain: Any, found: EncoderCall,
+    def _check_at_encoder(self, state: ModelState, plain: Any, found: EncoderFound,
                           trimmed: Callable[[bool], tuple[Any, str | None]]
                           ) -> tuple[bool, bool, str | None]:
         """(trim, compact, reason) for a model whose output (untrimmed: `plain`) has no row per
         vertex, trimmed at its encoder `found` (`intercept.encoder`) when the trimmed forwards
-        give the encoder's seed rows, and the model's whole output, as the untrimmed one
-        does."""
+        give the seed rows of each of the encoder's outputs, and the model's whole output, as
+        the untrimmed one does. An encoder called n times gets a layer plan numbering each
+        pass's calls 0..K-1 (`EncoderFound.plan`; run padded, like every planned model)."""
         seam = self.seam
-        state.encoder = found.name
+        before = state.plan, state.layers
+        state.encoder, state.encoder_calls = found.name, found.times
         state.seeds_only = seed_rows_only(found.output, seam.batch)
+        if found.times > 1:
+            state.plan = found.plan()
+            state.layers = max(layer for _, layer in state.plan) + 1
 
         def at_encoder(compact: bool) -> tuple[Any, str | None]:
             out, problem = trimmed(compact)
             if problem is None and not same_values(plain, out):
                 problem = (f"the model reads its encoder's output beyond the seed rows (its "
                            f"trimmed and untrimmed outputs differ)")
-            return self.encoder_output, problem
+            got = self.encoder_outputs
+            if problem is None and len(got) != found.times:
+                problem = f"its encoder returned {len(got)} times, not {found.times}"
+            for call, (want, have) in enumerate(zip(found.outputs[1:], got[1:]), start=2):
+                if problem is None:
+                    why = seed_rows_differ(want, have, seam.batch)
+                    problem = why and f"call {call} of its encoder: {why}"
+            return (got[0] if got else None), problem
 
         trim, compact, reason = verify_trimming(found.output, at_encoder, seam.batch)
         if not trim:
-            state.encoder, reason = None, f"at its encoder {found.name}: {reason}"
+            state.encoder, state.encoder_calls = None, 1
+            state.plan, state.layers = before
+            reason = f"at its encoder {found.name}: {reason}"
         return trim, compact, reason

@@ -52,6 +52,7 @@ class TrimmedOutputs:
         self.seam = seam
         self.check = check
         self.watch = EncoderWatch()
+        self._rerunning = 0       # untrimmed recomputations in flight
 
     def serve(self, module: torch.nn.Module, state: ModelState, batch: SampledGraph,
               args: tuple, kwargs: dict, output: Any, nested: bool = False) -> Any:
@@ -76,8 +77,12 @@ class TrimmedOutputs:
         """`module(*args, **kwargs)` on `batch` untrimmed (with the given parameter values
         instead of the module's own, when given): its trimmed output was read beyond the seed
         rows."""
-        with self.seam.reentered(batch, nested):
-            return run_as(module, grad, training, parameters, args, kwargs)
+        self._rerunning += 1      # the encoder's calls in it are not watched
+        try:
+            with self.seam.reentered(batch, nested):
+                return run_as(module, grad, training, parameters, args, kwargs)
+        finally:
+            self._rerunning -= 1
 
     # -- models trimmed at an encoder --------------------------------------------------
     def arm(self, trace: Trace, batch: SampledGraph) -> None:
@@ -85,7 +90,7 @@ class TrimmedOutputs:
         thread = threading.get_ident()
 
         def on_exit(encoder: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
-            if threading.get_ident() != thread:
+            if threading.get_ident() != thread or self._rerunning:
                 return None
             return self._encoder_returned(trace, batch, encoder, args, kwargs, output)
 
@@ -96,17 +101,29 @@ class TrimmedOutputs:
 
     def _encoder_returned(self, trace: Trace, batch: SampledGraph, encoder: torch.nn.Module,
                           args: tuple, kwargs: dict, output: Any) -> Any:
-        """The encoder's output handed on padded; prefix-exact when the forward went as planned
-        so far (else `encoder_problem` has the model's exit recompute it untrimmed)."""
+        """The encoder's output handed on padded; prefix-exact (or, holding only the seed
+        rows, as it is) when the forward went as planned so far (else `encoder_problem` has
+        the model's exit recompute it untrimmed)."""
         trace.served, state = trace.made, trace.state
+        trace.returns += 1
         if trace.mode is Mode.CHECK_TRIM:
-            self.check.encoder_output = pad_compact(output, batch, state.pads_output)
-            return self.check.encoder_output
-        if trace.problem is None and trace.calls == state.layers and not trace.uneven():
+            self.check.encoder_outputs.append(pad_compact(output, batch, state.pads_output))
+            return self.check.encoder_outputs[-1]
+        if trace.problem is None and self._as_planned(trace):
             trace.problem = self.seeds_problem(trace, output, batch)
         if trace.problem is None:
             return self.serve(encoder, state, batch, args, kwargs, output, nested=True)
         return pad_compact(output, batch, state.pads_output)
+
+    @staticmethod
+    def _as_planned(trace: Trace) -> bool:
+        """Whether the encoder returned where planned: after the model's K layer calls (per
+        edge key), or for an encoder called n times, after the calls of pass `returns` of n."""
+        state = trace.state
+        if state.encoder_calls == 1:
+            return trace.calls == state.layers and not trace.uneven()
+        span = len(state.plan) // state.encoder_calls
+        return trace.returns <= state.encoder_calls and trace.made == trace.returns * span
 
     def seeds_problem(self, trace: Trace, output: Any, batch: SampledGraph) -> str | None:
         """In a trimmed forward of a module that keeps only the seed rows itself
@@ -129,6 +146,14 @@ class TrimmedOutputs:
             stacklevel=4)
         return f"its output was not the seed rows in a later forward ({name})"
 
+    def exit_problem(self, trace: Trace, output: Any, batch: SampledGraph) -> str | None:
+        """At the model's exit: why its forward went otherwise than planned at its encoder
+        (`encoder_problem`), or, for a model trimmed at its output, why that output is not
+        the seed rows it should be (`seeds_problem`); None: as planned."""
+        if trace.state.encoder is not None:
+            return self.encoder_problem(trace)
+        return self.seeds_problem(trace, output, batch)
+
     def encoder_problem(self, trace: Trace) -> str | None:
         """At the model's exit: why a forward trimmed (or checked) at its encoder went
         otherwise than planned (None: as planned, or not such a forward)."""
@@ -138,5 +163,8 @@ class TrimmedOutputs:
         self.disarm()
         if trace.served is None:
             return f"its encoder {name} did not return in a forward"
+        if trace.returns != trace.state.encoder_calls:
+            return (f"its encoder {name} returned {trace.returns} times in a forward, not "
+                    f"{trace.state.encoder_calls}")
         return None if trace.served == trace.made else (
             f"it made layer calls on the batch graph after its encoder {name}")

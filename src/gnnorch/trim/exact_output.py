@@ -15,8 +15,9 @@ What stays cheap (no recomputation):
 * row-local operations (the value of output row i depends on input row i only): elementwise
   functions, softmax / log_softmax / argmax / squeeze / unsqueeze over a non-row dimension,
   ``o[:, j]``-style indexing of the other dimensions, dtype and device moves, ``detach``,
-  arithmetic with a Python number. Their result is again `PrefixExact` (same exact
-  rows) and materialises by replaying the same operation on the exact parent.
+  arithmetic with a Python number, or with another prefix-exact tensor of the same shape and
+  exact rows (two encoder calls' outputs summed). Their result is again `PrefixExact` (same
+  exact rows) and materialises by replaying the same operation on the exact parents.
 Everything else (a reduction over rows, a loss on all rows, printing, ``torch.cat`` with other
 tensors, indexing into non-seed rows, ...) materialises first. Autograd is preserved: the
 prefix-exact tensor is the trimmed forward's own result (`as_subclass`), and a materialised
@@ -114,6 +115,11 @@ class PrefixExact(Tensor):
                             out.size(0) == owner.size(0):
                         return _derived(out, owner, func, args, kwargs)
                     return out
+        if len(owners) == 2 and _row_local_pair(func, args, kwargs, owners):
+            with DisableTorchFunctionSubclass():
+                out = func(*args)
+            return prefix_exact(out, owners[0]._gnnorch_exact_rows,
+                                functools.partial(_replay_pair, func, *owners))
         exact_args = [_exact(a, func) for a in args]
         exact_kwargs = {k: _exact(v, func) for k, v in kwargs.items()}
         with DisableTorchFunctionSubclass():
@@ -179,6 +185,22 @@ def _derived(out: Tensor, parent: PrefixExact, func: Any, args: tuple,
             return func(_exact(parent, reason), *rest, **kwargs)
 
     return prefix_exact(out, parent._gnnorch_exact_rows, replay)
+
+
+def _row_local_pair(func: Any, args: tuple, kwargs: dict, owners: list[PrefixExact]) -> bool:
+    """Whether ``func(a, b)`` is elementwise arithmetic on two prefix-exact tensors of one
+    shape and the same exact rows, neither materialised (the sum of two encoder calls' rows):
+    row i of the result depends on row i of each, so it is exact in the same rows."""
+    a, b = owners
+    return (func in _SCALAR_ARITHMETIC and not kwargs and len(args) == 2
+            and args[0] is a and args[1] is b and a.shape == b.shape
+            and a._gnnorch_exact_rows == b._gnnorch_exact_rows
+            and a._gnnorch_exact is None and b._gnnorch_exact is None)
+
+
+def _replay_pair(func: Any, a: PrefixExact, b: PrefixExact, reason: str) -> Tensor:
+    with DisableTorchFunctionSubclass():
+        return func(_exact(a, reason), _exact(b, reason))
 
 
 def _exact(value: Any, why: Any) -> Any:

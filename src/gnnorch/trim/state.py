@@ -166,6 +166,7 @@ class ModelState:
     checkpointed_calls: int = 0    # layer calls run past the seam under checkpointing
     # trimmed at this sub-module's output rather than the model's (`intercept.encoder`)
     encoder: str | None = None
+    encoder_calls: int = 1         # its calls per forward (each a pass of K layers)
     # that output (the model's or the encoder's) holds only the seed rows, the module keeping
     # them itself (`trim.verify.seed_rows_only`): all exact, handed back as it is
     seeds_only: bool = False
@@ -193,5 +194,6 @@ class ModelState:
                 "verified_by": self.verified_by if self.trim else None,
                 "checkpointed_calls": self.checkpointed_calls,
                 "encoder": self.encoder,
+                "encoder_calls": self.encoder_calls if self.encoder else None,
                 "seeds_only": self.seeds_only,
                 "layer_plan": None if self.plan is None else [layer for _, layer in self.plan]}

@@ -20,7 +20,7 @@ from torch import Tensor
 from .hetero import SampledGraph
 
 __all__ = ["VERIFY_RTOL", "VERIFY_ATOL", "output_parts", "pad_compact", "rows_per_vertex",
-           "same_values", "seed_rows_only", "verify_trimming"]
+           "same_values", "seed_rows_differ", "seed_rows_only", "verify_trimming"]
 
 VERIFY_RTOL = 1e-4
 VERIFY_ATOL = 1e-5
@@ -144,6 +144,17 @@ def verify_trimming(plain: Any, trimmed: Callable[[bool], tuple[Any, str | None]
             return True, compact, None
         reason = verdict
     return False, False, reason
+
+
+def seed_rows_differ(plain: Any, trimmed: Any, batch: SampledGraph) -> str | None:
+    """Why the exact rows of a trimmed output differ from those of the untrimmed `plain`, or
+    why they cannot be compared (None: they are equal)."""
+    want, got = output_parts(plain, batch), output_parts(trimmed, batch)
+    if want is None or got is None or want.keys() != got.keys():
+        return "its trimmed and untrimmed outputs differ in form"
+    if any(got[key][0].size(0) < exact for key, (_, exact, _) in want.items()):
+        return "its trimmed output has fewer rows than the seeds"
+    return _compare(want, got)
 
 
 def _compare(plain: Parts, trimmed: Parts) -> str | None:
