@@ -306,31 +306,73 @@ def test_encoders_of_different_depths_are_trimmed_by_data_flow():
     assert model["layers"] == 2 and 0 < stats["rows_computed"] < stats["rows_untrimmed"]
 
 
-def test_a_forward_that_changes_its_arguments_is_left_whole_not_broken():
-    """PyG's `bipartite_sage_unsup` replaces entries of the ``x_dict`` it is given: the check's
-    forward, run again on those arguments, raises. The user's program must not: the model is
-    left whole, saying why."""
+class Mutating(Asymmetric):
+    """Replaces an entry of the ``x_dict`` it is given, as PyG's `bipartite_sage_unsup` does."""
 
-    class Mutating(Asymmetric):
-        def forward(self, x_dict, edge_index_dict):
-            x_dict["paper"] = torch.cat([x_dict["paper"], x_dict["paper"]], dim=-1)
-            return super().forward(x_dict, edge_index_dict)
+    def forward(self, x_dict, edge_index_dict):
+        x_dict["paper"] = torch.cat([x_dict["paper"], x_dict["paper"]], dim=-1)
+        return super().forward(x_dict, edge_index_dict)
 
-    class MutatingToHetero(torch.nn.Module):
+
+class MutatingToHetero(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gnn = MODELS["to_hetero-sage"]()
+
+    def forward(self, x_dict, edge_index_dict):
+        x_dict["paper"] = torch.cat([x_dict["paper"], x_dict["paper"]], dim=-1)
+        return self.gnn(x_dict, edge_index_dict)
+
+
+@pytest.mark.parametrize("make", [Mutating, MutatingToHetero])
+def test_a_forward_that_replaces_entries_of_its_argument_dicts_is_trimmed(make):
+    """The check runs the forward again, and a recomputation would too, on the arguments as
+    they were entered (their dicts copied at the model's entry), not on the replaced ones."""
+    trimmed, untrimmed, stats = _runs(_train_nodes(make))
+    assert_same_training(trimmed, untrimmed)
+    model = stats["models"][0]
+    assert model["trimmed"] and model["trimmed_forwards"] > 0, model
+
+
+def test_a_forward_that_cannot_run_again_is_left_whole_not_broken():
+    """A forward that changes the batch object itself (``batch["paper"].x = ...``): run again
+    by the check, it raises. The user's program must not: the model is left whole, saying
+    why."""
+
+    class MutatingBatch(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.gnn = MODELS["to_hetero-sage"]()
 
-        def forward(self, x_dict, edge_index_dict):
-            x_dict["paper"] = torch.cat([x_dict["paper"], x_dict["paper"]], dim=-1)
-            return self.gnn(x_dict, edge_index_dict)
+        def forward(self, batch):
+            batch["paper"].x = torch.cat([batch["paper"].x, batch["paper"].x], dim=-1)
+            return self.gnn(batch.x_dict, batch.edge_index_dict)
 
-    for make in (Mutating, MutatingToHetero):
-        trimmed, untrimmed, stats = _runs(_train_nodes(make))
-        assert_same_training(trimmed, untrimmed)
-        model = stats["models"][0]
-        assert not model["trimmed"], model
-        assert "could not run its forward again" in model["reason"], model
+    def train(data):
+        loader = NeighborLoader(data, num_neighbors=[4, 4], batch_size=24, shuffle=True,
+                                input_nodes=("paper", data["paper"].train_mask))
+        torch.manual_seed(0)
+        model = MutatingBatch()
+        with torch.no_grad():
+            model(next(iter(loader)))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        losses, grads = [], {}
+        for batch in loader:
+            opt.zero_grad()
+            size = batch["paper"].batch_size
+            loss = F.cross_entropy(model(batch)["paper"][:size, :3], batch["paper"].y[:size])
+            loss.backward()
+            grads = {n: p.grad.clone() for n, p in model.named_parameters()
+                     if p.grad is not None}
+            opt.step()
+            losses.append(loss.item())
+        return losses, grads, None
+
+    trimmed, untrimmed, stats = _runs(train)
+    assert_same_training(trimmed, untrimmed)
+    model = stats["models"][0]
+    assert not model["trimmed"], model
+    assert "could not run its forward again" in model["reason"], model
 
 
 def test_a_forward_off_its_data_flow_plan_is_recomputed_untrimmed():

@@ -19,8 +19,8 @@ from ..compat.torch import FX_TRACING
 from ..trim.batch import BatchGraph
 from ..trim.state import Mode, ModelState
 
-__all__ = ["tracing", "LayerCall", "LayerHook", "HookedCall", "Trace", "run_chain",
-           "patched_call"]
+__all__ = ["tracing", "LayerCall", "LayerHook", "HookedCall", "Trace", "entry_copy",
+           "run_chain", "patched_call"]
 
 _MODULE_CALL = torch.nn.Module.__call__
 
@@ -41,6 +41,15 @@ def tracing() -> bool:
             or FX_TRACING.get()() or torch.jit.is_scripting())
 
 
+def entry_copy(args: tuple) -> tuple:
+    """A model call's positional arguments with their dicts and lists copied (one level), so
+    that a forward replacing an entry of one (``x_dict['user'] = self.user_emb(...)``, PyG's
+    `bipartite_sage_unsup`) can be run again as it was entered: by the one-off check, or to
+    recompute it untrimmed."""
+    return tuple(dict(a) if type(a) is dict else list(a) if type(a) is list else a
+                 for a in args)
+
+
 @dataclasses.dataclass
 class Trace:
     """One forward of a model on the current batch."""
@@ -50,6 +59,7 @@ class Trace:
     mode: Mode
     problem: str | None = None     # why this forward could not be trimmed as planned
     rng: Tensor | None = None      # SPECULATE: the CPU random state the forward began with
+    args: tuple | None = None      # its positional arguments as entered (`entry_copy`)
     # layer calls on the batch's graph so far, by edge key (`BatchGraph.edge_key`: one key
     # for a Data batch, its edge type for a HeteroData batch)
     counts: dict[Hashable, int] = dataclasses.field(default_factory=dict)

@@ -81,7 +81,8 @@ from ..trim.hetero import SampledGraph
 from ..trim.state import (CHECKPOINTED, SELF_TRIMMING, Action, Mode, ModelState,
                           check_result, enter, forward_end, non_seed_read, self_trimming)
 from ..trim.trusted import trusted_model
-from .chain import HookedCall, LayerCall, LayerHook, Trace, patched_call, run_chain, tracing
+from .chain import (HookedCall, LayerCall, LayerHook, Trace, entry_copy, patched_call, run_chain,
+                    tracing)
 from .checkpointed import runs_past_seam
 from .dataflow import DataflowRecorder
 from .layer_calls import TrimAndRewrite
@@ -184,13 +185,9 @@ class LayerSeam:
         self.module_calls.reset()
         self.outputs.disarm()
 
-    def calls_made(self) -> int:
-        """Layer calls on the batch graph made so far in the forward in flight."""
-        return self._trace.made if self._trace is not None else 0
-
-    def call_keys(self) -> tuple:
-        """The edge keys of those calls, in order."""
-        return tuple(self._trace.order) if self._trace is not None else ()
+    def in_flight(self) -> Trace | None:
+        """The forward in flight (None: none)."""
+        return self._trace
 
     def stats(self) -> dict:
         return {"enabled": self.trim_enabled, "check_s": self.check.seconds,
@@ -229,7 +226,8 @@ class LayerSeam:
         mode = enter(check=check, trim_enabled=self.trim_enabled, has_layout=layout is not None,
                      layers_known=state.layers is not None, trims=state.trim,
                      may_speculate=lambda: self._may_speculate(module, state))
-        self._trace = Trace(module, state, mode)
+        self._trace = Trace(module, state, mode, args=None if mode is Mode.PLAIN else
+                            entry_copy(args))  # to run it again as it was entered
         if state.encoder is not None and mode in (Mode.TRIM, Mode.CHECK_TRIM):
             self.outputs.arm(self._trace, self.batch)
         if mode is Mode.SPECULATE:  # K guessed: one layer per sampled hop, padded
@@ -265,7 +263,7 @@ class LayerSeam:
         if self._depth != 0 or trace is None or trace.model is not module:
             return None
         self._trace = None
-        state = trace.state
+        state, args = trace.state, args if trace.args is None else trace.args
         trace.problem = trace.problem or trace.uneven() or self.outputs.exit_problem(
             trace, output, self.batch)
         if trace.mode.checking:
@@ -304,7 +302,7 @@ class LayerSeam:
         """`module(*args, **kwargs)` (once more), the forward entered in `mode`."""
         self._entry = mode
         try:
-            return module(*args, **kwargs)
+            return module(*entry_copy(args), **kwargs)
         finally:
             self._entry = None
 

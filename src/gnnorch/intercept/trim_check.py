@@ -44,11 +44,8 @@ class CheckedSeam(Protocol):
     def clear_forward(self) -> None:
         """No forward in flight."""
 
-    def calls_made(self) -> int:
-        """Layer calls on the batch graph made so far in the forward in flight."""
-
-    def call_keys(self) -> tuple:
-        """The edge keys of those calls, in order."""
+    def in_flight(self) -> Trace | None:
+        """The forward in flight (None: none)."""
 
 
 class OneOffCheck:
@@ -187,8 +184,10 @@ class OneOffCheck:
         with self._quiet(model):
             # one reference forward, its sub-module calls recorded in case the output has
             # no row per vertex and the model is to be checked at its encoder
-            plain, found = find_encoder(model, lambda: self._plain_again(model, args, kwargs),
-                                        seam.calls_made, seam.batch, seam.call_keys)
+            plain, found = find_encoder(
+                model, lambda: self._plain_again(model, args, kwargs),
+                lambda: 0 if seam.in_flight() is None else seam.in_flight().made, seam.batch,
+                lambda: () if seam.in_flight() is None else tuple(seam.in_flight().order))
             state.seeds_only = seed_rows_only(plain, seam.batch)   # x[:batch_size] itself
             if state.seeds_only or rows_per_vertex(plain, seam.batch):
                 return verify_trimming(plain, trimmed, seam.batch)

@@ -28,7 +28,7 @@ from ..trim.materialize import materializer, run_as
 from ..trim.state import Mode, ModelState
 from ..errors import TrimmingWarning
 from ..trim.verify import output_parts, pad_compact, seed_rows_only
-from .chain import Trace
+from .chain import Trace, entry_copy
 from .encoder import EncoderWatch
 from .trim_check import OneOffCheck
 
@@ -80,7 +80,7 @@ class TrimmedOutputs:
         self._rerunning += 1      # the encoder's calls in it are not watched
         try:
             with self.seam.reentered(batch, nested):
-                return run_as(module, grad, training, parameters, args, kwargs)
+                return run_as(module, grad, training, parameters, entry_copy(args), kwargs)
         finally:
             self._rerunning -= 1
 
