@@ -222,6 +222,53 @@ class SiameseUneven(Siamese):
         return (z[edge_label_index[0]] * z[edge_label_index[1]]).sum(-1)
 
 
+class TwoEncoders(torch.nn.Module):
+    """Two encoders of different depths on the batch graph, their rows summed: trimmed at
+    both, each a stack whose last layer is the top one (layers 1, 2 and 0, 1, 2 of K = 3)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shallow, self.deep = Sage(layers=2, out=8), Sage(layers=3, out=8)
+
+    def forward(self, x, edge_index, edge_label_index):
+        z = self.shallow(x, edge_index) + self.deep(x, edge_index)
+        return (z[edge_label_index[0]] * z[edge_label_index[1]]).sum(-1)
+
+
+class Chained(torch.nn.Module):
+    """Two blocks, the second's layers reading the first's output: no encoder output may
+    feed layers, so the model is left whole (the data flow says why)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = Sage(layers=1, out=12), Sage(layers=1, out=8)
+
+    def forward(self, x, edge_index, edge_label_index):
+        z = self.second(self.first(x, edge_index).relu(), edge_index)
+        return (z[edge_label_index[0]] * z[edge_label_index[1]]).sum(-1)
+
+
+def test_two_encoders_are_trimmed_each_at_its_output():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrimmingWarning)
+        trimmed, untrimmed, stats, summary = _runs(
+            _train_data_links(TwoEncoders, batches=5, hops=3), GRAPH)
+    assert_same_training(trimmed, untrimmed)
+    model = _model(stats)
+    assert model["trimmed"] and model["encoder"] == "shallow and deep", model
+    assert model["encoder_calls"] == 2 and model["layer_plan"] == [1, 2, 0, 1, 2], model
+    assert model["materialized"] == 0 and 0 < stats["rows_computed"] < stats["rows_untrimmed"]
+    assert "trimmed at its encoders shallow and deep" in summary
+
+
+def test_an_encoder_output_feeding_layers_leaves_the_model_whole():
+    trimmed, untrimmed, stats, _ = _runs(_train_data_links(Chained, batches=4), GRAPH)
+    assert_same_training(trimmed, untrimmed)
+    model = _model(stats)
+    assert not model["trimmed"] and model["encoder"] is None, model
+    assert "the output of first feeds layers of the model" in model["reason"], model
+
+
 @pytest.mark.parametrize("make", [lambda: LinkModel(conv_after=True), SiameseThenConv,
                                   SiameseUneven])
 def test_layer_calls_outside_the_encoder_calls_leave_the_model_whole(make):
@@ -335,12 +382,48 @@ class HeteroLinkModel(torch.nn.Module):
         return (z["author"][src] * z["paper"][dst]).sum(-1)
 
 
-def _train_hetero_links(data):
+class PerTypeEncoders(torch.nn.Module):
+    """PyG's `bipartite_sage_unsup`: an encoder per node type, of different depths over
+    different edge types, each returning one tensor of its type's rows, scored by a decoder
+    at ``edge_label_index``; the forward replaces an entry of the batch's ``x_dict``."""
+
+    class Papers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = SAGEConv(-1, 16), SAGEConv(16, 8)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    class Authors(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = SAGEConv((-1, -1), 8)
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.conv((x_dict["paper"], x_dict["author"]),
+                             edge_index_dict["paper", "rev_writes", "author"])
+
+    def __init__(self, data=None):
+        super().__init__()
+        self.lin = Linear(8, 8)
+        self.paper_encoder, self.author_encoder = self.Papers(), self.Authors()
+
+    def forward(self, batch):
+        x_dict, edge_index_dict = batch.x_dict, batch.edge_index_dict
+        x_dict["paper"] = self.lin(x_dict["paper"])
+        z_paper = self.paper_encoder(x_dict["paper"], edge_index_dict["paper", "cites", "paper"])
+        z_author = self.author_encoder(x_dict, edge_index_dict)
+        src, dst = batch[WRITES].edge_label_index
+        return (z_author[src] * z_paper[dst]).sum(-1)
+
+
+def _train_hetero_links(data, make=HeteroLinkModel):
     loader = LinkNeighborLoader(data, num_neighbors=[4, 4], batch_size=32, shuffle=True,
                                 edge_label_index=(WRITES, data[WRITES].edge_index),
                                 neg_sampling_ratio=1.0)
     torch.manual_seed(0)
-    model = HeteroLinkModel(data)
+    model = make(data)
     with torch.no_grad():
         model(next(iter(loader)))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -363,6 +446,18 @@ def test_a_hetero_link_model_is_trimmed_at_its_to_hetero_encoder():
     model = _model(stats)
     assert model["trimmed"] and model["encoder"] == "gnn", model
     assert model["materialized"] == 0
+    assert 0 < stats["rows_computed"] < stats["rows_untrimmed"]
+
+
+def test_a_hetero_link_model_with_an_encoder_per_node_type_is_trimmed_at_both():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrimmingWarning)
+        trimmed, untrimmed, stats, _ = _runs(
+            lambda data: _train_hetero_links(data, PerTypeEncoders), HETERO)
+    assert_same_training(trimmed, untrimmed)
+    model = _model(stats)
+    assert model["trimmed"] and model["encoder"] == "paper_encoder and author_encoder", model
+    assert model["layer_plan"] == [0, 1, 1] and model["materialized"] == 0, model
     assert 0 < stats["rows_computed"] < stats["rows_untrimmed"]
 
 

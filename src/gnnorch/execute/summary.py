@@ -151,7 +151,8 @@ def _trim(info: RunInfo, stats: dict) -> str | None:
         name = m.get("model", "model")
         if m.get("trimmed"):
             how, encoder = m.get("verified_by"), m.get("encoder")
-            entries.append(f"{name} trimmed" + (f" at its encoder {encoder}" if encoder else "")
+            at = f" at its encoder{'s' * (' and ' in encoder)} {encoder}" if encoder else ""
+            entries.append(f"{name} trimmed" + at
                            + (" with layers from data flow" if m.get("layer_plan") else "")
                            + (f" (verified: {how})" if how else ""))
         else:

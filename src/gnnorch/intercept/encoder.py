@@ -1,4 +1,4 @@
-"""Trimming at an encoder: a model whose output has no row per vertex (a link decoder's scores).
+"""Trimming at encoders: a model whose output has no row per vertex (a link decoder's scores).
 
 PyG's link-prediction programs put a GNN encoder and a decoder in one model:
 
@@ -8,37 +8,42 @@ PyG's link-prediction programs put a GNN encoder and a decoder in one model:
 
 The model's output has no rows hop-aware trimming can vouch for, but its encoder's has, and a
 link decoder reads only the rows at ``edge_label_index``: the seed rows of a link batch
-(`intercept.announce.link_seeds`). So such a model is trimmed at its encoder E.
+(`intercept.announce.link_seeds`). So such a model is trimmed at its encoder. Some models call
+one encoder several times (PyG's `DeepGraphInfomax`: on the batch and on a corruption of it),
+or have one encoder per node type (PyG's `bipartite_sage_unsup` and `taobao` examples: an item
+encoder, then a user encoder, their rows scored by a decoder): they are trimmed at each call.
 
-Invariant. A model is trimmed at a sub-module E only when
-1. in an untrimmed forward of the model (the one-off check's), E is the outermost sub-module
-   whose calls make every one of the forward's layer calls on the batch graph (none before its
-   first call starts, none between its calls, none after its last call ends), and E returns a
-   row per batch vertex (one tensor, or a dict of such tensors by node type:
+Invariant. A model is trimmed at the sub-module calls E_1..E_n only when
+1. in an untrimmed forward of the model (the one-off check's), E_1..E_n tile its layer calls
+   on the batch graph: E_1 starts before the first, each E_i+1 starts where E_i ended, E_n
+   ends after the last, and each is the outermost sub-module call starting there that returns
+   a row per batch vertex (one tensor, of its last layer call's destination type on a
+   HeteroData batch, or a dict of such tensors by node type:
    `gnnorch.trim.verify.rows_per_vertex`) or only the seed rows (``return x[:batch_size]``:
-   `gnnorch.trim.verify.seed_rows_only`). E is called once, or n times with the same layer
-   calls each time (PyG's `DeepGraphInfomax` runs its encoder on the batch and on a
-   corruption of it): the calls of each pass are then layers 0..K-1 again (`EncoderFound.plan`);
-2. the one-off check finds each call's seed rows of E *and the model's whole output* equal
-   between the trimmed and the untrimmed forward: the rest of the model read nothing but E's
-   seed rows on that batch;
-3. in every trimmed forward, each call of E ends after exactly its share of the model's layer
-   calls, E is called as often as in the check, and no layer call follows: each output of E is
-   handed on padded and prefix-exact (`gnnorch.trim.exact_output`: a read of any other row
-   recomputes that call of E untrimmed), or as it is when it holds only the seed rows, and a
-   forward that breaks this is recomputed untrimmed.
+   `gnnorch.trim.verify.seed_rows_only`); all of one kind;
+2. for n > 1, every call's last layer is the top one (depth 0) in the layer plan from the
+   model's data flow (`intercept.dataflow`): no encoder output feeds another's layers;
+3. the one-off check finds the seed rows of every E_i's output *and the model's whole output*
+   equal between the trimmed and the untrimmed forward: the rest of the model read nothing but
+   seed rows of them on that batch;
+4. in every trimmed forward the same modules return in the same order, each after the same
+   layer calls, and no layer call follows the last: each output is handed on padded and
+   prefix-exact (`gnnorch.trim.exact_output`: a read of any other row recomputes that call
+   untrimmed), or as it is when it holds only the seed rows; a forward that breaks this is
+   recomputed untrimmed.
 So no value the user can observe is a placeholder, as for a model trimmed at its output.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Hashable, Iterator
+import functools
+from typing import Any, Callable, Hashable, Iterable, Iterator
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from ..trim.hetero import SampledGraph
+from ..trim.hetero import SampledGraph, typed_view
 from ..trim.verify import rows_per_vertex, seed_rows_only
 
 __all__ = ["EncoderCall", "EncoderFound", "EncoderWatch", "find_encoder", "NO_ENCODER"]
@@ -46,8 +51,9 @@ __all__ = ["EncoderCall", "EncoderFound", "EncoderWatch", "find_encoder", "NO_EN
 NO_ENCODER = ("no sub-module makes every layer call and returns a row per vertex (or the "
               "seed rows)")
 
-# (module, args, kwargs, output) -> the output the rest of the model gets
-OnEncoderExit = Callable[[torch.nn.Module, tuple, dict, Any], Any]
+# (name, module, args, kwargs, output) -> the output the rest of the model gets
+OnEncoderExit = Callable[[str, torch.nn.Module, tuple, dict, Any], Any]
+Plan = tuple[tuple[Hashable, int], ...]
 
 
 @dataclasses.dataclass
@@ -65,39 +71,38 @@ class EncoderCall:
 
 @dataclasses.dataclass
 class EncoderFound:
-    """The encoder of a model: its calls in one untrimmed forward (condition 1)."""
+    """The encoder calls of a model in one untrimmed forward (conditions 1 and 2)."""
 
-    name: str
-    outputs: list[Any]                 # what each call returned, in call order
+    calls: list[EncoderCall]           # E_1..E_n, in order
     keys: tuple[Hashable, ...]         # the forward's layer calls' edge keys, in order
 
     @property
     def output(self) -> Any:
-        return self.outputs[0]
+        return self.calls[0].output
 
     @property
-    def times(self) -> int:
-        return len(self.outputs)
+    def label(self) -> str:
+        """The encoders' names, each once, in call order."""
+        return " and ".join(dict.fromkeys(call.name for call in self.calls))
 
-    def plan(self) -> tuple[tuple[Hashable, int], ...] | None:
-        """For an encoder called n > 1 times: each layer call's (edge key, layer), the calls of
-        every pass numbered 0..K-1 per edge key again, when every pass makes the same calls
-        and calls each edge key K times (else None). None for an encoder called once."""
-        n, total = self.times, len(self.keys)
-        if n == 1 or total % n:
-            return None
-        span = total // n
-        passes = [self.keys[i * span:(i + 1) * span] for i in range(n)]
-        if any(p != passes[0] for p in passes):
-            return None
-        seen: dict[Hashable, int] = {}
-        one = []
-        for key in passes[0]:
-            one.append((key, seen.get(key, 0)))
-            seen[key] = seen.get(key, 0) + 1
-        if len(set(seen.values())) != 1:
-            return None
-        return tuple(one) * n
+    def node_type(self, call: EncoderCall) -> str | None:
+        """The node type a one-tensor output of `call` has rows of on a HeteroData batch: its
+        last layer call's destination type (None on a Data batch)."""
+        key = self.keys[call.calls_after - 1]
+        return key[2] if isinstance(key, tuple) and len(key) == 3 else None
+
+    def planned(self) -> tuple[tuple[str, str | None, int], ...]:
+        """What a trimmed forward must do, per call: (name, node type, layer calls made when
+        it returns)."""
+        return tuple((call.name, self.node_type(call), call.calls_after) for call in self.calls)
+
+    def feeds_layers(self, plan: Plan) -> str | None:
+        """The first call whose last layer is not the top one in `plan` (condition 2)."""
+        top = max(layer for _, layer in plan if layer is not None)
+        for call in self.calls:
+            if plan[call.calls_after - 1][1] != top:
+                return call.name
+        return None
 
 
 def _candidates(model: torch.nn.Module) -> dict[torch.nn.Module, str]:
@@ -156,66 +161,65 @@ def _recorded(modules: dict[torch.nn.Module, str], made: Callable[[], int],
 def find_encoder(model: torch.nn.Module, forward: Callable[[], Any], made: Callable[[], int],
                  batch: SampledGraph, keys: Callable[[], tuple] = tuple
                  ) -> tuple[Any, EncoderFound | None]:
-    """(the model's output, its encoder or None): runs `forward()`, an untrimmed forward of
-    `model` on `batch`, recording its sub-module calls; `made()` counts the layer calls on the
-    batch graph so far, `keys()` lists their edge keys. The encoder is the outermost (then
-    earliest) sub-module whose calls tile all of them (the module docstring's condition 1)."""
+    """(the model's output, its encoder calls or None): runs `forward()`, an untrimmed forward
+    of `model` on `batch`, recording its sub-module calls; `made()` counts the layer calls on
+    the batch graph so far, `keys()` lists their edge keys. The encoder calls tile the layer
+    calls, each the outermost (then earliest) fitting call where the previous one ended (the
+    module docstring's condition 1)."""
     calls: list[EncoderCall] = []
     with _recorded({model: "", **_candidates(model)}, made, keys, calls):
         output = forward()
     # the model's own call ends (its hook runs) before the seam's exit hook ends the forward
     own = [call for call in calls if not call.name]
     total = max((call.calls_after for call in own), default=0)
-    by_name: dict[str, list[EncoderCall]] = {}
-    for call in sorted(calls, key=lambda call: call.order):
-        if call.name:
-            by_name.setdefault(call.name, []).append(call)
-    fits = [found for found in by_name.values()
-            if total and _tiles(found, total) and all(
-                rows_per_vertex(call.output, batch) or seed_rows_only(call.output, batch)
-                for call in found)]
-    if not fits:
+    found = EncoderFound([], own[-1].keys if own else ())
+    if not total or len(found.keys) != total:
         return output, None
-    best = min(fits, key=lambda found: (found[0].depth, found[0].order))
-    encoder = EncoderFound(best[0].name, [call.output for call in best],
-                           own[-1].keys if own else ())
-    if encoder.times > 1 and encoder.plan() is None:
-        return output, None
-    return output, encoder
-
-
-def _tiles(calls: list[EncoderCall], total: int) -> bool:
-    """Whether a sub-module's calls (in order) make all `total` layer calls, the same number
-    each, one after the other: none before the first, between two or after the last."""
-    span = calls[0].calls_after - calls[0].calls_before
-    return span > 0 and calls[0].calls_before == 0 and calls[-1].calls_after == total and all(
-        call.calls_after - call.calls_before == span for call in calls) and all(
-        a.calls_after == b.calls_before for a, b in zip(calls, calls[1:]))
+    spanning = sorted((call for call in calls if call.name and call.calls_after >
+                       call.calls_before), key=lambda call: (call.depth, call.order))
+    kinds = set()
+    while (end := found.calls[-1].calls_after if found.calls else 0) < total:
+        step = None
+        for call in spanning:
+            view = typed_view(batch, found.node_type(call))
+            if call.calls_before == end and (rows_per_vertex(call.output, view)
+                                             or seed_rows_only(call.output, view)):
+                step = call
+                kinds.add(seed_rows_only(call.output, view))
+                break
+        if step is None:
+            return output, None
+        found.calls.append(step)
+    return output, (found if len(kinds) == 1 else None)
 
 
 class EncoderWatch:
-    """The hook that hands on an encoder's outputs in a forward trimmed at it: armed on the
-    encoder at the model's entry, it runs at each of the encoder's returns (`on_exit` replaces
-    the output), and is removed at the model's exit or when the forward is cleared."""
+    """The hooks that hand on the encoders' outputs in a forward trimmed at them: armed on
+    each encoder at the model's entry, they run at each of its returns (`on_exit` replaces the
+    output), and are removed at the model's exit or when the forward is cleared."""
 
     def __init__(self) -> None:
-        self._handle: RemovableHandle | None = None
+        self._handles: list[RemovableHandle] = []
 
-    def arm(self, model: torch.nn.Module, name: str, on_exit: OnEncoderExit) -> bool:
-        """Watch `model`'s sub-module `name`; False when the model has none by that name."""
+    def arm(self, model: torch.nn.Module, names: Iterable[str], on_exit: OnEncoderExit) -> bool:
+        """Watch `model`'s sub-modules `names`; False when the model has one of them not."""
         self.disarm()
-        try:
-            encoder = model.get_submodule(name)
-        except AttributeError:
-            return False
-
-        def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
-            return on_exit(module, args, kwargs, output)
-
-        self._handle = encoder.register_forward_hook(hook, with_kwargs=True)
+        for name in dict.fromkeys(names):
+            try:
+                encoder = model.get_submodule(name)
+            except AttributeError:
+                self.disarm()
+                return False
+            self._handles.append(encoder.register_forward_hook(
+                functools.partial(_hook, name, on_exit), with_kwargs=True))
         return True
 
     def disarm(self) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def _hook(name: str, on_exit: OnEncoderExit, module: torch.nn.Module, args: tuple,
+          kwargs: dict, output: Any) -> Any:
+    return on_exit(name, module, args, kwargs, output)

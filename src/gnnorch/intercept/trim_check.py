@@ -14,14 +14,14 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
-from ..trim.hetero import SampledGraph
+from ..trim.hetero import SampledGraph, typed_view
 from ..trim.mixing import batch_mixing_modules
 from ..trim.state import Mode, ModelState
 from ..trim.trusted import trusted_trimming
 from ..trim.verify import NOT_ONE_TENSOR, NOT_PER_TYPE, pad_compact, rows_per_vertex, \
     same_values, seed_rows_differ, seed_rows_only, verify_trimming
 from .chain import Trace
-from .dataflow import DataflowRecorder, layer_plan
+from .dataflow import DataflowRecorder, Plan, layer_plan
 from .encoder import NO_ENCODER, EncoderFound, find_encoder
 
 __all__ = ["CheckedSeam", "OneOffCheck"]
@@ -100,25 +100,34 @@ class OneOffCheck:
     def _planned(self, model: torch.nn.Module, state: ModelState, args: tuple, kwargs: dict,
                  uneven: str) -> str | None:
         """None when the model, whose layers do not all call the same edge types (`uneven`
-        says how), has a layer plan from its data flow (`intercept.dataflow`, recorded in one
-        untrimmed forward; the plan and K go to `state`), else why not."""
+        says how), has a layer plan from its data flow (`_dataflow_plan`; the plan and K go
+        to `state`), else why not."""
         start = time.perf_counter()
-        recorder = DataflowRecorder()
         try:
-            with self._quiet(model), recorder:
-                self.seam.flow = recorder
-                output = self._plain_again(model, args, kwargs)
+            with self._quiet(model):
+                plan, why = self._dataflow_plan(model, args, kwargs)
         except NotRepeatable as exc:
             return f"{uneven}; {exc}"
         finally:
-            self.seam.flow = None
             self.seconds += time.perf_counter() - start
-        plan, why = layer_plan(recorder.steps, output)
         if plan is None:
             return f"{uneven}; no layer plan from its data flow: {why}"
         state.plan = plan
         state.layers = max(layer for _, layer in plan if layer is not None) + 1
         return None
+
+    def _dataflow_plan(self, model: torch.nn.Module, args: tuple, kwargs: dict
+                       ) -> tuple[Plan | None, str | None]:
+        """(plan, None) or (None, why): the layer plan of the model's data flow
+        (`intercept.dataflow`), recorded in one untrimmed forward (`_quiet` already)."""
+        recorder = DataflowRecorder()
+        try:
+            with recorder:
+                self.seam.flow = recorder
+                output = self._plain_again(model, args, kwargs)
+        finally:
+            self.seam.flow = None
+        return layer_plan(recorder.steps, output)
 
     def verify(self, model: torch.nn.Module, state: ModelState, args: tuple,
                kwargs: dict) -> None:
@@ -129,7 +138,8 @@ class OneOffCheck:
         except NotRepeatable as exc:
             state.trim, state.compact, state.reason = False, False, str(exc)
         state.verified_by = "the one-off check" if state.trim else None
-        state.seeds_only = state.seeds_only and state.trim
+        if not state.trim:
+            state.seeds_only, state.encoder, state.encoder_calls = False, None, ()
         if not state.trim and state.plan is not None:
             state.plan, state.reason = None, f"with layers from its data flow: {state.reason}"
         self.seconds += time.perf_counter() - start
@@ -192,27 +202,35 @@ class OneOffCheck:
             if state.seeds_only or rows_per_vertex(plain, seam.batch):
                 return verify_trimming(plain, trimmed, seam.batch)
             if found is not None:
-                return self._check_at_encoder(state, plain, found, trimmed)
+                return self._check_at_encoder(model, state, plain, found, trimmed, args, kwargs)
             trim, compact, reason = verify_trimming(plain, trimmed, seam.batch)
             if reason in (NOT_ONE_TENSOR, NOT_PER_TYPE):
                 reason = f"{reason}, and {NO_ENCODER}"
             return trim, compact, reason
 
-    def _check_at_encoder(self, state: ModelState, plain: Any, found: EncoderFound,
-                          trimmed: Callable[[bool], tuple[Any, str | None]]
-                          ) -> tuple[bool, bool, str | None]:
+    def _check_at_encoder(self, model: torch.nn.Module, state: ModelState, plain: Any,
+                          found: EncoderFound, trimmed: Callable[[bool], tuple[Any, str | None]],
+                          args: tuple, kwargs: dict) -> tuple[bool, bool, str | None]:
         """(trim, compact, reason) for a model whose output (untrimmed: `plain`) has no row per
-        vertex, trimmed at its encoder `found` (`intercept.encoder`) when the trimmed forwards
-        give the seed rows of each of the encoder's outputs, and the model's whole output, as
-        the untrimmed one does. An encoder called n times gets a layer plan numbering each
-        pass's calls 0..K-1 (`EncoderFound.plan`; run padded, like every planned model)."""
-        seam = self.seam
-        before = state.plan, state.layers
-        state.encoder, state.encoder_calls = found.name, found.times
-        state.seeds_only = seed_rows_only(found.output, seam.batch)
-        if found.times > 1:
-            state.plan = found.plan()
-            state.layers = max(layer for _, layer in state.plan) + 1
+        vertex, trimmed at its encoder calls `found` (`intercept.encoder`) when the trimmed
+        forwards give the seed rows of each of their outputs, and the model's whole output,
+        as the untrimmed one does. Several encoder calls need a layer plan from the model's
+        data flow (`intercept.dataflow`) in which each ends at the top layer; a planned
+        model runs padded."""
+        seam, before = self.seam, (state.plan, state.layers)
+        state.encoder, state.encoder_calls = found.label, found.planned()
+        state.seeds_only = seed_rows_only(found.output, typed_view(
+            seam.batch, found.node_type(found.calls[0])))
+        why = None
+        if len(found.calls) > 1:
+            plan = state.plan
+            if plan is None:
+                plan, why = self._dataflow_plan(model, args, kwargs)
+            why = f"no layer plan ({why})" if plan is None else found.feeds_layers(plan)
+            if why is None:
+                state.plan, state.layers = plan, max(layer for _, layer in plan) + 1
+            elif plan is not None:
+                why = f"the output of {why} feeds layers of the model"
 
         def at_encoder(compact: bool) -> tuple[Any, str | None]:
             out, problem = trimmed(compact)
@@ -220,17 +238,22 @@ class OneOffCheck:
                 problem = (f"the model reads its encoder's output beyond the seed rows (its "
                            f"trimmed and untrimmed outputs differ)")
             got = self.encoder_outputs
-            if problem is None and len(got) != found.times:
-                problem = f"its encoder returned {len(got)} times, not {found.times}"
-            for call, (want, have) in enumerate(zip(found.outputs[1:], got[1:]), start=2):
+            if problem is None and len(got) != len(found.calls):
+                problem = f"its encoders returned {len(got)} times, not {len(found.calls)}"
+            for call, have in zip(found.calls[1:], got[1:]):
                 if problem is None:
-                    why = seed_rows_differ(want, have, seam.batch)
-                    problem = why and f"call {call} of its encoder: {why}"
+                    view = typed_view(seam.batch, found.node_type(call))
+                    problem = seed_rows_differ(call.output, have, view)
+                    problem = problem and f"{call.name}: {problem}"
             return (got[0] if got else None), problem
 
-        trim, compact, reason = verify_trimming(found.output, at_encoder, seam.batch)
+        if why is None:
+            trim, compact, reason = verify_trimming(found.output, at_encoder, typed_view(
+                seam.batch, found.node_type(found.calls[0])))
+        else:
+            trim, compact, reason = False, False, why
         if not trim:
-            state.encoder, state.encoder_calls = None, 1
+            state.encoder, state.encoder_calls = None, ()
             state.plan, state.layers = before
-            reason = f"at its encoder {found.name}: {reason}"
+            reason = f"at its encoder {found.label}: {reason}"
         return trim, compact, reason

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..trim.exact_output import prefix_exact_parts
-from ..trim.hetero import SampledGraph
+from ..trim.hetero import SampledGraph, typed_view
 from ..trim.materialize import materializer, run_as
 from ..trim.state import Mode, ModelState
 from ..errors import TrimmingWarning
@@ -55,20 +55,23 @@ class TrimmedOutputs:
         self._rerunning = 0       # untrimmed recomputations in flight
 
     def serve(self, module: torch.nn.Module, state: ModelState, batch: SampledGraph,
-              args: tuple, kwargs: dict, output: Any, nested: bool = False) -> Any:
-        """A trimmed forward's output (of the model, or `nested`: of its encoder) padded to a
-        row per vertex and prefix-exact."""
-        state.trimmed_forwards += 1
+              args: tuple, kwargs: dict, output: Any, encoder: str | None = None,
+              node_type: str | None = None) -> Any:
+        """A trimmed forward's output (of the model, or of its encoder named `encoder`, whose
+        one-tensor output has rows of `node_type` on a HeteroData batch) padded to a row per
+        vertex and prefix-exact."""
+        state.trimmed_forwards += encoder is None    # (at an encoder: by its first return)
         if state.seeds_only:      # every row exact (`trim.verify.seed_rows_only`)
             return output
-        full = pad_compact(output, batch, state.compact)
-        parts = output_parts(full, batch)
+        view = typed_view(batch, node_type)
+        full = pad_compact(output, view, state.compact)
+        parts = output_parts(full, view)
         if parts is None:
             return full
         rerun = functools.partial(self._rerun, module, batch, args=args, kwargs=kwargs,
-                                  nested=nested)
-        name = f"{state.name}.{state.encoder}" if nested else None
-        return prefix_exact_parts(parts, materializer(module, state, batch.batch_size, rerun,
+                                  nested=encoder is not None)
+        name = f"{state.name}.{encoder}" if encoder else None
+        return prefix_exact_parts(parts, materializer(module, state, view.batch_size, rerun,
                                                       name))
 
     def _rerun(self, module: torch.nn.Module, batch: SampledGraph, grad: bool, training: bool,
@@ -86,44 +89,46 @@ class TrimmedOutputs:
 
     # -- models trimmed at an encoder --------------------------------------------------
     def arm(self, trace: Trace, batch: SampledGraph) -> None:
-        """A forward of a model trimmed (or checked) at its encoder began: watch the encoder."""
+        """A forward of a model trimmed (or checked) at its encoders began: watch them."""
         thread = threading.get_ident()
 
-        def on_exit(encoder: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        def on_exit(name: str, encoder: torch.nn.Module, args: tuple, kwargs: dict,
+                    output: Any) -> Any:
             if threading.get_ident() != thread or self._rerunning:
                 return None
-            return self._encoder_returned(trace, batch, encoder, args, kwargs, output)
+            return self._encoder_returned(trace, batch, name, encoder, args, kwargs, output)
 
-        self.watch.arm(trace.model, trace.state.encoder, on_exit)
+        self.watch.arm(trace.model, (name for name, _, _ in trace.state.encoder_calls),
+                       on_exit)
 
     def disarm(self) -> None:
         self.watch.disarm()
 
-    def _encoder_returned(self, trace: Trace, batch: SampledGraph, encoder: torch.nn.Module,
-                          args: tuple, kwargs: dict, output: Any) -> Any:
-        """The encoder's output handed on padded; prefix-exact (or, holding only the seed
-        rows, as it is) when the forward went as planned so far (else `encoder_problem` has
-        the model's exit recompute it untrimmed)."""
-        trace.served, state = trace.made, trace.state
-        trace.returns += 1
+    def _encoder_returned(self, trace: Trace, batch: SampledGraph, name: str,
+                          encoder: torch.nn.Module, args: tuple, kwargs: dict,
+                          output: Any) -> Any:
+        """An encoder's output handed on padded; prefix-exact (or, holding only the seed
+        rows, as it is) when the forward went as planned so far (else the model's exit
+        recomputes it untrimmed: `encoder_problem`)."""
+        state, index = trace.state, trace.returns
+        trace.served, trace.returns = trace.made, index + 1
+        planned = state.encoder_calls[index] if index < len(state.encoder_calls) else None
+        node_type = None if planned is None else planned[1]
+        view = typed_view(batch, node_type)
         if trace.mode is Mode.CHECK_TRIM:
-            self.check.encoder_outputs.append(pad_compact(output, batch, state.pads_output))
+            self.check.encoder_outputs.append(pad_compact(output, view, state.pads_output))
             return self.check.encoder_outputs[-1]
-        if trace.problem is None and self._as_planned(trace):
-            trace.problem = self.seeds_problem(trace, output, batch)
         if trace.problem is None:
-            return self.serve(encoder, state, batch, args, kwargs, output, nested=True)
-        return pad_compact(output, batch, state.pads_output)
-
-    @staticmethod
-    def _as_planned(trace: Trace) -> bool:
-        """Whether the encoder returned where planned: after the model's K layer calls (per
-        edge key), or for an encoder called n times, after the calls of pass `returns` of n."""
-        state = trace.state
-        if state.encoder_calls == 1:
-            return trace.calls == state.layers and not trace.uneven()
-        span = len(state.plan) // state.encoder_calls
-        return trace.returns <= state.encoder_calls and trace.made == trace.returns * span
+            if planned is None or planned[0] != name or trace.made != planned[2] or (
+                    state.plan is None and trace.uneven()):
+                trace.problem = (f"its encoder {name} returned after {trace.made} layer calls, "
+                                 f"as call {index + 1} of a forward, off the plan")
+            else:
+                trace.problem = self.seeds_problem(trace, output, view)
+        if trace.problem is None:
+            state.trimmed_forwards += index == 0
+            return self.serve(encoder, state, batch, args, kwargs, output, name, node_type)
+        return pad_compact(output, view, state.pads_output)
 
     def seeds_problem(self, trace: Trace, output: Any, batch: SampledGraph) -> str | None:
         """In a trimmed forward of a module that keeps only the seed rows itself
@@ -155,7 +160,7 @@ class TrimmedOutputs:
         return self.seeds_problem(trace, output, batch)
 
     def encoder_problem(self, trace: Trace) -> str | None:
-        """At the model's exit: why a forward trimmed (or checked) at its encoder went
+        """At the model's exit: why a forward trimmed (or checked) at its encoders went
         otherwise than planned (None: as planned, or not such a forward)."""
         name = trace.state.encoder
         if name is None or trace.mode not in (Mode.TRIM, Mode.CHECK_TRIM):
@@ -163,8 +168,8 @@ class TrimmedOutputs:
         self.disarm()
         if trace.served is None:
             return f"its encoder {name} did not return in a forward"
-        if trace.returns != trace.state.encoder_calls:
-            return (f"its encoder {name} returned {trace.returns} times in a forward, not "
-                    f"{trace.state.encoder_calls}")
+        if trace.returns != len(trace.state.encoder_calls):
+            return (f"its encoders ({name}) returned {trace.returns} times in a forward, not "
+                    f"{len(trace.state.encoder_calls)}")
         return None if trace.served == trace.made else (
             f"it made layer calls on the batch graph after its encoder {name}")

@@ -32,7 +32,8 @@ from ..device.twin import device_twin
 from .batch import BatchGraph
 from .hops import LayerBounds
 
-__all__ = ["HeteroHopLayout", "HeteroBatchGraph", "SampledGraph", "hetero_layout"]
+__all__ = ["HeteroHopLayout", "HeteroBatchGraph", "SampledGraph", "hetero_layout",
+           "typed_view"]
 
 EdgeType = tuple[str, str, str]
 
@@ -192,3 +193,11 @@ class HeteroBatchGraph:
 
 # What the layer seam works on: a Data batch's graph or a HeteroData batch's.
 SampledGraph = BatchGraph | HeteroBatchGraph
+
+
+def typed_view(batch: SampledGraph, node_type: str | None) -> SampledGraph:
+    """`batch` with one-tensor outputs taken as rows of `node_type` (an encoder of one node
+    type's rows on a HeteroData batch); `batch` itself for a Data batch or no type."""
+    if node_type is None or not batch.hetero or node_type == batch.output_type:
+        return batch
+    return dataclasses.replace(batch, output_type=node_type)

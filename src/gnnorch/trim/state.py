@@ -164,9 +164,11 @@ class ModelState:
     speculated: bool = False       # the first forward was run trimmed before the check
     verified_by: str | None = None  # what established that trimming is exact for it
     checkpointed_calls: int = 0    # layer calls run past the seam under checkpointing
-    # trimmed at this sub-module's output rather than the model's (`intercept.encoder`)
+    # trimmed at these sub-modules' outputs rather than the model's (`intercept.encoder`):
+    # their names, and per call in a forward (name, node type of a one-tensor output on a
+    # HeteroData batch, layer calls made when it returns)
     encoder: str | None = None
-    encoder_calls: int = 1         # its calls per forward (each a pass of K layers)
+    encoder_calls: tuple[tuple[str, str | None, int], ...] = ()
     # that output (the model's or the encoder's) holds only the seed rows, the module keeping
     # them itself (`trim.verify.seed_rows_only`): all exact, handed back as it is
     seeds_only: bool = False
@@ -194,6 +196,6 @@ class ModelState:
                 "verified_by": self.verified_by if self.trim else None,
                 "checkpointed_calls": self.checkpointed_calls,
                 "encoder": self.encoder,
-                "encoder_calls": self.encoder_calls if self.encoder else None,
+                "encoder_calls": len(self.encoder_calls) if self.encoder else None,
                 "seeds_only": self.seeds_only,
                 "layer_plan": None if self.plan is None else [layer for _, layer in self.plan]}
