@@ -228,7 +228,8 @@ class OneOffCheck:
                 plan, why = self._dataflow_plan(model, args, kwargs)
             why = f"no layer plan ({why})" if plan is None else found.feeds_layers(plan)
             if why is None:
-                state.plan, state.layers = plan, max(layer for _, layer in plan) + 1
+                state.plan = plan
+                state.layers = max(layer for _, layer in plan if layer is not None) + 1
             elif plan is not None:
                 why = f"the output of {why} feeds layers of the model"
 

@@ -3,10 +3,12 @@
 A forward trimmed at the model's output hands back that output padded to a row per vertex and
 prefix-exact (`gnnorch.trim.exact_output`: each tensor of a dict output by node type exact in
 its type's seed rows), or, when the model keeps only the seed rows itself (``return
-x[:batch_size]``: `ModelState.seeds_only`), as it is: every row of it is exact. A model trimmed at its encoder (`intercept.encoder`) gets its encoder's
-output the same way, at the encoder's return, and the rest of the model computes from it; a
-forward that did not go as planned (the encoder not ending after the model's K layer calls, or
-layer calls after it) is recomputed untrimmed at the model's exit (`encoder_problem`).
+x[:batch_size]``: `ModelState.seeds_only`), as it is: every row of it is exact. A model
+trimmed at its encoders (`intercept.encoder`: one call or several, of one module or one per
+node type) gets each encoder call's output the same way, at its return, and the rest of the
+model computes from them; a forward that did not go as planned (an encoder returning after
+other layer calls than planned, or layer calls after the last) is recomputed untrimmed at the
+model's exit (`encoder_problem`).
 
 A read of a non-seed row recomputes the forward untrimmed (`gnnorch.trim.materialize`): the
 model re-entered through the layer seam in the mode `non_seed_read` names, or the encoder run
@@ -22,11 +24,11 @@ from typing import Any, ContextManager, Protocol
 import torch
 from torch import Tensor
 
+from ..errors import TrimmingWarning
 from ..trim.exact_output import prefix_exact_parts
 from ..trim.hetero import SampledGraph, typed_view
 from ..trim.materialize import materializer, run_as
 from ..trim.state import Mode, ModelState
-from ..errors import TrimmingWarning
 from ..trim.verify import output_parts, pad_compact, seed_rows_only
 from .chain import Trace, entry_copy
 from .encoder import EncoderWatch
