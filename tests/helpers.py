@@ -160,6 +160,23 @@ class SageStack(torch.nn.Module):
         return x
 
 
+def train_steps(model, loader, loss_of, epochs: int = 1, lr: float = 0.01):
+    """Adam steps of `model` over `epochs` passes of `loader`, each on `loss_of(model, batch)`:
+    (the losses, the last step's gradients by parameter name)."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses, grads = [], {}
+    for _ in range(epochs):
+        for batch in loader:
+            opt.zero_grad()
+            loss = loss_of(model, batch)
+            loss.backward()
+            grads = {n: p.grad.clone() for n, p in model.named_parameters()
+                     if p.grad is not None}
+            opt.step()
+            losses.append(loss.item())
+    return losses, grads
+
+
 def assert_same_training(trimmed, untrimmed):
     """Two runs' (losses, gradients by name[, anything else]) equal: losses within 1e-5,
     gradients within 1e-4 relative / 1e-5 absolute, a third element (when not None) within

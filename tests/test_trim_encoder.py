@@ -19,7 +19,7 @@ import gnnorch
 from gnnorch.errors import TrimmingWarning
 
 from helpers import (WRITES, SageStack as Sage, assert_same_training, small_hetero_graph,
-                     trimmed_and_untrimmed)
+                     train_steps, trimmed_and_untrimmed)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -426,16 +426,8 @@ def _train_hetero_links(data, make=HeteroLinkModel):
     model = make(data)
     with torch.no_grad():
         model(next(iter(loader)))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses, grads = [], {}
-    for batch in loader:
-        opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(model(batch), batch[WRITES].edge_label)
-        loss.backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        opt.step()
-        losses.append(loss.item())
-    return losses, grads, None
+    return (*train_steps(model, loader, lambda model, batch: F.binary_cross_entropy_with_logits(
+        model(batch), batch[WRITES].edge_label)), None)
 
 
 def test_a_hetero_link_model_is_trimmed_at_its_to_hetero_encoder():

@@ -22,7 +22,7 @@ from gnnorch.trim.hetero import HeteroHopLayout, hetero_layout
 from gnnorch.trim.hops import LayerBounds
 
 from helpers import (WRITES, SageStack as Sage, assert_same_training, small_hetero_graph,
-                     trimmed_and_untrimmed)
+                     train_steps, trimmed_and_untrimmed)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -355,18 +355,12 @@ def test_a_forward_that_cannot_run_again_is_left_whole_not_broken():
         model = MutatingBatch()
         with torch.no_grad():
             model(next(iter(loader)))
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        losses, grads = [], {}
-        for batch in loader:
-            opt.zero_grad()
+
+        def loss_of(model, batch):
             size = batch["paper"].batch_size
-            loss = F.cross_entropy(model(batch)["paper"][:size, :3], batch["paper"].y[:size])
-            loss.backward()
-            grads = {n: p.grad.clone() for n, p in model.named_parameters()
-                     if p.grad is not None}
-            opt.step()
-            losses.append(loss.item())
-        return losses, grads, None
+            return F.cross_entropy(model(batch)["paper"][:size, :3], batch["paper"].y[:size])
+
+        return (*train_steps(model, loader, loss_of), None)
 
     trimmed, untrimmed, stats = _runs(train)
     assert_same_training(trimmed, untrimmed)

@@ -18,7 +18,7 @@ from torch_geometric.nn import Linear, SAGEConv, to_hetero
 from gnnorch.datasets import power_law_graph
 from gnnorch.errors import TrimmingWarning
 
-from helpers import (SageStack, assert_same_training, small_hetero_graph,
+from helpers import (SageStack, assert_same_training, small_hetero_graph, train_steps,
                      trimmed_and_untrimmed)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -63,25 +63,18 @@ class SummaryModel(torch.nn.Module):
 
 
 def _train(make, *, loss_of=None, epochs=2, evaluate=False):
-    """Node classification on a power-law graph: the losses of `epochs` epochs, the last
-    step's gradients, and (`evaluate`) the predictions of an evaluation pass."""
-    loss_of = loss_of or (lambda out, y: F.cross_entropy(out, y[:out.size(0)]))
+    """Node classification on a power-law graph, each step's loss `loss_of(model, output,
+    batch.y)` (default: cross-entropy of the output's rows): the losses of `epochs` epochs,
+    the last step's gradients, and (`evaluate`) the predictions of an evaluation pass."""
+    loss_of = loss_of or (lambda model, out, y: F.cross_entropy(out, y[:out.size(0)]))
 
     def train(data):
         loader = NeighborLoader(data, num_neighbors=[5, 5, 5], batch_size=96, shuffle=True,
                                 input_nodes=data.train_mask)
         torch.manual_seed(0)
         model = make()
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        losses, grads = [], {}
-        for _ in range(epochs):
-            for batch in loader:
-                opt.zero_grad()
-                loss = loss_of(model(batch.x, batch.edge_index, batch.batch_size), batch.y)
-                loss.backward()
-                grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-                opt.step()
-                losses.append(loss.item())
+        losses, grads = train_steps(model, loader, lambda model, batch: loss_of(
+            model, model(batch.x, batch.edge_index, batch.batch_size), batch.y), epochs)
         predictions = None
         if evaluate:
             model.eval()
@@ -118,7 +111,7 @@ def test_the_outputs_are_the_modules_own_tensors_not_wrappers():
     no recomputation on any read, however it is used)."""
     seen = []
 
-    def loss_of(out, y):
+    def loss_of(model, out, y):
         seen.append(type(out))
         return F.cross_entropy(out, y[:out.size(0)]) + out.sum() * 0.0
 
@@ -151,7 +144,7 @@ def test_a_model_reading_other_rows_after_its_last_layer_is_left_whole_quietly()
 
 
 def test_an_encoder_returning_the_seed_rows_is_trimmed_at():
-    def loss_of(out, y):
+    def loss_of(model, out, y):
         z, summary = out
         return F.cross_entropy(z, y[:z.size(0)]) + summary.sum()
 
@@ -159,6 +152,30 @@ def test_an_encoder_returning_the_seed_rows_is_trimmed_at():
     assert_same_training(trimmed, untrimmed)
     assert model["trimmed"] and model["encoder"] == "encoder" and model["seeds_only"], model
     assert "trimmed at its encoder encoder" in runtime.summary()
+
+
+def test_pygs_deep_graph_infomax_is_trimmed_at_its_encoders_two_calls():
+    """PyG's `DeepGraphInfomax` (examples/infomax_inductive.py): its encoder, returning the
+    seed rows, runs on the batch and on a corruption that permutes the batch's rows; the
+    summary is the mean of the seed rows. Trimmed at both encoder calls, pass by pass."""
+    from torch_geometric.nn import DeepGraphInfomax
+
+    def make():
+        return DeepGraphInfomax(
+            hidden_channels=4, encoder=SeedNet(),
+            summary=lambda z, *args, **kwargs: torch.sigmoid(z.mean(dim=0)),
+            corruption=lambda x, edge_index, size: (x[torch.randperm(x.size(0))], edge_index,
+                                                    size))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrimmingWarning)
+        trimmed, untrimmed, model, runtime = _runs(
+            _train(make, loss_of=lambda model, out, y: model.loss(*out)))
+    assert_same_training(trimmed, untrimmed)
+    assert model["trimmed"] and model["encoder"] == "encoder", model
+    assert model["encoder_calls"] == 2 and model["layer_plan"] == [0, 1, 2, 0, 1, 2], model
+    stats = runtime.last_run.stats[0]["trim"]
+    assert 0 < stats["rows_computed"] < stats["rows_untrimmed"]
 
 
 def test_the_device_path_and_two_ranks_serve_seed_rows_models():
@@ -196,20 +213,13 @@ def _train_hetero(data):
     with torch.no_grad():
         first = next(iter(loader))
         model(first.x_dict, first.edge_index_dict, first["paper"].batch_size)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses, grads = [], {}
-    for _ in range(2):
-        for batch in loader:
-            opt.zero_grad()
-            size = batch["paper"].batch_size
-            out = model(batch.x_dict, batch.edge_index_dict, size)
-            loss = F.cross_entropy(out, batch["paper"].y[:size])
-            loss.backward()
-            grads = {n: p.grad.clone() for n, p in model.named_parameters()
-                     if p.grad is not None}
-            opt.step()
-            losses.append(loss.item())
-    return losses, grads, None
+
+    def loss_of(model, batch):
+        size = batch["paper"].batch_size
+        out = model(batch.x_dict, batch.edge_index_dict, size)
+        return F.cross_entropy(out, batch["paper"].y[:size])
+
+    return (*train_steps(model, loader, loss_of, epochs=2), None)
 
 
 def test_a_hetero_model_with_a_head_on_the_seed_rows_is_trimmed():
