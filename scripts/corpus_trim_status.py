@@ -33,8 +33,8 @@ def status(case: "corpus.Case", options: dict) -> dict:
     loaders = (runtime.last_run.stats[0].get("sampler") or {}).get("loaders") or []
     return {"case": case.name, "options": options,
             "graphs": sorted({str(loader.get("graph")) for loader in loaders}),
-            "models": [{k: m.get(k) for k in ("model", "trimmed", "encoder", "layer_plan",
-                                              "compact", "reason",
+            "models": [{k: m.get(k) for k in ("model", "trimmed", "encoder", "encoder_calls",
+                                              "seeds_only", "layer_plan", "compact", "reason",
                                               "trimmed_forwards", "untrimmed_forwards",
                                               "materialized")} for m in trim.get("models", [])],
             "rows_computed": trim.get("rows_computed"),
