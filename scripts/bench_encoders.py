@@ -132,6 +132,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/encoders.json"))
     ap.add_argument("--measure", help=argparse.SUPPRESS)   # internal: one row, JSON to stdout
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1 (runs of each row), got {args.repeats}")
+    if args.scale is not None and args.scale < 10:
+        ap.error(f"--scale must be at least 10 (nodes for infomax, users for bipartite), "
+                 f"got {args.scale}")
+    if args.epochs < 1:
+        ap.error(f"--epochs must be at least 1, got {args.epochs}")
     if args.measure:
         args.workload = args.workload[0]
         print(json.dumps(measure_one(args.measure, args)))

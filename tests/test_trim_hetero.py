@@ -438,20 +438,14 @@ def _train_links(data):
     first = next(iter(loader))
     with torch.no_grad():
         model(first.x_dict, first.edge_index_dict)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses = []
-    for batch in loader:
-        opt.zero_grad()
+
+    def loss_of(model, batch):
         z = model(batch.x_dict, batch.edge_index_dict)
         src, dst = batch[WRITES].edge_label_index
         score = (z["author"][src] * z["paper"][dst]).sum(-1)
-        loss = F.binary_cross_entropy_with_logits(score, batch[WRITES].edge_label)
-        loss.backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters()
-                 if p.grad is not None}
-        opt.step()
-        losses.append(loss.item())
-    return losses, grads
+        return F.binary_cross_entropy_with_logits(score, batch[WRITES].edge_label)
+
+    return train_steps(model, loader, loss_of)
 
 
 def test_link_batches_are_trimmed_to_both_ends_first_hop():
