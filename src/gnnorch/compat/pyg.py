@@ -29,7 +29,7 @@ __all__ = ["trim_to_layer_type", "self_trimming", "sampler_hook_reason", "pyg_sa
            "gcn_cached", "set_gcn_cached", "gat_has_residual", "missing_attributes",
            "loader_arguments", "basic_gnn_forward", "bind_arguments", "MESSAGE_PASSING_HOOKS",
            "set_orig_edge_index", "pyg_index_select", "negative_sampling_class",
-           "neighbor_sampler_csc"]
+           "neighbor_sampler_csc", "graph_loader_keywords"]
 
 
 def _parameters(fn: Any) -> list[str]:
@@ -422,6 +422,45 @@ def loader_arguments(init: Callable[..., Any], args: tuple, kwargs: dict) -> dic
         return dict(signature.bind(None, *args, **kwargs).arguments)
     except TypeError:
         return {}
+
+
+_GRAPH_LOADER_NEEDS = ("dataset", "batch_size", "shuffle")
+
+GRAPH_LOADER_INIT = Probe(
+    "torch_geometric.loader.DataLoader.__init__ (dataset, batch_size, shuffle, **kwargs)",
+    "intercept/loader.py", "graph-level DataLoaders are not sharded over ranks nor timed: "
+    "they run as PyG runs them", lambda: True)   # checked on the real __init__ at each use
+
+
+def graph_loader_keywords(init: Callable[..., Any], args: tuple,
+                          kwargs: dict) -> tuple[tuple, dict] | None:
+    """PyG's ``DataLoader(dataset, batch_size=1, shuffle=False, ...)`` arguments as
+    ``((dataset,), keywords)``, every other argument by name (``init``: the unpatched
+    method), so that ``batch_size`` and ``shuffle`` given by position (PyG's
+    ``mutag_gin.py`` passes the batch size second) are seen. None when they do not bind (PyG's
+    own ``__init__`` then reports the user's mistake) or when the signature lacks one of them
+    (recorded as unavailable)."""
+    signature = _signature(init)
+    absent = [n for n in _GRAPH_LOADER_NEEDS
+              if signature is None or n not in signature.parameters]
+    if absent or signature is None:
+        GRAPH_LOADER_INIT.mark_missing(f"DataLoader.__init__ has no parameters {absent}")
+        return None
+    try:
+        bound = signature.bind(None, *args, **kwargs)
+    except TypeError:
+        return None
+    keywords: dict[str, Any] = {}
+    for name, value in list(bound.arguments.items())[1:]:   # (the loader itself first)
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            keywords.update(value)
+        elif kind is inspect.Parameter.VAR_POSITIONAL:
+            return None   # no by-name form
+        else:
+            keywords[name] = value
+    dataset = keywords.pop("dataset")
+    return (dataset,), keywords
 
 
 def _basic_gnn_forward() -> Callable[..., Any]:

@@ -58,6 +58,9 @@ def why_not_served(loader: NeighborLoader, state: "LoaderState", device: torch.d
     from torch_geometric.data import Data, HeteroData
     if device is None:
         return reason
+    if getattr(state, "kind", None) == "graph":
+        return ("a graph-level DataLoader: PyG collates its graphs; on a device the path copies "
+                "its batches")
     data = getattr(loader, "data", None)
     hetero = isinstance(data, HeteroData)
     if not hetero and not isinstance(data, Data):
@@ -114,14 +117,21 @@ def why_not_drawn_ahead(loader: NeighborLoader, state: "LoaderState", depth: int
       drawing thread, PyG's with ``filter_per_worker=False``) may draw from torch's global
       RNG: not drawn ahead;
     * features fetched from other ranks at each batch (partition_features): those collectives
-      stay in the trainer's thread."""
+      stay in the trainer's thread;
+    * a graph-level DataLoader collating in this process draws nothing when its graphs come
+      from a list or PyG's ``InMemoryDataset.get`` without a ``transform`` (`_graph_draws`):
+      drawn ahead; otherwise the dataset's reads may draw: not drawn ahead."""
     if depth <= 0:
         return "data_path prefetch is 0"
     if getattr(state, "partition", None) is not None:
         return ("its features are fetched from the other ranks at each batch "
                 "(partition_features): those collectives stay in the trainer's thread")
     workers = int(getattr(loader, "num_workers", 0) or 0)
-    if workers == 0 and not served:
+    if workers == 0 and getattr(state, "kind", None) == "graph":
+        if (draws := _graph_draws(getattr(loader, "dataset", None))) is not None:
+            return (f"PyG collates it in the trainer's process (num_workers=0) from {draws}, "
+                    f"which may draw from torch's global RNG: drawn in the trainer's thread")
+    elif workers == 0 and not served:
         return ("PyG samples it in the trainer's process (num_workers=0), drawing from torch's "
                 "global RNG: drawing ahead in another thread would change what a fixed seed "
                 "gives")
@@ -143,6 +153,27 @@ def why_not_drawn_ahead(loader: NeighborLoader, state: "LoaderState", depth: int
             return (f"its batches are finished in the trainer's process by code of its own "
                     f"({', '.join(user_code)}), which may draw from torch's global RNG: "
                     f"drawn in the trainer's thread")
+    return None
+
+
+def _graph_draws(dataset: Any) -> str | None:
+    """What in a graph-level DataLoader's `dataset` may draw random numbers as its graphs are
+    read (a ``transform``, a ``get`` of the user's, a dataset class gnnorch does not know), or
+    None: a list of graphs, or a PyG ``InMemoryDataset`` read by PyG's ``get`` without a
+    transform (also through a torch ``Subset``): reads and PyG's collation draw nothing."""
+    from torch.utils.data import Subset
+    from torch_geometric.data import Data, HeteroData, InMemoryDataset
+
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    if isinstance(dataset, (list, tuple)):
+        return None if all(isinstance(g, (Data, HeteroData)) for g in dataset) else "a list"
+    if not isinstance(dataset, InMemoryDataset):
+        return f"a {type(dataset).__name__} (its own reads)"
+    if type(dataset).get is not InMemoryDataset.get:
+        return f"{type(dataset).__name__}.get (its own reads)"
+    if getattr(dataset, "transform", None) is not None:
+        return f"its dataset's transform ({dataset.transform!r})"
     return None
 
 

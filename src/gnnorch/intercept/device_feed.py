@@ -118,8 +118,8 @@ class PyGBatchesCopied:
         if move is None:
             move = self._moves[loader] = DeviceTransfer(device, pin=self.config.pin,
                                                         twin_all=True)
-        move.host_fields = deferred_fields(loader.data, device, record.prefetch,
-                                           self.host_transform)
+        move.host_fields = deferred_fields(getattr(loader, "data", None), device,
+                                           record.prefetch, self.host_transform)
         record.deferred = move.host_fields
         record.epochs += 1
         return pipelined(iter(iterator), move, record.prefetch, record, None, publish)

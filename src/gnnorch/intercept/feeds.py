@@ -1,7 +1,7 @@
 """What the NeighborLoader seam knows about one loader, and the feeds that plug into it.
 
 `LoaderState` is the seam's record of one intercepted loader. It lives in a mapping the seam
-owns (`NeighborLoaderInterceptor.states`, keyed weakly by the loader), never on the user's
+owns (`LoaderInterceptor.states`, keyed weakly by the loader), never on the user's
 object. Two feeds plug into the seam as collaborators passed to its constructor:
 
 * the partitioned feature store (`intercept.features_fetch.PartitionManager`): `adopt` rewrites

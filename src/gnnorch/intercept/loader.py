@@ -1,5 +1,5 @@
-"""Interception of `torch_geometric.loader.NeighborLoader` and `LinkNeighborLoader` under the
-runtime.
+"""Interception of `torch_geometric.loader.NeighborLoader`, `LinkNeighborLoader` and PyG's
+graph-level `DataLoader` under the runtime.
 
 The seam is each class itself (its `__init__` and `__iter__`), so a loader is intercepted however
 the user imported the name, and user subclasses are intercepted through `super().__init__`. A
@@ -7,7 +7,11 @@ LinkNeighborLoader is served as a NeighborLoader is (its seeds are supervision e
 training loader's edges are sharded, gnnorch's sampler draws the subgraph, the device path
 builds the batch), except that the historical-embedding cache and the partitioned features
 leave it to PyG; its batches are trimmed to their first hop's nodes (`announce.link_seeds`),
-where the supervision edges' endpoints are.
+where the supervision edges' endpoints are. A graph-level `DataLoader` (mini-batches of whole
+graphs, collated by PyG) gets the loader-level part only: its training epochs are sharded by
+graph, timed for the tuner and given the plan's workers where the user left ``num_workers``
+out; its batches are neither sampled nor trimmed (they have no hops) and, on a device, are
+copied over as any batch PyG builds is (`device_feed.PyGBatchesCopied`).
 
 * Training epochs are sharded over p > 1 ranks. A loader built with `shuffle=True` gets a
   `ShardSampler` instead of its random sampler. Whether one *epoch* of it (one `iter(loader)`) is
@@ -64,6 +68,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from ..compat import processes as compat_processes
+from ..compat import pyg as compat_pyg
 from ..errors import GnnorchWarning
 from ..launch.context import EpochTimer, RankContext
 from .announce import (announced, batch_graph, batch_transform, defers_features, layout_kind,
@@ -82,7 +87,7 @@ if TYPE_CHECKING:
     from ..cache.manager import CacheManager
     from .features_fetch import PartitionManager
 
-__all__ = ["LoaderState", "NeighborLoaderInterceptor", "ShardSampler", "batch_graph"]
+__all__ = ["LoaderState", "LoaderInterceptor", "ShardSampler", "batch_graph"]
 
 _WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
 
@@ -93,10 +98,14 @@ def _loader_seed(ctx: RankContext, index: int) -> int:
 
 def _seeds_in(batch: Any) -> int:
     """The batch's seeds: its seed nodes, or the supervision edges of a link batch (of a
-    HeteroData's edge type too)."""
+    HeteroData's edge type too), or the graphs of a graph-level batch."""
+    from torch_geometric.data import Batch
+
     size = stored_batch_size(batch)
     if size is not None:
         return size
+    if isinstance(batch, Batch):
+        return int(batch.num_graphs)
     input_id = getattr(batch, "input_id", None)   # link batches: one per supervision edge
     if isinstance(input_id, torch.Tensor):
         return int(input_id.numel())
@@ -127,7 +136,7 @@ class _Originals:
             del self.cls.__iter__
 
 
-class NeighborLoaderInterceptor:
+class LoaderInterceptor:
     """Installs and removes the NeighborLoader patches for one rank's run (`ctx`).
 
     Its collaborators are passed in by `intercept.session`: the layer seam (batches are
@@ -142,7 +151,7 @@ class NeighborLoaderInterceptor:
                  distribution: UserDistribution | None = None,
                  device_path: DevicePathHook | None = None,
                  optimizers: OptimizerCount | None = None) -> None:
-        from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
+        from torch_geometric.loader import DataLoader, LinkNeighborLoader, NeighborLoader
 
         self.ctx = ctx
         self.layer_seam = layer_seam
@@ -153,7 +162,7 @@ class NeighborLoaderInterceptor:
         self.optimizers = optimizers   # several ranks: whether an optimizer exists yet
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
-        self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link"}
+        self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link", DataLoader: "graph"}
         self._before_run: "weakref.WeakSet[NeighborLoader]" = weakref.WeakSet()
         self._originals = {cls: _Originals(cls) for cls in self.classes}
 
@@ -201,6 +210,12 @@ class NeighborLoaderInterceptor:
     def _init(self, loader: NeighborLoader, kind: str, orig: _Originals, args: tuple,
               kwargs: dict) -> None:
         ctx = self.ctx
+        if kind == "graph":   # batch_size / shuffle may come by position
+            named = compat_pyg.graph_loader_keywords(orig.init, args, kwargs)
+            if named is None:   # PyG's own __init__ reports the mistake, or runs as PyG's
+                orig.init(loader, *args, **kwargs)
+                return
+            args, kwargs = named
         train = bool(kwargs.get("shuffle", False))
         batch_size = kwargs.get("batch_size", 1)
         workers = kwargs.get("num_workers")
@@ -217,12 +232,18 @@ class NeighborLoaderInterceptor:
         if self.partition is not None and kind == "node":   # built without x (features_fetch)
             args, kwargs, state.partition = self.partition.adopt(
                 orig.init, args, kwargs, state.role, state.index)
-        measure = choose_backend(ctx.options.sampler, state, orig.init, args, kwargs,
-                                 cached=self.cache is not None)
+        measure = None
+        if kind == "graph":   # nothing is sampled: PyG collates the dataset's graphs
+            state.graph, state.backend = "graphs", "collate"
+            state.backend_reason = "a graph-level DataLoader: PyG collates its graphs"
+        else:
+            measure = choose_backend(ctx.options.sampler, state, orig.init, args, kwargs,
+                                     cached=self.cache is not None)
         own = kwargs.get("sampler")   # the user's sampler= (ImbalancedSampler, ...)
         shard = (ctx.distributed and not self.distribution.active
                  and (own is None or shardable_sampler(own))
-                 and kwargs.get("batch_sampler") is None)
+                 and kwargs.get("batch_sampler") is None
+                 and (kind != "graph" or _sized(args[0])))
         if shard:   # unshuffled or own sampler: unsharded until one of its epochs trains
             # an own sampler's draws: a seed per loader (construction order, as on every rank)
             index = state.index if own is None else -1 - len(self.states)
@@ -250,19 +271,34 @@ class NeighborLoaderInterceptor:
     def _built_before_run(self, loader: NeighborLoader) -> None:
         """A loader built before the call (passed in, or a global) runs as PyG runs it: none
         of gnnorch's loader features reach it (they are set up at construction). Counted in
-        ``stats[rank]["sampler"]["built_before_run"]`` and, once per loader, a warning."""
+        ``stats[rank]["sampler"]["built_before_run"]`` and, once per loader, a warning (for a
+        graph-level DataLoader only with several ranks, where sharding is what it misses)."""
         if loader in self._before_run:
             return
         self._before_run.add(loader)
         section = self.ctx.stats.setdefault("sampler", {"loaders": []})
         section["built_before_run"] = section.get("built_before_run", 0) + 1
-        if self.ctx.rank == 0:
+        if self._kind_of(loader) == "graph":
+            if self.ctx.rank == 0 and self.ctx.distributed:
+                warnings.warn(
+                    f"gnnorch: a {type(loader).__name__} built before the call runs as PyG "
+                    f"runs it: every rank iterates all of it (sharding over ranks and the "
+                    f"tuner reach only loaders built inside the function). Build it inside "
+                    f"the function to shard it.", GnnorchWarning, stacklevel=4)
+        elif self.ctx.rank == 0:
             warnings.warn(
                 f"gnnorch: a {type(loader).__name__} built before the call runs as PyG runs "
                 f"it: gnnorch's sampler, trimming of its batches, sharding over ranks (with "
                 f"processes > 1 every rank iterates all of it), the cache and the tuner reach "
                 f"only loaders built inside the function. Build it inside the function to "
                 f"use them.", GnnorchWarning, stacklevel=4)
+
+    def _kind_of(self, loader: NeighborLoader) -> str:
+        """The loader's kind ("node", "link", "graph") by the patched class it derives from."""
+        for cls in type(loader).__mro__:
+            if cls in self.classes:
+                return self.classes[cls]
+        return "node"
 
     def _iter(self, loader: NeighborLoader, orig: _Originals) -> Iterator[Any]:
         ctx = self.ctx
@@ -312,7 +348,7 @@ class NeighborLoaderInterceptor:
             iterator = self.partition.feed(iterator, loader, state.partition, training)
         if self.device_path is not None and state.device is not None:
             iterator = self.device_path.feed(iterator, loader, state, training)
-        if self.layer_seam is not None:
+        if self.layer_seam is not None and state.kind != "graph":   # (graphs: no hops)
             iterator = announced(iterator, self.layer_seam, state, training,
                                  defer=defers_features(ctx))
         if not training:
@@ -321,6 +357,13 @@ class NeighborLoaderInterceptor:
         epoch = state.epochs
         state.epochs += 1
         return _timed(iterator, EpochTimer(ctx, state.index, epoch, total=_batches(loader)))
+
+
+def _sized(dataset: object) -> bool:
+    """Whether a graph-level loader's dataset has a length to permute (not an iterable one)."""
+    from torch.utils.data import IterableDataset
+
+    return not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__")
 
 
 def _batches(loader: NeighborLoader) -> int | None:

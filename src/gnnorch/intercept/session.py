@@ -10,7 +10,7 @@
     LayerSeam(trim, rewrites, hooks=[cache])
     DevicePathHook                         the GPU data path (issue 21; `_device_path`)
     GradientSynchronizer(world_size, comm_device, distribution)   (> 1 rank)
-    NeighborLoaderInterceptor(ctx, layer_seam, cache, partition, distribution, device_path,
+    LoaderInterceptor(ctx, layer_seam, cache, partition, distribution, device_path,
                               optimizers=the synchroniser)
 
 Everything is installed for the block and undone on exit, also when the user's function
@@ -33,7 +33,7 @@ from ..rewrite.decisions import (load_disk_decisions, save_disk_decisions, share
 from .feeds import DevicePathHook
 from .gradsync import GradientSynchronizer
 from .layers import LayerSeam
-from .loader import NeighborLoaderInterceptor
+from .loader import LoaderInterceptor
 from .procgroup import UserDistribution
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Seams:
     """The seams one session built. For tests and debugging only (`active()`): no seam reads
     this; each holds its own collaborators."""
 
-    loader: NeighborLoaderInterceptor
+    loader: LoaderInterceptor
     distribution: UserDistribution
     layer_seam: LayerSeam | None = None
     cache: CacheManager | None = None
@@ -107,7 +107,7 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
             stack.callback(path.close)
         sync = (GradientSynchronizer(ctx.world_size, comm_device, distribution)
                 if ctx.distributed else None)
-        loaders = NeighborLoaderInterceptor(ctx, layer_seam=layer_seam, cache=cache,
+        loaders = LoaderInterceptor(ctx, layer_seam=layer_seam, cache=cache,
                                             partition=partition, distribution=distribution,
                                             device_path=path, optimizers=sync)
         stack.enter_context(loaders.installed())
