@@ -207,6 +207,19 @@ def fresh_json_row(cmd: list[str], label: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def fastest_of(cmd: list[str], label: str, repeats: int) -> dict:
+    """`cmd` (see `fresh_json_row`) run `repeats` times, each in a fresh process, printing
+    each run's seconds and metrics: the fastest run's row, with every run's seconds in
+    ``all_seconds``."""
+    runs = []
+    for _ in range(repeats):
+        runs.append(fresh_json_row(cmd, label))
+        print(f"  {label:<26} {runs[-1]['seconds']:7.1f} s  {runs[-1]['metrics']}", flush=True)
+    row = min(runs, key=lambda run: run["seconds"])
+    row["all_seconds"] = [run["seconds"] for run in runs]
+    return row
+
+
 def run_fresh(script: str, config: str, path: Path, epochs: int, python: str) -> dict:
     """Run one configuration in a fresh interpreter of `python`; sample its tree's PSS."""
     env = dict(os.environ)

@@ -101,13 +101,7 @@ def run_fresh(label: str, args: argparse.Namespace, python: str) -> dict:
     every run's seconds in ``all_seconds``."""
     cmd = [python, __file__, "--measure", label, "--workload", args.workload, "--scale",
            str(args.scale), "--epochs", str(args.epochs), "--seed", str(args.seed)]
-    runs = []
-    for _ in range(args.repeats):
-        runs.append(baselines.fresh_json_row(cmd, label))
-        print(f"  {label:<26} {runs[-1]['seconds']:7.1f} s  {runs[-1]['metrics']}", flush=True)
-    row = min(runs, key=lambda run: run["seconds"])
-    row["all_seconds"] = [run["seconds"] for run in runs]
-    return row
+    return baselines.fastest_of(cmd, label, args.repeats)
 
 
 def _trimmed(row: dict) -> str:

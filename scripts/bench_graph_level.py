@@ -1,0 +1,171 @@
+"""PyG's graph-level programs (mini-batches of whole graphs from PyG's `DataLoader`) under
+`gnnorch.Runtime`, against vanilla PyG, on this machine: what sharding their training epochs
+over ranks (session 34) gives.
+
+Workloads (the corpus adaptations in `tests/pyg_examples`, each program's `train(...)` called
+unchanged, on more graphs than the corpus uses):
+* ``pna``: `examples/pna.py`, PNA graph regression (4 `PNAConv` layers with towers, BatchNorm,
+  `global_add_pool`) on ZINC-like molecules: ``--scale`` training graphs, a tenth of that
+  for validation and for test, batch 128, L1 loss, Adam + ReduceLROnPlateau.
+* ``mutag``: `examples/mutag_gin.py`, GIN graph classification (5 `GINConv` layers, hidden
+  32) on MUTAG-like graphs: ``--scale`` graphs, 90 % for training, batch 128; each epoch the
+  program also evaluates on the whole training set and on the test set.
+
+Rows, each in a fresh process (same data, same seed): vanilla PyG (``--vanilla-python``,
+e.g. ``.venv-baseline/bin/python`` with pyg-lib: the strongest baseline), called directly;
+``gnnorch p=1`` (``processes=1, autotune=False``); ``gnnorch p=2`` (``processes=2,
+autotune=False``: training epochs sharded by graph, each rank one thread); ``gnnorch`` (the
+defaults: the tuner decides); vanilla again last. The time is the wall time of the user's whole
+call (training and the program's own evaluation, which every rank runs whole); ``train epoch
+s`` is rank 0's mean training epoch after the first, as the runtime timed it. Evaluation
+epochs are not sharded, so a program that evaluates as much as it trains gains less. Metrics
+that sum over a training epoch and divide by the dataset's size (PNA's ``loss``) are rank 0's
+share with p ranks, as the README says.
+
+    .venv/bin/python scripts/bench_graph_level.py --vanilla-python \\
+        /work/main/.venv-baseline/bin/python --out benchmarks/results/graph_level.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent / "tests" / "pyg_examples"))
+sys.path.insert(0, str(ROOT.parent / "src"))
+import baselines  # noqa: E402  (fresh-process rows)
+
+ROWS = {
+    "vanilla": None,
+    "gnnorch p=1": dict(processes=1, autotune=False),
+    "gnnorch p=2": dict(processes=2, autotune=False),
+    "gnnorch": {},
+}
+SCALES = {"pna": 1000, "mutag": 4000}   # the default --scale of each workload
+EPOCHS = {"pna": 3, "mutag": 10}       # the default --epochs
+
+
+def workload(name: str, scale: int, epochs: int, seed: int):
+    """(the program's train function, its positional arguments) for `name` at `scale`."""
+    import ex_mutag_gin
+
+    if name == "pna":
+        import ex_pna
+
+        def split(offset: int, graphs: int):
+            return ex_mutag_gin.MutagLike(ex_pna.zinc_like(1000 * seed + offset, graphs))
+
+        held = max(scale // 10, 1)
+        return ex_pna.train, (split(0, scale), split(1, held), split(2, held), epochs)
+    if name == "mutag":
+        return ex_mutag_gin.train, (ex_mutag_gin.mutag_like(seed, num_graphs=scale), epochs)
+    raise SystemExit(f"unknown workload {name}")
+
+
+def measure_one(label: str, args: argparse.Namespace) -> dict:
+    """One row in this process."""
+    train, call_args = workload(args.workload, args.scale, args.epochs, args.seed)
+    options = ROWS[label]
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    extra: dict = {}
+    if options is None:
+        out = train(*call_args)
+    else:
+        import gnnorch
+
+        runtime = gnnorch.Runtime(train, seed=args.seed, **options)
+        out = runtime(*call_args)
+        epochs = [e["seconds"] for e in runtime.last_run.epochs[0] if e["loader"] == 0]
+        extra = {"plan": runtime.last_run.plan.to_dict(), "summary": runtime.summary(),
+                 "train_epoch_s": statistics.mean(epochs[1:] or epochs) if epochs else None,
+                 "train_epochs_s": epochs}
+    seconds = time.perf_counter() - start
+    import torch_geometric.typing as pyg_typing
+
+    return {"label": label, "seconds": seconds,
+            "metrics": {k: float(v) for k, v in out.items() if isinstance(v, (int, float))},
+            "pyg_lib": bool(pyg_typing.WITH_PYG_LIB), **extra}
+
+
+def run_row(label: str, args: argparse.Namespace, python: str) -> dict:
+    cmd = [python, __file__, "--measure", label, "--workload", args.workload, "--scale",
+           str(args.scale), "--epochs", str(args.epochs), "--seed", str(args.seed)]
+    return baselines.fastest_of(cmd, label, args.repeats)
+
+
+def _plan(row: dict) -> str:
+    plan = row.get("plan")
+    if not plan:
+        return "-"
+    return f"p={plan.get('processes')}, t={plan.get('threads')}, s={plan.get('sampler_cores')}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", choices=tuple(SCALES), action="append")
+    ap.add_argument("--scale", type=int, help="training graphs (pna) or graphs (mutag)")
+    ap.add_argument("--epochs", type=int, help="epochs (default: pna 3, mutag 10)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each row (fresh processes); the table shows the fastest")
+    ap.add_argument("--vanilla-python", default=sys.executable)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/graph_level.json"))
+    ap.add_argument("--measure", help=argparse.SUPPRESS)   # internal: one row, JSON to stdout
+    args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1 (runs of each row), got {args.repeats}")
+    if args.scale is not None and args.scale < 20:
+        ap.error(f"--scale must be at least 20 graphs, got {args.scale}")
+    if args.epochs is not None and args.epochs < 1:
+        ap.error(f"--epochs must be at least 1, got {args.epochs}")
+    if args.measure:
+        args.workload = args.workload[0]
+        print(json.dumps(measure_one(args.measure, args)))
+        return
+    import torch_geometric
+
+    print(f"machine: {platform.platform()}, {len(__import__('os').sched_getaffinity(0))} cpus, "
+          f"torch {torch.__version__}, PyG {torch_geometric.__version__}; each row a fresh "
+          f"process", flush=True)
+    results = []
+    for name in args.workload or list(SCALES):
+        scale, epochs = args.scale or SCALES[name], args.epochs or EPOCHS[name]
+        sub = argparse.Namespace(**{**vars(args), "workload": name, "scale": scale,
+                                    "epochs": epochs})
+        print(f"{name} (scale {scale}, {epochs} epoch(s))", flush=True)
+        rows = [run_row("vanilla", sub, args.vanilla_python)]
+        rows += [run_row(label, sub, sys.executable) for label in ROWS
+                 if ROWS[label] is not None]
+        rows.append(run_row("vanilla", sub, args.vanilla_python))
+        rows[0]["label"], rows[-1]["label"] = "vanilla PyG (first)", "vanilla PyG (last)"
+        vanilla = (rows[0]["seconds"] + rows[-1]["seconds"]) / 2
+        print("\n| row | plan | call s | vs vanilla | train epoch s | metrics |")
+        print("|---|---|---|---|---|---|")
+        for row in rows:
+            row["speedup_vs_vanilla"] = vanilla / row["seconds"]
+            epoch = f"{row['train_epoch_s']:.3f}" if row.get("train_epoch_s") else "-"
+            metrics = ", ".join(f"{k} {v:.4f}" for k, v in row["metrics"].items())
+            print(f"| {row['label']} | {_plan(row)} | {row['seconds']:.1f} | "
+                  f"{row['speedup_vs_vanilla']:.2f}x | {epoch} | {metrics} |")
+        results.append({"workload": name, "scale": scale, "epochs": epochs, "rows": rows})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "bench_graph_level", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
+        "argv": sys.argv, "repeats": args.repeats,
+        "results": results}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""PyG's graph-level `DataLoader` under the runtime: training epochs sharded by graph over
+ranks (p ranks train what one process trains on the same global batches), evaluation epochs
+whole in every rank, epochs timed for the tuner, and, on the device path, PyG's batches copied
+and drawn ahead where nothing random is drawn while they are collated."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+from torch_geometric.datasets import FakeDataset
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import GINConv, global_mean_pool
+
+import gnnorch
+from gnnorch.errors import GnnorchWarning
+from gnnorch.intercept.loader import ShardSampler, _loader_seed
+from gnnorch.launch.context import RankContext
+from gnnorch.launch.plan import CorePlan
+
+pytestmark = pytest.mark.usefixtures("no_leftover_children")
+
+SEED = 4321
+
+
+def graphs(n: int = 96, seed: int = 0) -> FakeDataset:
+    """`n` random graphs (8 features, 3 classes), the same for a given seed."""
+    torch.manual_seed(seed)
+    return FakeDataset(num_graphs=n, avg_num_nodes=12, num_channels=8, num_classes=3,
+                       task="graph")
+
+
+class Gin(torch.nn.Module):
+    """Two GIN layers, mean pooling, no normalisation over the batch and no dropout: a step
+    on b graphs averaged over p ranks equals one step on the b graphs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = GINConv(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                                 torch.nn.Linear(16, 16)))
+        self.conv2 = GINConv(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),
+                                                 torch.nn.Linear(16, 16)))
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x, edge_index, batch):
+        x = self.conv1(x, edge_index).relu()
+        x = self.conv2(x, edge_index).relu()
+        return self.head(global_mean_pool(x, batch))
+
+
+def gin_steps(dataset, batch_size, steps, shuffle=True):
+    """`steps` SGD steps over `DataLoader(dataset, batch_size, shuffle)` (the batch size and
+    shuffle given by position, as PyG's ``mutag_gin.py`` passes them); the parameters."""
+    torch.manual_seed(0)
+    loader = DataLoader(dataset, batch_size, shuffle)
+    model = Gin()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    done = 0
+    for batch in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
+        optimizer.step()
+        done += 1
+        if done == steps:
+            break
+    return model.state_dict()
+
+
+def test_two_ranks_equal_one_process_over_three_steps():
+    dataset = graphs()
+    got = gnnorch.Runtime(gin_steps, processes=2, seed=SEED, verbose=False)(dataset, 16, 3)
+    # the single-process reference takes the graphs in the order of the runtime's first
+    # training loader's common permutation, unshuffled, with the global batch size
+    ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None, seed=SEED)
+    sampler = ShardSampler(0, 2, _loader_seed(ctx, 0))
+    sampler.num_items = len(dataset)
+    order = [dataset[int(i)] for i in sampler.permutation(0)]
+    want = gin_steps(order, 16, 3, False)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+
+
+def sizes_seen(dataset, batch_size):
+    """The graphs of each training batch, then the graphs one evaluation epoch saw."""
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    model = Gin()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = []
+    for batch in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
+        optimizer.step()
+        train.append(batch.num_graphs)
+    model.eval()
+    with torch.no_grad():
+        evaluated = sum(batch.num_graphs for batch in DataLoader(dataset, batch_size=32))
+    return train, evaluated
+
+
+def test_training_epochs_are_sharded_and_evaluation_epochs_whole():
+    dataset = graphs(n=90)
+    runtime = gnnorch.Runtime(sizes_seen, processes=2, seed=SEED, verbose=False)
+    train, evaluated = runtime(dataset, 20)
+    # 90 graphs over 2 ranks: 45 each (the permutation padded to a multiple of 2), in
+    # batches of ceil(20 / 2) = 10
+    assert train == [10, 10, 10, 10, 5]
+    assert evaluated == 90   # an evaluation epoch runs every graph in every rank
+    epochs = runtime.last_run.epochs[0]
+    assert [(e["loader"], e["batches"], e["seeds"]) for e in epochs] == [(0, 5, 45)]
+    loaders = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert [(r["kind"], r["role"], r["backend"]) for r in loaders] == [
+        ("graph", "train", "collate"), ("graph", "eval", "collate")]
+
+
+def test_one_process_runs_the_loader_as_pyg_does():
+    dataset = graphs(n=50)
+    torch.manual_seed(3)
+    want = sizes_seen(dataset, 16)
+    torch.manual_seed(3)
+    got = gnnorch.Runtime(sizes_seen, processes=1, autotune=False, verbose=False)(dataset, 16)
+    assert got == want == ([16, 16, 16, 2], 50)
+
+
+def passed_in(loader):
+    model = Gin()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = 0
+    for batch in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
+        optimizer.step()
+        seen += batch.num_graphs
+    return seen
+
+
+def test_a_loader_built_before_the_call_warns_only_with_several_ranks(capfd):
+    loader = DataLoader(graphs(n=40), batch_size=8, shuffle=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GnnorchWarning)
+        one = gnnorch.Runtime(passed_in, processes=1, autotune=False, verbose=False)
+        assert one(loader) == 40
+    assert one.last_run.stats[0]["sampler"]["built_before_run"] == 1
+    capfd.readouterr()
+    # rank 0's warning goes to its stderr (the ranks' output is the parent's)
+    assert gnnorch.Runtime(passed_in, processes=2, verbose=False)(loader) == 40
+    assert "every rank iterates all of it" in capfd.readouterr().err
+
+
+def losses(dataset, epochs, num_workers=0):
+    torch.manual_seed(0)
+    loader = DataLoader(dataset, batch_size=16, shuffle=True, num_workers=num_workers)
+    model = Gin()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    out = []
+    for _ in range(epochs):
+        for batch in loader:
+            batch = batch.to(torch.device("cpu"))
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y)
+            loss.backward()
+            optimizer.step()
+            out.append(float(loss))
+    return out
+
+
+def _copied(runtime):
+    return [(r["copied"], r["prefetch"], r["prefetch_reason"])
+            for r in runtime.last_run.stats[0]["device"]["loaders"]]
+
+
+def test_device_path_copies_and_draws_ahead_graph_batches_with_the_same_losses():
+    dataset = graphs(n=80)
+    host = gnnorch.Runtime(losses, processes=1, autotune=False, data_path="host",
+                           verbose=False)
+    device = gnnorch.Runtime(losses, processes=1, autotune=False, data_path="device",
+                             verbose=False)
+    assert device(dataset, 2) == host(dataset, 2)
+    assert _copied(device) == [(True, 2, "")]
+    record = device.last_run.stats[0]["device"]["loaders"][0]
+    assert record["batches"] == 10 and "graph-level DataLoader" in record["reason"]
+
+
+def test_device_path_collates_in_the_trainer_thread_when_the_dataset_draws():
+    dataset = graphs(n=48)
+    dataset.transform = lambda data: data   # a dataset's transform may draw: not ahead
+    device = gnnorch.Runtime(losses, processes=1, autotune=False, data_path="device",
+                             verbose=False)
+    host = gnnorch.Runtime(losses, processes=1, autotune=False, data_path="host",
+                           verbose=False)
+    assert device(dataset, 1) == host(dataset, 1)
+    [(copied, prefetch, reason)] = _copied(device)
+    assert copied and prefetch == 0 and "transform" in reason
+
+
+def test_an_iterable_dataset_is_not_sharded():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            for i in range(12):
+                yield Data(x=torch.ones(3, 8), edge_index=torch.tensor([[0, 1], [1, 2]]),
+                           y=torch.tensor([i % 3]))
+
+    def count(dataset):
+        model = Gin()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen = 0
+        for batch in DataLoader(dataset, batch_size=4):
+            optimizer.zero_grad()
+            F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
+            optimizer.step()
+            seen += batch.num_graphs
+        return seen
+
+    assert gnnorch.Runtime(count, processes=2, verbose=False)(Stream()) == 12
+
+
+def cuda_losses(dataset, epochs):
+    """`losses` with the model and the batches on the current CUDA device, as a GPU user
+    writes it."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.manual_seed(0)
+    loader = DataLoader(dataset, batch_size=16, shuffle=True)
+    model = Gin().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    out = []
+    for _ in range(epochs):
+        for batch in loader:
+            batch = batch.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y)
+            loss.backward()
+            optimizer.step()
+            out.append(loss.item())
+    return out
+
+
+@pytest.mark.gpu
+def test_cuda_graph_batches_are_copied_by_the_path_with_the_plain_losses():
+    dataset = graphs(n=64)
+    torch.manual_seed(0)
+    want = cuda_losses(dataset, 2)
+    runtime = gnnorch.Runtime(cuda_losses, processes=1, autotune=False, device="cuda",
+                              verbose=False)
+    got = runtime(dataset, 2)
+    assert torch.allclose(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+    [record] = runtime.last_run.stats[0]["device"]["loaders"]
+    assert record["copied"] and record["prefetch"] > 0 and record["batches"] == 8
