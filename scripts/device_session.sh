@@ -42,6 +42,9 @@
 #   hetero        HeteroData batches PyG builds, copied by the path (bench_hetero_feed.py: an
 #                 ogbn-mag-like graph, to_hetero SAGE; vanilla, gnnorch-host, gnnorch with
 #                 persistent workers, then gnnorch and vanilla without)
+#   cpu_graph_level  16 cores, the GPU hidden: PyG's graph-level programs (pna, mutag_gin)
+#                 vanilla (pyg-lib) against gnnorch p=1, p=2 and the tuner's plan, their
+#                 training epochs sharded by graph (bench_graph_level.py, session 34)
 #   step_host     what gnnorch's seams add to the trainer's step on the GPU, tiny tensors
 #                 (bench_step_host.py --device cuda: vanilla, gnnorch with trimming and
 #                 rewrites, each alone, neither; results/step_host_device.json); no graph
@@ -79,7 +82,7 @@ PIP_PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
 
 # The units of measurement, in the order of the default plan (issue 21's priorities). Each is
 # whole in itself: its ratios compare rows measured on the same machine in the same session.
-UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero gil refresh step_host"
+UNITS="sage cpu_fastpath gcn_gat cpu_tuner extra profile tests hetero gil refresh step_host cpu_graph_level"
 DEFAULT_PLAN="sage,cpu_fastpath,gcn_gat,cpu_tuner,extra"
 
 # The plan's scale (DRY: tiny, on the CPU).
@@ -589,6 +592,16 @@ unit_cpu_tuner() {
   (cd "$ROOT/cwd" && CUDA_VISIBLE_DEVICES="" run_step cpu_tuner 420 "$PY" \
     "$REPO/scripts/bench_tuner.py" --part A "${TUNER_ARGS[@]}" \
     --out "$ROOT/results/cpu_tuner_partA.json")
+}
+
+unit_cpu_graph_level() {
+  # graph-level programs on all cores, the GPU hidden (no graph needed): what sharding their
+  # training epochs by graph gives where cores are many
+  export GNNORCH_CACHE_DIR="$ROOT/gnnorch-cache-cpu"
+  local args=(); [ "$DRY" = 1 ] && args=(--scale 200 --epochs 1)
+  (cd "$ROOT/cwd" && CUDA_VISIBLE_DEVICES="" run_step cpu_graph_level 240 "$PY" \
+    "$REPO/scripts/bench_graph_level.py" "${args[@]}" \
+    --out "$ROOT/results/cpu_graph_level.json")
 }
 
 finish() {

@@ -662,6 +662,25 @@ def test_gat_return_attention_weights_false_is_left_to_pyg():
                                               {"return_attention_weights": False})
 
 
+def test_graph_loader_keywords_name_positional_arguments_and_fail_closed():
+    from torch_geometric.loader import DataLoader
+
+    dataset = [object()] * 3
+    got = compat_pyg.graph_loader_keywords(DataLoader.__init__, (dataset, 128, True),
+                                           {"num_workers": 2})
+    assert got == ((dataset, ), {"batch_size": 128, "shuffle": True, "follow_batch": None,
+                                 "exclude_keys": None, "num_workers": 2})
+    assert compat_pyg.graph_loader_keywords(DataLoader.__init__, (dataset, 1, 2, 3, 4, 5),
+                                            {}) is None   # does not bind: PyG's own error
+    assert not compat.unavailable()
+
+    def init(self, dataset, size=1, **kwargs):   # a changed signature: no batch_size
+        pass
+
+    assert compat_pyg.graph_loader_keywords(init, (dataset, 8), {}) is None
+    assert any("DataLoader.__init__" in key for key in compat.unavailable())
+
+
 def test_loader_and_basic_gnn_signatures_fail_closed(monkeypatch):
     from torch_geometric.nn import GraphSAGE
     from torch_geometric.nn.models.basic_gnn import BasicGNN

@@ -137,7 +137,8 @@ class _Originals:
 
 
 class LoaderInterceptor:
-    """Installs and removes the NeighborLoader patches for one rank's run (`ctx`).
+    """Installs and removes the loader patches (NeighborLoader, LinkNeighborLoader, PyG's
+    graph-level DataLoader) for one rank's run (`ctx`).
 
     Its collaborators are passed in by `intercept.session`: the layer seam (batches are
     announced to it; its models tell whether an epoch trains), the historical-embedding cache
@@ -214,6 +215,9 @@ class LoaderInterceptor:
             named = compat_pyg.graph_loader_keywords(orig.init, args, kwargs)
             if named is None:   # PyG's own __init__ reports the mistake, or runs as PyG's
                 orig.init(loader, *args, **kwargs)
+                self.states[loader] = LoaderState(
+                    role="eval", index=-1, global_batch_size=None, kind=kind,
+                    user_num_workers=int(getattr(loader, "num_workers", 0) or 0))
                 return
             args, kwargs = named
         train = bool(kwargs.get("shuffle", False))
