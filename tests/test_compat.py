@@ -668,8 +668,7 @@ def test_graph_loader_keywords_name_positional_arguments_and_fail_closed():
     dataset = [object()] * 3
     got = compat_pyg.graph_loader_keywords(DataLoader.__init__, (dataset, 128, True),
                                            {"num_workers": 2})
-    assert got == ((dataset, ), {"batch_size": 128, "shuffle": True, "follow_batch": None,
-                                 "exclude_keys": None, "num_workers": 2})
+    assert got == ((dataset, ), {"batch_size": 128, "shuffle": True, "num_workers": 2})
     assert compat_pyg.graph_loader_keywords(DataLoader.__init__, (dataset, 1, 2, 3, 4, 5),
                                             {}) is None   # does not bind: PyG's own error
     assert not compat.unavailable()

@@ -4,6 +4,7 @@ whole in every rank, epochs timed for the tuner, and, on the device path, PyG's 
 and drawn ahead where nothing random is drawn while they are collated."""
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -56,7 +57,7 @@ def gin_steps(dataset, batch_size, steps, shuffle=True):
     torch.manual_seed(0)
     loader = DataLoader(dataset, batch_size, shuffle)
     model = Gin()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     done = 0
     for batch in loader:
         optimizer.zero_grad()
@@ -112,6 +113,21 @@ def test_training_epochs_are_sharded_and_evaluation_epochs_whole():
     loaders = runtime.last_run.stats[0]["sampler"]["loaders"]
     assert [(r["kind"], r["role"], r["backend"]) for r in loaders] == [
         ("graph", "train", "collate"), ("graph", "eval", "collate")]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
+def test_the_tuner_probes_a_graph_level_program_with_sharded_ranks():
+    runtime = gnnorch.Runtime(losses, launch={"threads": 1, "sampler_cores": 0},
+                              autotune=True, verbose=False,
+                              tune={"max_overhead": 1e9, "probe_batches": 4,
+                                    "warmup_batches": 1})
+    got = runtime(graphs(n=96), 4)
+    trials = [t for t in runtime.report.trials if t["chosen_by"] != "confirm"]
+    assert [t["config"]["processes"] for t in trials] == [1, 2]
+    two = trials[1]
+    assert two["status"] == "ok" and two["throughput"] > 0
+    assert two["batch_size_per_rank"] == [8, 8] and two["measured_batches"] == 4
+    assert len(got) == 4 * 96 // 16   # 6 steps an epoch whatever p: the global batch is 16
 
 
 def test_one_process_runs_the_loader_as_pyg_does():
