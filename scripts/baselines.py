@@ -21,6 +21,7 @@ every 0.2 s (from /proc/PID/smaps_rollup); the peak is reported.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, Callable, NoReturn
 
 import psutil
 import torch
@@ -205,6 +206,86 @@ def fresh_json_row(cmd: list[str], label: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{label} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def program_row(label: str, train: Callable[..., dict], call_args: tuple,
+                options: dict | None, seed: int,
+                details: Callable[[Any], dict] | None = None) -> dict:
+    """One row of a PyG program called unchanged, timed in this process: ``train(*call_args)``
+    itself (`options` None: vanilla) or under ``gnnorch.Runtime(train, seed=seed,
+    **options)``; the wall time of the whole call, the metrics it returns, and for a runtime
+    row its plan, summary and `details(runtime)`."""
+    import torch_geometric.typing as pyg_typing
+
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    extra: dict = {}
+    if options is None:
+        out = train(*call_args)
+    else:
+        import gnnorch
+
+        runtime = gnnorch.Runtime(train, seed=seed, **options)
+        out = runtime(*call_args)
+        extra = {"plan": runtime.last_run.plan.to_dict(), "summary": runtime.summary(),
+                 **(details(runtime) if details is not None else {})}
+    seconds = time.perf_counter() - start
+    return {"label": label, "seconds": seconds,
+            "metrics": {k: float(v) for k, v in out.items() if isinstance(v, (int, float))},
+            "pyg_lib": bool(pyg_typing.WITH_PYG_LIB), **extra}
+
+
+def rows_around_vanilla(run_row: Callable[[str], dict], labels: list[str]) -> list[dict]:
+    """Vanilla's row first and last (`run_row("vanilla")`), the `labels` between; each row's
+    ``speedup_vs_vanilla`` against the mean of the two vanilla times."""
+    rows = [run_row("vanilla"), *(run_row(label) for label in labels), run_row("vanilla")]
+    rows[0]["label"], rows[-1]["label"] = "vanilla PyG (first)", "vanilla PyG (last)"
+    vanilla = (rows[0]["seconds"] + rows[-1]["seconds"]) / 2
+    for row in rows:
+        row["speedup_vs_vanilla"] = vanilla / row["seconds"]
+    return rows
+
+
+def parse_program_args(ap: argparse.ArgumentParser, out: str) -> argparse.Namespace:
+    """`ap`'s arguments with the options every program benchmark shares (``--seed``,
+    ``--repeats``, ``--vanilla-python``, ``--out`` defaulting to `out`, the internal
+    ``--measure``), ``--repeats`` checked."""
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each row (fresh processes); the table shows the fastest")
+    ap.add_argument("--vanilla-python", default=sys.executable)
+    ap.add_argument("--out", type=Path, default=Path(out))
+    ap.add_argument("--measure", help=argparse.SUPPRESS)   # internal: one row, JSON to stdout
+    args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1 (runs of each row), got {args.repeats}")
+    return args
+
+
+def machine_line() -> str:
+    """The machine and versions, for the head of a benchmark's output."""
+    import platform
+
+    import torch_geometric
+
+    return (f"machine: {platform.platform()}, {len(os.sched_getaffinity(0))} cpus, torch "
+            f"{torch.__version__}, PyG {torch_geometric.__version__}; each row a fresh process")
+
+
+def write_results(out: Path, benchmark: str, results: list, **fields: Any) -> None:
+    """`results` as JSON at `out`, with the benchmark's name, the date, the machine, the command
+    line and `fields`."""
+    import platform
+
+    import torch_geometric
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "benchmark": benchmark, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
+        "argv": sys.argv, **fields, "results": results}, indent=1))
+    print(f"wrote {out}")
 
 
 def fastest_of(cmd: list[str], label: str, repeats: int) -> dict:

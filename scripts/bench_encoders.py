@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -70,30 +68,15 @@ def workload(name: str, scale: int, epochs: int, seed: int):
 def measure_one(label: str, args: argparse.Namespace) -> dict:
     """One row in this process."""
     train, call_args = workload(args.workload, args.scale, args.epochs, args.seed)
-    options = ROWS[label]
-    torch.manual_seed(args.seed)
-    start = time.perf_counter()
-    extra: dict = {}
-    if options is None:
-        out = train(*call_args)
-    else:
-        import gnnorch
 
-        runtime = gnnorch.Runtime(train, seed=args.seed, **options)
-        out = runtime(*call_args)
-        stats = runtime.last_run.stats[0]
-        trim = stats.get("trim") or {}
-        extra = {"plan": runtime.last_run.plan.to_dict(), "summary": runtime.summary(),
-                 "trim": [{k: m.get(k) for k in ("model", "trimmed", "encoder", "layer_plan",
-                                                  "reason")} for m in trim.get("models", [])],
-                 "rows_computed": trim.get("rows_computed"),
-                 "rows_untrimmed": trim.get("rows_untrimmed")}
-    seconds = time.perf_counter() - start
-    import torch_geometric.typing as pyg_typing
+    def trimming(runtime) -> dict:
+        trim = runtime.last_run.stats[0].get("trim") or {}
+        return {"trim": [{k: m.get(k) for k in ("model", "trimmed", "encoder", "layer_plan",
+                                                 "reason")} for m in trim.get("models", [])],
+                "rows_computed": trim.get("rows_computed"),
+                "rows_untrimmed": trim.get("rows_untrimmed")}
 
-    return {"label": label, "seconds": seconds,
-            "metrics": {k: float(v) for k, v in out.items() if isinstance(v, (int, float))},
-            "pyg_lib": bool(pyg_typing.WITH_PYG_LIB), **extra}
+    return baselines.program_row(label, train, call_args, ROWS[label], args.seed, trimming)
 
 
 def run_fresh(label: str, args: argparse.Namespace, python: str) -> dict:
@@ -119,15 +102,7 @@ def main() -> None:
     ap.add_argument("--workload", choices=("infomax", "bipartite"), action="append")
     ap.add_argument("--scale", type=int, help="nodes (infomax) or users (bipartite)")
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=1,
-                    help="runs of each row (fresh processes); the table shows the fastest")
-    ap.add_argument("--vanilla-python", default=sys.executable)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/encoders.json"))
-    ap.add_argument("--measure", help=argparse.SUPPRESS)   # internal: one row, JSON to stdout
-    args = ap.parse_args()
-    if args.repeats < 1:
-        ap.error(f"--repeats must be at least 1 (runs of each row), got {args.repeats}")
+    args = baselines.parse_program_args(ap, "benchmarks/results/encoders.json")
     if args.scale is not None and args.scale < 10:
         ap.error(f"--scale must be at least 10 (nodes for infomax, users for bipartite), "
                  f"got {args.scale}")
@@ -137,40 +112,26 @@ def main() -> None:
         args.workload = args.workload[0]
         print(json.dumps(measure_one(args.measure, args)))
         return
-    import torch_geometric
-
-    print(f"machine: {platform.platform()}, {len(__import__('os').sched_getaffinity(0))} cpus, "
-          f"torch {torch.__version__}, PyG {torch_geometric.__version__}; each row a fresh "
-          f"process", flush=True)
+    print(baselines.machine_line(), flush=True)
     results = []
     for name in args.workload or ["infomax", "bipartite"]:
         scale = args.scale or {"infomax": 50_000, "bipartite": 20_000}[name]
         sub = argparse.Namespace(**{**vars(args), "workload": name, "scale": scale})
         print(f"{name} (scale {scale}, {args.epochs} epoch(s))", flush=True)
-        rows = [run_fresh("vanilla", sub, args.vanilla_python)]
-        rows += [run_fresh(label, sub, sys.executable) for label in ROWS if ROWS[label]
-                 is not None]
-        rows.append(run_fresh("vanilla", sub, args.vanilla_python))
-        rows[0]["label"], rows[-1]["label"] = "vanilla PyG (first)", "vanilla PyG (last)"
-        vanilla = (rows[0]["seconds"] + rows[-1]["seconds"]) / 2
+        rows = baselines.rows_around_vanilla(
+            lambda label: run_fresh(label, sub, args.vanilla_python if ROWS[label] is None
+                                    else sys.executable),
+            [label for label in ROWS if ROWS[label] is not None])
         print("\n| row | trimmed | rows computed / untrimmed | call s | vs vanilla | metrics |")
         print("|---|---|---|---|---|---|")
         for row in rows:
-            row["speedup_vs_vanilla"] = vanilla / row["seconds"]
             share = (f"{row['rows_computed'] / row['rows_untrimmed']:.2f}"
                      if row.get("rows_untrimmed") else "-")
             metrics = ", ".join(f"{k} {v:.4f}" for k, v in row["metrics"].items())
             print(f"| {row['label']} | {_trimmed(row)} | {share} | {row['seconds']:.1f} | "
                   f"{row['speedup_vs_vanilla']:.2f}x | {metrics} |")
         results.append({"workload": name, "scale": scale, "rows": rows})
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "benchmark": "bench_encoders", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
-        "argv": sys.argv, "epochs": args.epochs, "repeats": args.repeats,
-        "results": results}, indent=1))
-    print(f"wrote {args.out}")
+    baselines.write_results(args.out, "bench_encoders", results, epochs=args.epochs, repeats=args.repeats)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -71,29 +69,15 @@ def workload(name: str, scale: int, epochs: int, seed: int):
 
 
 def measure_one(label: str, args: argparse.Namespace) -> dict:
-    """One row in this process."""
+    """One row in this process (rank 0's training epochs as the runtime timed them)."""
     train, call_args = workload(args.workload, args.scale, args.epochs, args.seed)
-    options = ROWS[label]
-    torch.manual_seed(args.seed)
-    start = time.perf_counter()
-    extra: dict = {}
-    if options is None:
-        out = train(*call_args)
-    else:
-        import gnnorch
 
-        runtime = gnnorch.Runtime(train, seed=args.seed, **options)
-        out = runtime(*call_args)
-        epochs = [e["seconds"] for e in runtime.last_run.epochs[0] if e["loader"] == 0]
-        extra = {"plan": runtime.last_run.plan.to_dict(), "summary": runtime.summary(),
-                 "train_epoch_s": statistics.mean(epochs[1:] or epochs) if epochs else None,
-                 "train_epochs_s": epochs}
-    seconds = time.perf_counter() - start
-    import torch_geometric.typing as pyg_typing
+    def epochs(runtime) -> dict:
+        times = [e["seconds"] for e in runtime.last_run.epochs[0] if e["loader"] == 0]
+        return {"train_epoch_s": statistics.mean(times[1:] or times) if times else None,
+                "train_epochs_s": times}
 
-    return {"label": label, "seconds": seconds,
-            "metrics": {k: float(v) for k, v in out.items() if isinstance(v, (int, float))},
-            "pyg_lib": bool(pyg_typing.WITH_PYG_LIB), **extra}
+    return baselines.program_row(label, train, call_args, ROWS[label], args.seed, epochs)
 
 
 def run_row(label: str, args: argparse.Namespace, python: str) -> dict:
@@ -114,15 +98,7 @@ def main() -> None:
     ap.add_argument("--workload", choices=tuple(SCALES), action="append")
     ap.add_argument("--scale", type=int, help="training graphs (pna) or graphs (mutag)")
     ap.add_argument("--epochs", type=int, help="epochs (default: pna 3, mutag 10)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=1,
-                    help="runs of each row (fresh processes); the table shows the fastest")
-    ap.add_argument("--vanilla-python", default=sys.executable)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/graph_level.json"))
-    ap.add_argument("--measure", help=argparse.SUPPRESS)   # internal: one row, JSON to stdout
-    args = ap.parse_args()
-    if args.repeats < 1:
-        ap.error(f"--repeats must be at least 1 (runs of each row), got {args.repeats}")
+    args = baselines.parse_program_args(ap, "benchmarks/results/graph_level.json")
     if args.scale is not None and args.scale < 20:
         ap.error(f"--scale must be at least 20 graphs, got {args.scale}")
     if args.epochs is not None and args.epochs < 1:
@@ -131,40 +107,26 @@ def main() -> None:
         args.workload = args.workload[0]
         print(json.dumps(measure_one(args.measure, args)))
         return
-    import torch_geometric
-
-    print(f"machine: {platform.platform()}, {len(__import__('os').sched_getaffinity(0))} cpus, "
-          f"torch {torch.__version__}, PyG {torch_geometric.__version__}; each row a fresh "
-          f"process", flush=True)
+    print(baselines.machine_line(), flush=True)
     results = []
     for name in args.workload or list(SCALES):
         scale, epochs = args.scale or SCALES[name], args.epochs or EPOCHS[name]
         sub = argparse.Namespace(**{**vars(args), "workload": name, "scale": scale,
                                     "epochs": epochs})
         print(f"{name} (scale {scale}, {epochs} epoch(s))", flush=True)
-        rows = [run_row("vanilla", sub, args.vanilla_python)]
-        rows += [run_row(label, sub, sys.executable) for label in ROWS
-                 if ROWS[label] is not None]
-        rows.append(run_row("vanilla", sub, args.vanilla_python))
-        rows[0]["label"], rows[-1]["label"] = "vanilla PyG (first)", "vanilla PyG (last)"
-        vanilla = (rows[0]["seconds"] + rows[-1]["seconds"]) / 2
+        rows = baselines.rows_around_vanilla(
+            lambda label: run_row(label, sub, args.vanilla_python if ROWS[label] is None
+                                  else sys.executable),
+            [label for label in ROWS if ROWS[label] is not None])
         print("\n| row | plan | call s | vs vanilla | train epoch s | metrics |")
         print("|---|---|---|---|---|---|")
         for row in rows:
-            row["speedup_vs_vanilla"] = vanilla / row["seconds"]
             epoch = f"{row['train_epoch_s']:.3f}" if row.get("train_epoch_s") else "-"
             metrics = ", ".join(f"{k} {v:.4f}" for k, v in row["metrics"].items())
             print(f"| {row['label']} | {_plan(row)} | {row['seconds']:.1f} | "
                   f"{row['speedup_vs_vanilla']:.2f}x | {epoch} | {metrics} |")
         results.append({"workload": name, "scale": scale, "epochs": epochs, "rows": rows})
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "benchmark": "bench_graph_level", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
-        "argv": sys.argv, "repeats": args.repeats,
-        "results": results}, indent=1))
-    print(f"wrote {args.out}")
+    baselines.write_results(args.out, "bench_graph_level", results, repeats=args.repeats)
 
 
 if __name__ == "__main__":
