@@ -21,7 +21,7 @@ from torch_geometric.nn import HeteroConv, SAGEConv
 import gnnorch
 from gnnorch.device.transfer import DeviceTransfer, _each_tensor
 from gnnorch.device.twin import device_twin
-from gnnorch.intercept.device_decisions import why_not_drawn_ahead
+from gnnorch.intercept.draw_ahead import why_not_drawn_ahead
 
 SEED = 5
 FANOUT = [4, 3]

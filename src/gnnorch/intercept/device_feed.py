@@ -27,7 +27,7 @@ from ..device.pipeline import Prefetcher
 from ..device.seeds import SamplingGenerator
 from ..device.state import LoaderDevice
 from ..device.transfer import DeviceTransfer
-from .device_decisions import why_not_drawn_ahead
+from .draw_ahead import why_not_drawn_ahead
 from .served_loader import loader_sampler
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class PyGBatchesCopied:
     pageable ``batch.to``). The batch the user gets is PyG's, on the host, each tensor carrying
     its device copy (`DeviceTransfer` with ``twin_all``): host-side code works as with PyG, and
     ``batch.to(device)`` copies nothing. Drawn ahead in the pipeline's thread where that
-    changes nothing a fixed seed gives (`device_decisions.why_not_drawn_ahead`), else in the
+    changes nothing a fixed seed gives (`draw_ahead.why_not_drawn_ahead`), else in the
     trainer's thread when it asks. With `host_transform` (rewrites on), a homogeneous batch
     drawn in the trainer's thread keeps ``x`` as PyG made it, for DAHA's host
     pre-transformation (`deferred_fields`), as a served loader's does without prefetching."""

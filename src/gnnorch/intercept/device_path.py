@@ -59,7 +59,7 @@ thread gathers. A loader the path leaves to PyG, on a run with a device, still g
 pipeline (`device_feed.PyGBatchesCopied`): PyG builds its batches, the path copies them from
 pinned memory on a side stream, the batch left on the host with a device twin on every tensor.
 Any loader's batches are drawn ahead only where that changes nothing a fixed seed gives
-(`device_decisions.why_not_drawn_ahead`: not with persistent workers, an index sampler that
+(`draw_ahead.why_not_drawn_ahead`: not with persistent workers, an index sampler that
 draws as it goes, user code finishing batches in the trainer's process, or PyG sampling in
 it). Where features stay on the host of a CUDA run with rewrites on, ``x`` is left in its
 pinned rows for DAHA's host pre-transformation (`gnnorch.rewrite.host`: the loader seam
@@ -88,8 +88,9 @@ from ..device.transfer import DeviceTransfer
 from ..launch.context import RankContext
 from .device_decisions import (data_placement, hetero_data_placement, host_sampling_reason,
                                resolve_device, row_ranking, shared_split, unservable_now,
-                               why_not_drawn_ahead, why_not_served)
+                               why_not_served)
 from .device_feed import PyGBatchesCopied, own_generators, pipelined
+from .draw_ahead import why_not_drawn_ahead
 from .model_watch import FirstModelWatch
 from .served_loader import (LoaderUndo, ServedLoader, loader_sampler, structure_device,
                             structure_to_device)
