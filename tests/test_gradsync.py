@@ -60,6 +60,37 @@ def test_parameters_and_buffers_identical_across_ranks_with_batch_norm(tmp_path)
         assert torch.equal(r0[key], r1[key]), key
 
 
+class WithBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 1)
+        self.register_buffer("stat", torch.zeros(3))
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def step_with_rank_buffers():
+    """One step; before it, each rank writes its own values into the floating buffer."""
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = WithBuffer()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    model(torch.full((1, 2), float(rank + 1))).sum().backward()
+    model.stat.copy_(torch.tensor([0.1, -1e-30, 3.0]) * (rank + 1) ** 3)
+    grad = model.lin.weight.grad.clone()
+    opt.step()
+    return model.stat.clone(), model.lin.weight.grad.clone(), grad
+
+
+def test_buffers_take_rank_0s_values_exactly_in_the_gradient_all_reduce():
+    # rank 0 steps first: its buffers are every rank's after the step, bit for bit (the
+    # others sent zeros), while the gradients are averaged over both ranks
+    stat, grad, own = gnnorch.Runtime(step_with_rank_buffers, processes=2, verbose=False)()
+    assert torch.equal(stat, torch.tensor([0.1, -1e-30, 3.0]))
+    assert torch.equal(grad, (own + 2 * own) / 2)   # rank 1's input is twice rank 0's
+
+
 def train_with_unused_branch(out_dir):
     rank = dist.get_rank()
     torch.manual_seed(0)

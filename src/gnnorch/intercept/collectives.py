@@ -1,6 +1,7 @@
 """The gradient seam's collectives on flat buckets, and an optimizer's hyper-parameters as data.
 
-`FlatCollectives` averages or broadcasts lists of tensors in place, in buckets of at most
+`FlatCollectives` averages or broadcasts lists of tensors in place (or both at once: an
+average and one rank's values in one all-reduce, `average_and_share`), in buckets of at most
 `BUCKET_BYTES` per (dtype, device), staged through `comm_device` when the group reduces device
 tensors only (nccl). Every rank builds the same buckets from the same list, so the collectives
 match. `Optimizers`: the run's optimizers in construction order, the index by which rounds
@@ -108,33 +109,58 @@ class FlatCollectives:
         self.world_size = world_size
         self.comm_device = comm_device
 
-    def _flat(self, bucket: list[torch.Tensor], op: str, src: int = 0,
-              contributors: int = 0) -> None:
-        """All-reduce-average over `contributors` (op="mean") or broadcast from `src` in place."""
-        flat = torch.cat([t.detach().reshape(-1) for t in bucket])
-        staged = self.comm_device is not None and flat.device != self.comm_device
-        work = flat.to(self.comm_device) if staged else flat
-        if op == "mean":
-            dist.all_reduce(work)
-            work.div_(contributors or self.world_size)
-        else:
-            dist.broadcast(work, src=src)
-        flat = work.to(flat.device) if staged else work
+    def _staged(self, flat: torch.Tensor) -> torch.Tensor:
+        """`flat` on the device collectives reduce (itself when it is there already)."""
+        if self.comm_device is not None and flat.device != self.comm_device:
+            return flat.to(self.comm_device)
+        return flat
+
+    def _reduce(self, bucket: list[torch.Tensor], contributors: int, sharing: set[int],
+                owner: bool) -> None:
+        """One all-reduce of `bucket` in place: a tensor whose id is in `sharing` takes the sum
+        as it is (only the owner sends its values, the other ranks zeros), every other one the
+        sum divided by `contributors` (the ranks sending their own values)."""
+        flat = torch.cat([t.detach().reshape(-1) if owner or id(t) not in sharing
+                          else t.new_zeros(t.numel()) for t in bucket])
+        work = self._staged(flat)
+        dist.all_reduce(work)
+        work = work.to(flat.device) if work is not flat else work
+        divisor = contributors or self.world_size
         offset = 0
         with torch.no_grad():
             for t in bucket:
                 n = t.numel()
-                t.copy_(flat[offset:offset + n].view_as(t))
+                part = work[offset:offset + n].view_as(t)
+                t.copy_(part if id(t) in sharing else part / divisor)
                 offset += n
 
     def broadcast(self, tensors: list[torch.Tensor], src: int = 0) -> None:
         for bucket in buckets(tensors):
-            self._flat(bucket, "broadcast", src=src)
+            flat = torch.cat([t.detach().reshape(-1) for t in bucket])
+            work = self._staged(flat)
+            dist.broadcast(work, src=src)
+            work = work.to(flat.device) if work is not flat else work
+            offset = 0
+            with torch.no_grad():
+                for t in bucket:
+                    n = t.numel()
+                    t.copy_(work[offset:offset + n].view_as(t))
+                    offset += n
 
     def average(self, tensors: list[torch.Tensor], contributors: int = 0) -> None:
         """g <- (1/contributors) * sum over ranks (ranks that do not contribute send zeros)."""
-        for bucket in buckets(tensors):
-            self._flat(bucket, "mean", contributors=contributors)
+        self.average_and_share(tensors, contributors, [], owner=False)
+
+    def average_and_share(self, tensors: list[torch.Tensor], contributors: int,
+                          shared: list[torch.Tensor], owner: bool) -> None:
+        """`tensors` averaged as `average` does, and `shared` given the values of the one rank
+        that calls with `owner` True, in the same all-reduces: the other ranks send zeros for
+        them, and x + 0 + ... + 0 = x, so every rank gets the owner's values exactly (as a
+        broadcast from it would give them; a -0.0 arrives as 0.0). Saves one collective a
+        step over `average` then `broadcast`."""
+        sharing = {id(t) for t in shared}
+        for bucket in buckets(list(tensors) + list(shared)):
+            self._reduce(bucket, contributors, sharing, owner)
 
     def sum_flags(self, flags: torch.Tensor) -> None:
         """Sum an int tensor over ranks in place."""

@@ -21,9 +21,10 @@ module computes, also when ranks take different numbers of optimizer steps.
   until every rank's has. So a rank-dependent `break`, loaders of different lengths, a skipped
   step (`if loss.isfinite(): opt.step()`) or an evaluation on one rank run to completion with
   identical models; steps that cannot be matched raise `UnevenRanksError` on every rank.
-* After averaging, floating-point buffers of the synced root modules (e.g. BatchNorm running
-  statistics) are broadcast from the first stepping rank, as DistributedDataParallel does from
-  rank 0.
+* With the gradients, floating-point buffers of the synced root modules (e.g. BatchNorm
+  running statistics) take the first stepping rank's values, as DistributedDataParallel
+  broadcasts rank 0's: in the gradients' all-reduce, where the other ranks send zeros for them
+  (`FlatCollectives.average_and_share`: one collective a step fewer than a broadcast).
 Every wait is bounded by the run's collective timeout (`join.Rounds`).
 Inside a torch.compile'd region the forward pre-hook does nothing (it is the first statement, so
 dynamo traces it as a constant and adds no graph break): `torch.compile(model)` returns an
@@ -225,14 +226,15 @@ class GradientSynchronizer:
             self._broadcast_params.update((id(p), p) for p in late)
         self.join_if_ended()
         slots = hyper_slots(optimizer)
+        buffers = self._buffers()
         ask = self.ask(Kind.STEP, optimizer=index, tensors=len(params),
-                        numel=sum(p.numel() for p in params), buffers=len(self._buffers()),
+                        numel=sum(p.numel() for p in params), buffers=len(buffers),
                         hypers=len(slots), all_grads=all(p.grad is not None for p in params),
                         hyper_sum=sum(hyper_values(optimizer, slots)))
         decision = self._rounds.round(ask)
         while decision.action != "step":   # void: a rank asked for a broadcast meanwhile
             decision = self._rounds.round(ask)
-        self._step_collectives(optimizer, params, decision, stepping=True)
+        self._step_collectives(optimizer, params, decision, stepping=True, buffers=buffers)
         self.steps += 1
         self._epoch_steps += 1
         self.stats["steps"] = self.steps
@@ -278,13 +280,16 @@ class GradientSynchronizer:
 
     def _step_collectives(self, optimizer: torch.optim.Optimizer | None,
                           params: list[torch.Tensor], decision: Decision,
-                          stepping: bool) -> None:
-        """The collectives of one step round, in every rank (steppers and followers)."""
+                          stepping: bool, buffers: list[torch.Tensor] | None = None) -> None:
+        """The collectives of one step round, in every rank (steppers and followers): the
+        gradients' average and the source's floating `buffers` (listed here when None) in
+        one all-reduce a bucket (`average_and_share`), then the source's hyper-parameters."""
         rounds = self._rounds
         what = decision.asks[decision.source].where()
+        buffers = self._buffers() if buffers is None else buffers
         if decision.followers:   # followers check they hold the same optimizer, then adopt
             mine = (Ask(Kind.STEP, self.optimizers.index(optimizer), len(params),
-                        sum(p.numel() for p in params), len(self._buffers()),
+                        sum(p.numel() for p in params), len(buffers),
                         len(hyper_slots(optimizer))).signature()
                     if optimizer is not None else (-1, 0, 0, 0, 0))
             rounds.agree(mine, f"the step that rank {decision.source} takes at {what}")
@@ -305,12 +310,10 @@ class GradientSynchronizer:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
         with rounds.collective(f"the gradient average of {what}"):
-            self.collectives.average(grads, contributors=len(decision.steppers))
+            self.collectives.average_and_share(grads, len(decision.steppers), buffers,
+                                               owner=self._rounds.rank == decision.source)
             if decision.adopt_hypers:
                 self.collectives.adopt_hypers(optimizer, decision.source)
-            buffers = self._buffers()
-            if buffers:
-                self.collectives.broadcast(buffers, src=decision.source)
 
     def _buffers(self) -> list[torch.Tensor]:
         return [b for module in self._roots for b in _initialised(module.buffers())
