@@ -1,6 +1,6 @@
 """PyG's graph-level programs (mini-batches of whole graphs from PyG's `DataLoader`) under
 `gnnorch.Runtime`, against vanilla PyG, on this machine: what sharding their training epochs
-over ranks (session 34) gives.
+over ranks (session 34) gives, and what it costs where it cannot be exact.
 
 Workloads (the corpus adaptations in `tests/pyg_examples`, each program's `train(...)` called
 unchanged, on more graphs than the corpus uses):
@@ -13,9 +13,12 @@ unchanged, on more graphs than the corpus uses):
 
 Rows, each in a fresh process (same data, same seed): vanilla PyG (``--vanilla-python``,
 e.g. ``.venv-baseline/bin/python`` with pyg-lib: the strongest baseline), called directly;
-``gnnorch p=1`` (``processes=1, autotune=False``); ``gnnorch p=2`` (``processes=2,
-autotune=False``: training epochs sharded by graph, each rank one thread); ``gnnorch`` (the
-defaults: the tuner decides); vanilla again last. The time is the wall time of the user's whole
+``gnnorch p=1`` (``processes=1, autotune=False``); ``gnnorch p=1 no seams`` (the same with
+``trim=False, rewrite=False``: what the layer seam costs where nothing is trimmed);
+``gnnorch p=2`` (``processes=2, autotune=False``, each rank one thread: training epochs
+sharded by graph where that is exact, i.e. once the model has run and holds no BatchNorm;
+both programs here hold one, so every rank runs every graph); ``gnnorch`` (the defaults: the
+tuner decides); vanilla again last. The time is the wall time of the user's whole
 call (training and the program's own evaluation, which every rank runs whole); ``train epoch
 s`` is rank 0's mean training epoch after the first, as the runtime timed it. Evaluation
 epochs are not sharded, so a program that evaluates as much as it trains gains less. Metrics
@@ -44,6 +47,7 @@ import baselines  # noqa: E402  (fresh-process rows)
 ROWS = {
     "vanilla": None,
     "gnnorch p=1": dict(processes=1, autotune=False),
+    "gnnorch p=1 no seams": dict(processes=1, autotune=False, trim=False, rewrite=False),
     "gnnorch p=2": dict(processes=2, autotune=False),
     "gnnorch": {},
 }

@@ -34,13 +34,15 @@ def graphs(n: int = 96, seed: int = 0) -> FakeDataset:
 
 
 class Gin(torch.nn.Module):
-    """Two GIN layers, mean pooling, no normalisation over the batch and no dropout: a step
-    on b graphs averaged over p ranks equals one step on the b graphs."""
+    """Two GIN layers, mean pooling, no dropout; with `norm`, a BatchNorm in the first layer's
+    MLP (statistics over the whole batch). Without it, a step on b graphs averaged over p
+    ranks equals one step on the b graphs."""
 
-    def __init__(self) -> None:
+    def __init__(self, norm: bool = False) -> None:
         super().__init__()
-        self.conv1 = GINConv(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
-                                                 torch.nn.Linear(16, 16)))
+        self.conv1 = GINConv(torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16) if norm else torch.nn.Identity(),
+            torch.nn.ReLU(), torch.nn.Linear(16, 16)))
         self.conv2 = GINConv(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),
                                                  torch.nn.Linear(16, 16)))
         self.head = torch.nn.Linear(16, 3)
@@ -51,49 +53,61 @@ class Gin(torch.nn.Module):
         return self.head(global_mean_pool(x, batch))
 
 
-def gin_steps(dataset, batch_size, steps, shuffle=True):
-    """`steps` SGD steps over `DataLoader(dataset, batch_size, shuffle)` (the batch size and
-    shuffle given by position, as PyG's ``mutag_gin.py`` passes them); the parameters."""
+def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False):
+    """`epochs` epochs of SGD over `DataLoader(dataset, batch_size, shuffle)` (the batch size
+    and shuffle given by position, as PyG's ``mutag_gin.py`` passes them); the parameters."""
     torch.manual_seed(0)
     loader = DataLoader(dataset, batch_size, shuffle)
-    model = Gin()
+    model = Gin(norm)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    done = 0
-    for batch in loader:
-        optimizer.zero_grad()
-        F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
-        optimizer.step()
-        done += 1
-        if done == steps:
-            break
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
+            optimizer.step()
     return model.state_dict()
 
 
-def test_two_ranks_equal_one_process_over_three_steps():
-    dataset = graphs()
-    got = gnnorch.Runtime(gin_steps, processes=2, seed=SEED, verbose=False)(dataset, 16, 3)
-    # the single-process reference takes the graphs in the order of the runtime's first
-    # training loader's common permutation, unshuffled, with the global batch size
+def _orders(dataset, epochs):
+    """The graphs in the order of the runtime's first training loader's common permutation,
+    epoch after epoch."""
     ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None, seed=SEED)
     sampler = ShardSampler(0, 2, _loader_seed(ctx, 0))
     sampler.num_items = len(dataset)
-    order = [dataset[int(i)] for i in sampler.permutation(0)]
-    want = gin_steps(order, 16, 3, False)
+    return [dataset[int(i)] for e in range(epochs) for i in sampler.permutation(e)]
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_two_ranks_equal_one_process_over_two_epochs(norm):
+    # the first epoch runs whole (no forward has shown the model yet), the second sharded,
+    # unless the model holds a BatchNorm: then whole too. Either way one process, unshuffled
+    # over the runtime's permutations with the global batch size, trains the same model
+    dataset = graphs()
+    runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
+    got = runtime(dataset, 16, 2, True, norm)
+    want = gin_epochs(_orders(dataset, 2), 16, 1, False, norm)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    batches = [e["batches"] for e in runtime.last_run.epochs[0]]
+    assert batches == [6, 6]   # global batches of 16 either way
+    seeds = [e["seeds"] for e in runtime.last_run.epochs[0]]
+    assert seeds == ([96, 96] if norm else [96, 48])
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert ("batch statistics" in record["kept_whole"]) if norm else record["kept_whole"] is None
 
 
-def sizes_seen(dataset, batch_size):
+def sizes_seen(dataset, batch_size, epochs=1):
     """The graphs of each training batch, then the graphs one evaluation epoch saw."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)
     model = Gin()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     train = []
-    for batch in loader:
-        optimizer.zero_grad()
-        F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
-        optimizer.step()
-        train.append(batch.num_graphs)
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
+            optimizer.step()
+            train.append(batch.num_graphs)
     model.eval()
     with torch.no_grad():
         evaluated = sum(batch.num_graphs for batch in DataLoader(dataset, batch_size=32))
@@ -103,13 +117,15 @@ def sizes_seen(dataset, batch_size):
 def test_training_epochs_are_sharded_and_evaluation_epochs_whole():
     dataset = graphs(n=90)
     runtime = gnnorch.Runtime(sizes_seen, processes=2, seed=SEED, verbose=False)
-    train, evaluated = runtime(dataset, 20)
-    # 90 graphs over 2 ranks: 45 each (the permutation padded to a multiple of 2), in
-    # batches of ceil(20 / 2) = 10
-    assert train == [10, 10, 10, 10, 5]
+    train, evaluated = runtime(dataset, 20, 2)
+    # the first epoch runs whole (before the model's first forward); the second shards 90
+    # graphs over 2 ranks: 45 each (the permutation padded to a multiple of 2), in batches of
+    # ceil(20 / 2) = 10
+    assert train == [20, 20, 20, 20, 10] + [10, 10, 10, 10, 5]
     assert evaluated == 90   # an evaluation epoch runs every graph in every rank
     epochs = runtime.last_run.epochs[0]
-    assert [(e["loader"], e["batches"], e["seeds"]) for e in epochs] == [(0, 5, 45)]
+    assert [(e["loader"], e["batches"], e["seeds"]) for e in epochs] == [(0, 5, 90),
+                                                                            (0, 5, 45)]
     loaders = runtime.last_run.stats[0]["sampler"]["loaders"]
     assert [(r["kind"], r["role"], r["backend"]) for r in loaders] == [
         ("graph", "train", "collate"), ("graph", "eval", "collate")]
@@ -126,7 +142,8 @@ def test_the_tuner_probes_a_graph_level_program_with_sharded_ranks():
     assert [t["config"]["processes"] for t in trials] == [1, 2]
     two = trials[1]
     assert two["status"] == "ok" and two["throughput"] > 0
-    assert two["batch_size_per_rank"] == [8, 8] and two["measured_batches"] == 4
+    # a probe measures the first epoch, which runs whole (no forward yet): 16 graphs a rank
+    assert two["batch_size_per_rank"] == [16, 16] and two["measured_batches"] == 4
     assert len(got) == 4 * 96 // 16   # 6 steps an epoch whatever p: the global batch is 16
 
 

@@ -69,12 +69,9 @@ class Metric:
     floor: float = 0.02
     relative: bool = False
 
-    def tolerance(self, n: int, reference: float, mode_sd: float | None = None) -> float:
-        """Three standard errors of the difference of two means over `n` seeds each: vanilla's
-        (spread ``sd``) and the mode's (spread `mode_sd`, by default vanilla's)."""
+    def tolerance(self, n: int, reference: float) -> float:
         floor = self.floor * abs(reference) if self.relative else self.floor
-        other = self.sd if mode_sd is None else mode_sd
-        return max(floor, 3.0 * math.sqrt((self.sd ** 2 + other ** 2) / n))
+        return max(floor, 3.0 * self.sd * math.sqrt(2.0 / n))
 
 
 def acc(sd: float) -> Metric:
@@ -102,10 +99,6 @@ class Case:
     by a constant (``total_loss / data.num_nodes``): with p ranks each rank sums its own 1/p of
     the batches and only rank 0's value returns (README, semantics with p > 1), so they are
     compared multiplied by the run's number of ranks.
-    ``sharded_sd`` gives a metric's spread over seeds in the mode with several ranks (``p2``)
-    where it was measured wider than vanilla's (``measure_noise.py --mode p2``): sharded
-    training epochs follow DistributedDataParallel's semantics, so BatchNorm normalises each
-    rank's b/p graphs; the mode's mean is then compared with the two spreads.
     ``vanilla_kwargs`` override keyword arguments in vanilla mode only (with ``vanilla_note``
     saying why: vanilla PyG cannot run the same call). ``time_limit`` bounds one mode's run
     over all seeds in seconds (a hang fails the test with ``TimeoutError`` instead of blocking
@@ -124,7 +117,6 @@ class Case:
     options: dict[str, Any] = field(default_factory=dict)
     may_refuse: frozenset[str] = frozenset()
     shard_sums: tuple[str, ...] = ()
-    sharded_sd: dict[str, float] = field(default_factory=dict)
     vanilla_kwargs: dict[str, Any] = field(default_factory=dict)
     vanilla_note: str = ""
     time_limit: float = 300.0

@@ -137,11 +137,6 @@ CASE = Case(
     train=train,
     make_args=make_args,
     metrics={"train_acc": acc(0.0115), "test_acc": acc(0.0355), "loss": loss(0.0337)},
-    shard_sums=("loss",),   # total_loss / len(dataset): rank 0's 1/p with p ranks
-    # p2 over seeds 0-9 (measure_noise.py --mode p2): train_acc 0.985 +- 0.045, test_acc
-    # 0.979 +- 0.051: the means of vanilla's, one seed in ten 13 points lower (BatchNorm over
-    # each rank's 64 and 21 graphs of the 169 training graphs, as with DDP)
-    sharded_sd={"train_acc": 0.0446, "test_acc": 0.0508},
     exact=("graph_breaks", ),
     slow=True,   # 15-45 s a vanilla run, most of it compiling
     # Inductor's C++ kernels run every op in an OpenMP region: on the 2-core machine with

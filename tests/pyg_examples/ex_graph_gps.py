@@ -218,7 +218,6 @@ CASES = [
         train=train,
         make_args=make_args,
         metrics={"test_mae": loss(0.0686), "val_mae": loss(0.0748), "loss": loss(0.0250)},
-        shard_sums=("loss",),   # total_loss / len(dataset): rank 0's 1/p with p ranks
         slow=True,
         doc=("Vanilla over seeds 0-9 (measure_noise.py --seeds 10, mean +- sd): test_mae 0.408 +- "
              "0.069, val_mae 0.419 +- 0.075, loss 0.329 +- 0.025 (6 epochs, 5-12 s a run). "
@@ -231,7 +230,6 @@ CASES = [
         train=train,
         make_args=lambda seed: make_args(seed, attn_type='performer'),
         metrics={"test_mae": loss(0.0564), "val_mae": loss(0.0635), "loss": loss(0.0352)},
-        shard_sums=("loss",),   # total_loss / len(dataset): rank 0's 1/p with p ranks
         slow=True,
         time_limit=900.0,
         doc=("Vanilla over seeds 0-9 (measure_noise.py --seeds 10, mean +- sd): test_mae 0.417 +- "

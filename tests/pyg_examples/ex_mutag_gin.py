@@ -159,7 +159,6 @@ CASE = Case(
     train=train,
     make_args=make_args,
     metrics={"train_acc": acc(0.004), "test_acc": acc(0.0166), "loss": loss(0.0386)},
-    shard_sums=("loss",),   # total_loss / len(dataset): rank 0's 1/p with p ranks
     slow=True,  # an extra beyond the issue's list; keeps the CI corpus under its budget
     doc=("Vanilla over seeds 0-9 (measure_noise.py --seeds 10, mean +- sd): train_acc 0.998 +- "
          "0.004, test_acc 0.995 +- 0.017 (19 test graphs), loss 0.019 +- 0.039. Graph "

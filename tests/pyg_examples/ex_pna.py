@@ -191,7 +191,6 @@ CASE = Case(
     train=train,
     make_args=make_args,
     metrics={"test_mae": loss(0.0589), "val_mae": loss(0.0526), "loss": loss(0.0390)},
-    shard_sums=("loss",),   # total_loss / len(dataset): rank 0's 1/p with p ranks
     slow=True,
     doc=("Vanilla over seeds 0-9 (measure_noise.py --seeds 10, mean +- sd): test_mae 0.554 +- "
          "0.059, val_mae 0.540 +- 0.053, loss 0.237 +- 0.039 (4 epochs, about 13 s a run). "

@@ -264,9 +264,7 @@ def test_example(case: Case, mode: str):
     summary = {}
     for key, metric in case.metrics.items():
         want, got = _mean(reference, key), _mean(results, key)
-        sharded = corpus.MODE_OPTIONS.get(mode, {}).get("processes", 1) > 1
-        spread = case.sharded_sd.get(key) if sharded else None
-        tol = metric.tolerance(len(case.seeds), want, spread)
+        tol = metric.tolerance(len(case.seeds), want)
         summary[key] = (round(want, 4), round(got, 4), round(tol, 4))
         if abs(got - want) > tol:
             failures.append(f"{key}: mean {got:.4f} vs vanilla {want:.4f} "

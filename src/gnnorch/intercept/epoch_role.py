@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from ..launch.context import RankContext
     from .layers import LayerSeam
 
-__all__ = ["OptimizerCount", "cache_aside", "epoch_trains", "promote", "set_sharded",
-           "training_now"]
+__all__ = ["OptimizerCount", "cache_aside", "epoch_trains", "kept_whole", "promote",
+           "set_sharded", "training_now"]
 
 
 class OptimizerCount(Protocol):
@@ -35,6 +35,10 @@ class OptimizerCount(Protocol):
     @property
     def optimizers_built(self) -> int:
         """Optimizers built in this rank's run so far."""
+
+    @property
+    def roots(self) -> list[torch.nn.Module]:
+        """The root modules whose first forward has run (their parameters kept in step)."""
 
 
 def training_now(seam: LayerSeam | None, strict: bool = False,
@@ -87,6 +91,30 @@ def cache_aside(state: LoaderState) -> str | None:
         return None
     return ("the device path serves it without the cache: it was built with shuffle=False, "
             "and the device path gives the cache only to loaders built with shuffle=True")
+
+
+def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | None:
+    """Why a training epoch of a graph-level DataLoader starting now runs every graph in every
+    rank instead of being sharded, or None (it is sharded). Sharding is exact when the model
+    computes each graph on its own: then p ranks' averaged gradients are one process's on the
+    whole batch. BatchNorm's batch statistics are not (each rank's shard has its own), so
+    an epoch is sharded only once the run's models have run a forward and none holds one
+    (`trim.mixing.batch_statistics_modules`); the first training epoch, before any forward,
+    runs whole. Whole, every rank draws the same batches (ranks start from one RNG state),
+    so the run equals one process's, as before sharding existed."""
+    from ..trim.mixing import batch_statistics_modules
+
+    if state.kind != "graph":
+        return None
+    roots = list(optimizers.roots) if optimizers is not None else []
+    if not roots:
+        return ("no model has run a forward yet: an epoch before the first forward runs every "
+                "graph in every rank")
+    found = [name for root in roots for name in batch_statistics_modules(root)]
+    if found:
+        return (f"the model normalises with batch statistics ({', '.join(found[:3])}): "
+                f"sharded epochs would not equal one process's, so every rank runs every graph")
+    return None
 
 
 def set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:

@@ -91,7 +91,7 @@ class GradientSynchronizer:
         self._synced: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
         # Strong references: what is synced must not depend on garbage-collection timing, which
         # differs between ranks and would desynchronise the collectives.
-        self._roots: list[torch.nn.Module] = []
+        self.roots: list[torch.nn.Module] = []   # root modules synced at their first forward
         self._broadcast_params: dict[int, torch.Tensor] = {}
         self.optimizers = Optimizers()
         self._lazy = LazyInitWatch(
@@ -190,7 +190,7 @@ class GradientSynchronizer:
         for sub in module.modules():
             self._synced.add(sub)
         if shared:
-            self._roots.append(module)
+            self.roots.append(module)
             self._lazy.watch(module)
         return None
 
@@ -316,7 +316,7 @@ class GradientSynchronizer:
                 self.collectives.adopt_hypers(optimizer, decision.source)
 
     def _buffers(self) -> list[torch.Tensor]:
-        return [b for module in self._roots for b in _initialised(module.buffers())
+        return [b for module in self.roots for b in _initialised(module.buffers())
                 if b.is_floating_point()]
 
 

@@ -9,7 +9,7 @@ builds the batch), except that the historical-embedding cache and the partitione
 leave it to PyG; its batches are trimmed to their first hop's nodes (`announce.link_seeds`),
 where the supervision edges' endpoints are. A graph-level `DataLoader` (mini-batches of whole
 graphs, collated by PyG) gets the loader-level part only: its training epochs are sharded by
-graph, timed for the tuner and given the plan's workers where the user left ``num_workers``
+graph where that is exact (`epoch_role.kept_whole`), timed for the tuner and given the plan's workers where the user left ``num_workers``
 out; its batches are neither sampled nor trimmed (they have no hops) and, on a device, are
 copied over as any batch PyG builds is (`device_feed.PyGBatchesCopied`).
 
@@ -73,7 +73,7 @@ from ..errors import GnnorchWarning
 from ..launch.context import EpochTimer, RankContext
 from .announce import (announced, batch_graph, batch_transform, defers_features, layout_kind,
                        stored_batch_size)
-from .epoch_role import OptimizerCount, cache_aside, epoch_trains, set_sharded
+from .epoch_role import OptimizerCount, cache_aside, epoch_trains, kept_whole, set_sharded
 from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
 from .procgroup import UserDistribution
@@ -312,7 +312,10 @@ class LoaderInterceptor:
             return orig.iter(loader)
         training = epoch_trains(state, self.layer_seam, ctx, self.optimizers)
         if state.shard is not None:
-            set_sharded(loader, state, training)
+            whole = kept_whole(state, self.optimizers) if training else None
+            if state.record is not None and state.kind == "graph" and training:
+                state.record["kept_whole"] = whole
+            set_sharded(loader, state, training and whole is None)
         if (training and state.cache is None and self.cache is not None
                 and state.kind == "node"):  # first epoch (link batches are not cached)
             features = (self.device_path.feature_source(loader)

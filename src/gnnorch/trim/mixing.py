@@ -74,3 +74,16 @@ def batch_mixing_modules(root: torch.nn.Module, any_mode: bool = False) -> list[
         if any(_mixes(module, cls, training_only, any_mode) for cls, training_only in kinds):
             found.append(f"{name or '<model>'} ({type(module).__name__})")
     return found
+
+
+def batch_statistics_modules(root: torch.nn.Module) -> list[str]:
+    """Qualified names (with types) of submodules of `root` that normalise with statistics of
+    the whole batch in training mode (BatchNorm and its kin), whatever their mode now. Such a
+    model trained on p shards of a batch is not the model trained on the batch: each shard's
+    statistics differ from the batch's (`intercept.loader` keeps graph-level epochs whole for
+    it). Per-graph normalisation (GraphNorm, InstanceNorm, LayerNorm) is not listed."""
+    kinds = [(cls, True) for cls, training_only in _torch_mixing() + _pyg_mixing()
+             if training_only]
+    return [f"{name or '<model>'} ({type(module).__name__})"
+            for name, module in root.named_modules()
+            if any(_mixes(module, cls, True, True) for cls, _ in kinds)]
