@@ -53,6 +53,15 @@ class Gin(torch.nn.Module):
         return self.head(global_mean_pool(x, batch))
 
 
+def step(model, optimizer, batch) -> float:
+    """One training step of `model` on a graph-level `batch`; its loss."""
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False):
     """`epochs` epochs of SGD over `DataLoader(dataset, batch_size, shuffle)` (the batch size
     and shuffle given by position, as PyG's ``mutag_gin.py`` passes them); the parameters."""
@@ -62,9 +71,7 @@ def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for _ in range(epochs):
         for batch in loader:
-            optimizer.zero_grad()
-            F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
-            optimizer.step()
+            step(model, optimizer, batch)
     return model.state_dict()
 
 
@@ -104,9 +111,7 @@ def sizes_seen(dataset, batch_size, epochs=1):
     train = []
     for _ in range(epochs):
         for batch in loader:
-            optimizer.zero_grad()
-            F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
-            optimizer.step()
+            step(model, optimizer, batch)
             train.append(batch.num_graphs)
     model.eval()
     with torch.no_grad():
@@ -161,9 +166,7 @@ def passed_in(loader):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     seen = 0
     for batch in loader:
-        optimizer.zero_grad()
-        F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
-        optimizer.step()
+        step(model, optimizer, batch)
         seen += batch.num_graphs
     return seen
 
@@ -190,11 +193,7 @@ def losses(dataset, epochs, num_workers=0):
     for _ in range(epochs):
         for batch in loader:
             batch = batch.to(torch.device("cpu"))
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y)
-            loss.backward()
-            optimizer.step()
-            out.append(float(loss))
+            out.append(step(model, optimizer, batch))
     return out
 
 
@@ -239,9 +238,7 @@ def test_an_iterable_dataset_is_not_sharded():
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         seen = 0
         for batch in DataLoader(dataset, batch_size=4):
-            optimizer.zero_grad()
-            F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
-            optimizer.step()
+            step(model, optimizer, batch)
             seen += batch.num_graphs
         return seen
 
@@ -260,11 +257,7 @@ def cuda_losses(dataset, epochs):
     for _ in range(epochs):
         for batch in loader:
             batch = batch.to(device)
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y)
-            loss.backward()
-            optimizer.step()
-            out.append(loss.item())
+            out.append(step(model, optimizer, batch))
     return out
 
 
