@@ -311,6 +311,7 @@ class LoaderInterceptor:
             self._built_before_run(loader)
             return orig.iter(loader)
         training = epoch_trains(state, self.layer_seam, ctx, self.optimizers)
+        whole = None
         if state.shard is not None:
             whole = kept_whole(state, self.optimizers) if training else None
             if state.record is not None and state.kind == "graph" and training:
@@ -363,7 +364,8 @@ class LoaderInterceptor:
             return iterator
         epoch = state.epochs
         state.epochs += 1
-        return _timed(iterator, EpochTimer(ctx, state.index, epoch, total=_batches(loader)))
+        return _timed(iterator, EpochTimer(ctx, state.index, epoch, total=_batches(loader),
+                                           whole_in_every_rank=whole is not None))
 
 
 def _sized(dataset: object) -> bool:

@@ -158,12 +158,18 @@ class EpochTimer:
     sampling batch i plus the user's work on it. `batch_seeds[i]` is its number of seeds.
     `total` is the number of batches of the epoch when the loader can tell (the length of its
     iterator), else None.
+
+    `whole_in_every_rank`: every one of the p ranks runs this epoch's batches whole (a
+    graph-level epoch kept whole, `epoch_role.kept_whole`). A rank then counts its share of
+    each batch's b seeds, b // p plus one for the first b % p ranks, so that seeds summed over
+    ranks (the tuner's probes, the report) are the b the run trained, never p * b.
     """
 
     def __init__(self, ctx: RankContext, loader: int, epoch: int,
-                 total: int | None = None) -> None:
+                 total: int | None = None, whole_in_every_rank: bool = False) -> None:
         self.ctx, self.loader, self.epoch = ctx, loader, epoch
         self.total = total
+        self.copies = ctx.world_size if whole_in_every_rank else 1
         self.batches = 0
         self.seeds = 0
         self.start = time.perf_counter()
@@ -171,6 +177,8 @@ class EpochTimer:
         self.batch_seeds: list[int] = []
 
     def add(self, seeds: int) -> None:
+        if self.copies > 1:   # this rank's share of a batch every rank runs whole
+            seeds = seeds // self.copies + (1 if self.ctx.rank < seeds % self.copies else 0)
         self.batches += 1
         self.seeds += seeds
         self.batch_seeds.append(seeds)

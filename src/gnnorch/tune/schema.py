@@ -16,8 +16,8 @@ properties, additionalProperties, items, anyOf), so validation needs no extra pa
 * ``tuner``: every `TuneConfig` setting, plus ``n_initial_points_used``.
 * ``decision``: whether tuning ran (``tuned``), why (``reason``), and the projection behind it.
 * ``trials``: one entry per probe, in order: the configuration, each rank's CPUs, each rank's
-  batch size, the measured throughput (training seeds per second over all ranks: steady state,
-  and when the probe saw an epoch start after its first epoch, with that per-epoch start cost
+  batch size (its share: 1/p of a batch every rank runs whole), the measured throughput
+  (training seeds per second over all ranks, counted by those shares; steady state, and when the probe saw an epoch start after its first epoch, with that per-epoch start cost
   amortised over the epoch: ``steady_throughput`` and ``epoch_start_seconds`` give both parts),
   status ("ok", "short": fewer measured steps than asked because the run ended, "failed"), wall
   seconds of the probe (start-up included), measured seconds and steps, warm-up steps excluded,
