@@ -10,14 +10,23 @@ unchanged, on more graphs than the corpus uses):
 * ``mutag``: `examples/mutag_gin.py`, GIN graph classification (5 `GINConv` layers, hidden
   32) on MUTAG-like graphs: ``--scale`` graphs, 90 % for training, batch 128; each epoch the
   program also evaluates on the whole training set and on the test set.
+* ``proteins`` (no BatchNorm): `examples/proteins_topk_pool.py`, three `GraphConv` +
+  `TopKPooling` blocks on PROTEINS-like graphs of 12-40 nodes: ``--scale`` graphs, 90 % for
+  training, batch 60, both loaders built without ``shuffle`` (the training one is promoted,
+  and sharded, from its second epoch); each epoch also evaluates the training and test sets.
+* ``qm9`` (no BatchNorm): `examples/qm9_nn_conv.py`, an edge network (`NNConv`, a 64 x 64
+  weight per edge) + GRU + `Set2Set` on QM9-like molecules of 5-12 atoms made complete graphs
+  by the dataset's transform: ``--scale`` molecules, 100 each for validation and test, batch
+  128; compute-bound, where the BatchNorm-free programs' sharding has most to give.
 
 Rows, each in a fresh process (same data, same seed): vanilla PyG (``--vanilla-python``,
 e.g. ``.venv-baseline/bin/python`` with pyg-lib: the strongest baseline), called directly;
 ``gnnorch p=1`` (``processes=1, autotune=False``); ``gnnorch p=1 no seams`` (the same with
 ``trim=False, rewrite=False``: what the layer seam costs where nothing is trimmed);
 ``gnnorch p=2`` (``processes=2, autotune=False``, each rank one thread: training epochs
-sharded by graph where that is exact, i.e. once the model has run and holds no BatchNorm;
-both programs here hold one, so every rank runs every graph); ``gnnorch`` (the defaults: the
+sharded by graph where that is exact, i.e. once the model has run and holds no BatchNorm:
+pna and mutag hold one, so every rank runs every graph; proteins and qm9 are sharded);
+``gnnorch`` (the defaults: the
 tuner decides); vanilla again last. The time is the wall time of the user's whole
 call (training and the program's own evaluation, which every rank runs whole); ``train epoch
 s`` is rank 0's mean training epoch after the first, as the runtime timed it. Evaluation
@@ -51,8 +60,8 @@ ROWS = {
     "gnnorch p=2": dict(processes=2, autotune=False),
     "gnnorch": {},
 }
-SCALES = {"pna": 1000, "mutag": 4000}   # the default --scale of each workload
-EPOCHS = {"pna": 3, "mutag": 10}       # the default --epochs
+SCALES = {"pna": 1000, "mutag": 4000, "proteins": 4000, "qm9": 1000}   # default --scale
+EPOCHS = {"pna": 3, "mutag": 10, "proteins": 6, "qm9": 3}               # default --epochs
 
 
 def workload(name: str, scale: int, epochs: int, seed: int):
@@ -69,6 +78,14 @@ def workload(name: str, scale: int, epochs: int, seed: int):
         return ex_pna.train, (split(0, scale), split(1, held), split(2, held), epochs)
     if name == "mutag":
         return ex_mutag_gin.train, (ex_mutag_gin.mutag_like(seed, num_graphs=scale), epochs)
+    if name == "proteins":
+        import ex_proteins_topk_pool as ex
+
+        return ex.train, (ex.proteins_like(seed, num_graphs=scale), epochs)
+    if name == "qm9":
+        import ex_qm9_nn_conv as ex
+
+        return ex.train, (ex.qm9_like(seed, num_graphs=scale), epochs)
     raise SystemExit(f"unknown workload {name}")
 
 
@@ -100,11 +117,14 @@ def _plan(row: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", choices=tuple(SCALES), action="append")
-    ap.add_argument("--scale", type=int, help="training graphs (pna) or graphs (mutag)")
-    ap.add_argument("--epochs", type=int, help="epochs (default: pna 3, mutag 10)")
+    ap.add_argument("--scale", type=int, help="training graphs (pna) or graphs (the others)")
+    ap.add_argument("--epochs", type=int, help=f"epochs (default: {EPOCHS})")
     args = baselines.parse_program_args(ap, "benchmarks/results/graph_level.json")
     if args.scale is not None and args.scale < 20:
         ap.error(f"--scale must be at least 20 graphs, got {args.scale}")
+    if args.scale is not None and args.scale < 300 and "qm9" in (args.workload or SCALES):
+        ap.error(f"--scale must be at least 300 molecules for qm9 (100 each go to validation "
+                 f"and test), got {args.scale}")
     if args.epochs is not None and args.epochs < 1:
         ap.error(f"--epochs must be at least 1, got {args.epochs}")
     if args.measure:

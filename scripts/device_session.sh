@@ -42,9 +42,10 @@
 #   hetero        HeteroData batches PyG builds, copied by the path (bench_hetero_feed.py: an
 #                 ogbn-mag-like graph, to_hetero SAGE; vanilla, gnnorch-host, gnnorch with
 #                 persistent workers, then gnnorch and vanilla without)
-#   cpu_graph_level  16 cores, the GPU hidden: PyG's graph-level programs (pna, mutag_gin)
-#                 vanilla (pyg-lib) against gnnorch p=1, p=2 and the tuner's plan, their
-#                 training epochs sharded by graph (bench_graph_level.py, session 34)
+#   cpu_graph_level  16 cores, the GPU hidden: PyG's BatchNorm-free graph-level programs
+#                 (proteins_topk_pool, qm9_nn_conv) vanilla (pyg-lib) against gnnorch p=1,
+#                 p=2 and the tuner's plan, their training epochs sharded by graph
+#                 (bench_graph_level.py, sessions 34-35)
 #   step_host     what gnnorch's seams add to the trainer's step on the GPU, tiny tensors
 #                 (bench_step_host.py --device cuda: vanilla, gnnorch with trimming and
 #                 rewrites, each alone, neither; results/step_host_device.json); no graph
@@ -596,9 +597,11 @@ unit_cpu_tuner() {
 
 unit_cpu_graph_level() {
   # graph-level programs on all cores, the GPU hidden (no graph needed): what sharding their
-  # training epochs by graph gives where cores are many
+  # training epochs by graph gives where cores are many (the two BatchNorm-free workloads:
+  # the BatchNorm ones run whole in every rank, measured on 2 cores in session 34)
   export GNNORCH_CACHE_DIR="$ROOT/gnnorch-cache-cpu"
-  local args=(); [ "$DRY" = 1 ] && args=(--scale 200 --epochs 1)
+  local args=(--workload proteins --workload qm9)
+  [ "$DRY" = 1 ] && args+=(--scale 300 --epochs 1)
   (cd "$ROOT/cwd" && CUDA_VISIBLE_DEVICES="" run_step cpu_graph_level 240 "$PY" \
     "$REPO/scripts/bench_graph_level.py" "${args[@]}" \
     --out "$ROOT/results/cpu_graph_level.json")

@@ -86,9 +86,10 @@ def _orders(dataset, epochs):
 
 @pytest.mark.parametrize("norm", [False, True])
 def test_two_ranks_equal_one_process_over_two_epochs(norm):
-    # the first epoch runs whole (no forward has shown the model yet), the second sharded,
-    # unless the model holds a BatchNorm: then whole too. Either way one process, unshuffled
-    # over the runtime's permutations with the global batch size, trains the same model
+    # the first epoch's first batch runs whole (no forward has shown the model yet), the rest
+    # of the run sharded, unless the model holds a BatchNorm: then whole. Either way one
+    # process, unshuffled over the runtime's permutations with the global batch size, trains
+    # the same model
     dataset = graphs()
     runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
     got = runtime(dataset, 16, 2, True, norm)
@@ -103,6 +104,37 @@ def test_two_ranks_equal_one_process_over_two_epochs(norm):
         assert [e["seeds"] for e in runtime.last_run.epochs[rank]] == [48, 48]
     [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
     assert ("batch statistics" in record["kept_whole"]) if norm else record["kept_whole"] is None
+
+
+def gin_leaving_first_epoch(dataset, batch_size, epochs, num_workers=0):
+    """`gin_epochs`, except that the first epoch is left after its first batch."""
+    torch.manual_seed(0)
+    loader = DataLoader(dataset, batch_size, shuffle=True, num_workers=num_workers)
+    model = Gin()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    sizes = []
+    for epoch in range(epochs):
+        for batch in loader:
+            step(model, optimizer, batch)
+            sizes.append(batch.num_graphs)
+            if epoch == 0:
+                break
+    return model.state_dict(), sizes
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_epoch_left_after_its_first_batch_ends_there(num_workers):
+    # the first epoch's split is never completed: the next epoch is the permutation's next
+    # epoch, sharded (with loader workers too: each pass starts its own)
+    dataset = graphs()
+    runtime = gnnorch.Runtime(gin_leaving_first_epoch, processes=2, seed=SEED, verbose=False)
+    (got, sizes) = runtime(dataset, 16, 3, num_workers)
+    orders = _orders(dataset, 3)
+    want = gin_epochs(orders[:16] + orders[96:], 16, 1, False)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    assert sizes == [16] + [8] * 12
+    assert [e["batches"] for e in runtime.last_run.epochs[0]] == [1, 6, 6]
 
 
 def sizes_seen(dataset, batch_size, epochs=1):
@@ -125,10 +157,10 @@ def test_training_epochs_are_sharded_and_evaluation_epochs_whole():
     dataset = graphs(n=90)
     runtime = gnnorch.Runtime(sizes_seen, processes=2, seed=SEED, verbose=False)
     train, evaluated = runtime(dataset, 20, 2)
-    # the first epoch runs whole (before the model's first forward); the second shards 90
-    # graphs over 2 ranks: 45 each (the permutation padded to a multiple of 2), in batches of
-    # ceil(20 / 2) = 10
-    assert train == [20, 20, 20, 20, 10] + [10, 10, 10, 10, 5]
+    # the first epoch's first batch runs whole (before the model's first forward), its other
+    # 70 graphs sharded: 35 a rank in batches of ceil(20 / 2) = 10; the second epoch shards
+    # all 90 graphs: 45 a rank (the permutation padded to a multiple of 2)
+    assert train == [20, 10, 10, 10, 5] + [10, 10, 10, 10, 5]
     assert evaluated == 90   # an evaluation epoch runs every graph in every rank
     epochs = runtime.last_run.epochs[0]
     assert [(e["loader"], e["batches"], e["seeds"]) for e in epochs] == [(0, 5, 45),
@@ -149,8 +181,8 @@ def test_the_tuner_probes_a_graph_level_program_with_sharded_ranks():
     assert [t["config"]["processes"] for t in trials] == [1, 2]
     two = trials[1]
     assert two["status"] == "ok" and two["throughput"] > 0
-    # a probe measures the first epoch, which runs whole (no forward yet): each rank runs 16
-    # graphs a step and counts its half of them, so the probe's throughput is the run's
+    # a probe measures the first epoch: its first batch runs whole (no forward yet), each rank
+    # counting half of its 16 graphs, and the rest sharded, 8 graphs a rank a step
     assert two["batch_size_per_rank"] == [8, 8] and two["measured_batches"] == 4
     assert len(got) == 4 * 96 // 16   # 6 steps an epoch whatever p: the global batch is 16
 

@@ -106,3 +106,45 @@ def test_own_sampler_leaves_the_global_generator_as_it_was():
     torch.manual_seed(4)
     list(s)
     assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("n, p, head, sharded", [(97, 2, 10, True), (50, 3, 12, True),
+                                                 (40, 2, 16, False), (5, 2, 8, True)])
+def test_an_epoch_split_after_its_head_draws_the_unsplit_epochs_positions(n, p, head, sharded):
+    # the head pass: the permutation's first positions in every rank; the second pass: the
+    # rest, strided over the ranks (padded by wrap-around over the rest) or whole; the next
+    # epoch is the unsplit sampler's next epoch
+    plain = ShardSampler(0, 1, 7)
+    plain.num_items = n
+    want = [plain.permutation(0).tolist(), plain.permutation(1).tolist()]
+    passes = []
+    for r in range(p):
+        s = ShardSampler(r, p, 7)
+        s.num_items, s.sharded, s.head = n, sharded, head
+        assert len(s) == min(head, n)
+        first = list(s)
+        assert len(s) == (-(-(n - len(first)) // p) if sharded else n - len(first))
+        rest = list(s)
+        s.sharded = False
+        passes.append((first, rest, list(s)))
+    for first, rest, following in passes:
+        assert first == want[0][:head]
+        assert following == want[1]   # the split epoch counted once
+    drawn = [i for _, rest, _ in passes for i in rest] if sharded else passes[0][1]
+    if sharded:
+        assert sorted(set(drawn)) == sorted(want[0][head:])
+        assert len(drawn) == -(-(n - min(head, n)) // p) * p if n > head else not drawn
+    else:
+        assert drawn == want[0][head:]
+
+
+def test_closing_an_epoch_whose_second_pass_never_ran():
+    s = ShardSampler(0, 2, 7)
+    s.num_items, s.head = 30, 8
+    first = list(s)
+    s.close_epoch()
+    s.sharded = False
+    plain = ShardSampler(0, 1, 7)
+    plain.num_items = 30
+    assert first == plain.permutation(0).tolist()[:8]
+    assert list(s) == plain.permutation(1).tolist()

@@ -191,7 +191,8 @@ def _mean(results: list[dict], key: str) -> float:
 #: process group (distributed_sampling), DDP around a loader promoted to training
 #: (multi_gpu_training_sage), unsharded shuffled evaluation loaders with exact counts
 #: (ogbn_train_sage), ``to_hetero`` (to_hetero_mag_neighbor), persistent workers under ranks
-#: (reddit). The other ``p2`` modes are ``slow`` (``-m ''`` runs them): their multi-process
+#: (reddit), graph-level epochs sharded by graph in a promoted unshuffled DataLoader
+#: (proteins_topk_pool: the other graph-level cases hold BatchNorm and run whole). The other ``p2`` modes are ``slow`` (``-m ''`` runs them): their multi-process
 #: paths are the same script's other model (pna, gat, hgt) or have tests of their own
 #: (``processes=2`` in test_link_loader, for a HeteroData link loader too, which
 #: bipartite_sage_unsup's ``p2`` ran in 73 s; test_fidelity's compiled model, test_fork_guard's
@@ -200,7 +201,7 @@ def _mean(results: list[dict], key: str) -> float:
 #: with ranks.
 P2_IN_DEFAULT_SUITE = frozenset({
     "distributed_sampling", "multi_gpu_training_sage", "ogbn_train_sage",
-    "to_hetero_mag_neighbor", "reddit",
+    "to_hetero_mag_neighbor", "reddit", "proteins_topk_pool",
     "papers100m_gcn", "papers100m_gat", "hierarchical_sage", "temporal_link_pred"})
 
 #: Cases the default suite leaves to ``-m ''`` in every mode, to keep it near 20 minutes on the

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from ..launch.context import RankContext
     from .layers import LayerSeam
 
-__all__ = ["OptimizerCount", "cache_aside", "epoch_trains", "kept_whole", "promote",
-           "set_sharded", "training_now"]
+__all__ = ["OptimizerCount", "cache_aside", "decided_after_first_batch", "epoch_trains",
+           "kept_whole", "promote", "set_sharded", "training_now"]
 
 
 class OptimizerCount(Protocol):
@@ -99,9 +99,9 @@ def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | N
     computes each graph on its own: then p ranks' averaged gradients are one process's on the
     whole batch. BatchNorm's batch statistics are not (each rank's shard has its own), so
     an epoch is sharded only once the run's models have run a forward and none holds one
-    (`trim.mixing.batch_statistics_modules`); the first training epoch, before any forward,
-    runs whole. Whole, every rank draws the same batches (ranks start from one RNG state),
-    so the run equals one process's, as before sharding existed."""
+    (`trim.mixing.batch_statistics_modules`); before any forward, `decided_after_first_batch`
+    splits the epoch. Whole, every rank draws the same batches (one common permutation), so the
+    run equals one process's, as before sharding existed."""
     from ..trim.mixing import batch_statistics_modules
 
     if state.kind != "graph":
@@ -115,6 +115,21 @@ def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | N
         return (f"the model normalises with batch statistics ({', '.join(found[:3])}): "
                 f"sharded epochs would not equal one process's, so every rank runs every graph")
     return None
+
+
+def decided_after_first_batch(state: LoaderState, optimizers: OptimizerCount | None) -> bool:
+    """Whether a training epoch of a graph-level DataLoader starting now is split after its
+    first batch (`ShardSampler.head`): no model has run a forward yet, so whether sharding is
+    exact (`kept_whole`) is unknown until the step on that batch shows the model. The first
+    batch, b graphs of the epoch's permutation, then runs whole in every rank (p equal
+    gradients, averaged: one process's); the rest of the permutation is sharded or whole as
+    `kept_whole` decides when the user asks for the second batch. The two passes draw the
+    positions one unsplit epoch draws, so the run still equals one process's. A pipeline that
+    draws the second batch before the first batch's forward (the device path drawing ahead)
+    finds no model yet and keeps the rest whole."""
+    if state.kind != "graph" or state.shard is None or optimizers is None:
+        return False
+    return not optimizers.roots
 
 
 def set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:

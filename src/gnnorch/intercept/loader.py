@@ -65,21 +65,21 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
-import torch
-
 from ..compat import processes as compat_processes
 from ..compat import pyg as compat_pyg
 from ..errors import GnnorchWarning
 from ..launch.context import EpochTimer, RankContext
-from .announce import (announced, batch_graph, batch_transform, defers_features, layout_kind,
-                       stored_batch_size)
-from .epoch_role import OptimizerCount, cache_aside, epoch_trains, kept_whole, set_sharded
+from .announce import announced, batch_graph, batch_transform, defers_features, layout_kind
+from .epoch_role import (OptimizerCount, cache_aside, decided_after_first_batch, epoch_trains,
+                         kept_whole, set_sharded)
 from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
+from .loader_pass import head_then_rest, plan_workers, start_pass
 from .procgroup import UserDistribution
-from .rank_streams import independent_draws, rank_stream
+from .rank_streams import rank_stream
 from .sampler_backend import choose_backend
 from .shard import ShardSampler, shardable_sampler
+from .timed_epochs import batches_in, timed
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
@@ -94,29 +94,6 @@ _WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing
 
 def _loader_seed(ctx: RankContext, index: int) -> int:
     return (ctx.seed * 1_000_003 + index * 7919) % (2 ** 62)
-
-
-def _seeds_in(batch: Any) -> int:
-    """The batch's seeds: its seed nodes, or the supervision edges of a link batch (of a
-    HeteroData's edge type too), or the graphs of a graph-level batch."""
-    from torch_geometric.data import Batch
-
-    size = stored_batch_size(batch)
-    if size is not None:
-        return size
-    if isinstance(batch, Batch):
-        return int(batch.num_graphs)
-    input_id = getattr(batch, "input_id", None)   # link batches: one per supervision edge
-    if isinstance(input_id, torch.Tensor):
-        return int(input_id.numel())
-    input_type = getattr(batch, "input_type", None)  # HeteroData batches
-    if input_type is None:
-        return 0
-    store = batch[input_type]   # a node type's (batch_size) or a link batch's edge type's
-    if isinstance(store.get("batch_size"), int):
-        return store["batch_size"]
-    input_id = store.get("input_id")
-    return int(input_id.numel()) if isinstance(input_id, torch.Tensor) else 0
 
 
 class _Originals:
@@ -311,11 +288,14 @@ class LoaderInterceptor:
             self._built_before_run(loader)
             return orig.iter(loader)
         training = epoch_trains(state, self.layer_seam, ctx, self.optimizers)
+        split = training and decided_after_first_batch(state, self.optimizers)
         whole = None
-        if state.shard is not None:
-            whole = kept_whole(state, self.optimizers) if training else None
-            if state.record is not None and state.kind == "graph" and training:
-                state.record["kept_whole"] = whole
+        if split:   # the head runs whole in every rank: the rest is decided after its step
+            assert state.shard is not None
+            state.shard.head = state.global_batch_size
+            set_sharded(loader, state, False)
+        elif state.shard is not None:
+            whole = self._kept_whole(state) if training else None
             set_sharded(loader, state, training and whole is None)
         if (training and state.cache is None and self.cache is not None
                 and state.kind == "node"):  # first epoch (link batches are not cached)
@@ -325,33 +305,16 @@ class LoaderInterceptor:
                                             features=features)
         if self.device_path is not None and state.device is not None:
             self.device_path.epoch_start(loader, state)
-        plan_workers = (state.user_num_workers is None and not loader.persistent_workers
-                        and not state.samples_on_device)
-        if state.samples_on_device:
-            loader.num_workers = 0
-        elif plan_workers:
-            loader.num_workers = ctx.plan.sampler_cores
-            if loader.num_workers > 0 and loader.prefetch_factor is None:
-                loader.prefetch_factor = 2
+        planned = plan_workers(loader, state, ctx)
         if state.cache is not None:  # before workers start: they copy the mask
             state.cache.epoch_start(loader, training)
-        stream = rank_stream(ctx, state, training)
-        in_process = int(loader.num_workers or 0) == 0
-        users_generator = loader.generator
-        if stream is not None and not in_process:   # the workers' base seed: the rank's
-            loader.generator = stream
-        cpus = ctx.sampler_cpus
-        try:
-            if (plan_workers and loader.num_workers > 0 and cpus
-                    and len(cpus) == loader.num_workers):
-                with loader.enable_cpu_affinity(loader_cores=cpus):
-                    iterator = orig.iter(loader)
-            else:
-                iterator = orig.iter(loader)
-        finally:
-            loader.generator = users_generator
-        if stream is not None and in_process:
-            iterator = independent_draws(iter(iterator), stream)
+        timer = None
+        if split:   # its passes start lazily, inside the timed epoch
+            timer = EpochTimer(ctx, state.index, state.epochs, whole_in_every_rank=True)
+            iterator = self._head_then_rest(loader, state, orig, planned, timer)
+        else:
+            iterator = start_pass(loader, ctx, orig.iter, rank_stream(ctx, state, training),
+                                  planned)
         if self.partition is not None and state.partition is not None:  # batch.x: the store
             iterator = self.partition.feed(iterator, loader, state.partition, training)
         if self.device_path is not None and state.device is not None:
@@ -362,10 +325,37 @@ class LoaderInterceptor:
         if not training:
             state.eval_epochs += 1
             return iterator
-        epoch = state.epochs
+        timer = timer or EpochTimer(ctx, state.index, state.epochs, total=batches_in(loader),
+                                    whole_in_every_rank=whole is not None)
         state.epochs += 1
-        return _timed(iterator, EpochTimer(ctx, state.index, epoch, total=_batches(loader),
-                                           whole_in_every_rank=whole is not None))
+        return timed(iterator, timer)
+
+    def _kept_whole(self, state: LoaderState) -> str | None:
+        """`epoch_role.kept_whole` for a training epoch, noted in the loader's record."""
+        whole = kept_whole(state, self.optimizers)
+        if state.record is not None and state.kind == "graph":
+            state.record["kept_whole"] = whole
+        return whole
+
+    def _head_then_rest(self, loader: NeighborLoader, state: LoaderState, orig: _Originals,
+                        planned: bool, timer: EpochTimer) -> Iterator[Any]:
+        """A training epoch of a graph-level loader before the model's first forward: its
+        first batch in every rank, then the rest sharded or whole as `kept_whole` decides
+        once that batch's step (the model's first forward) has run."""
+        shard, epoch = state.shard, timer.epoch
+        assert shard is not None
+
+        def decide() -> None:
+            whole = self._kept_whole(state)
+            set_sharded(loader, state, whole is None)
+            timer.copies = self.ctx.world_size if whole is not None else 1
+            timer.total = 1 + (batches_in(loader) or 0)
+
+        def start() -> Iterator[Any]:
+            stream = rank_stream(self.ctx, state, True, epoch=epoch)
+            return start_pass(loader, self.ctx, orig.iter, stream, planned)
+
+        return head_then_rest(start, decide, shard.close_epoch)
 
 
 def _sized(dataset: object) -> bool:
@@ -373,24 +363,3 @@ def _sized(dataset: object) -> bool:
     from torch.utils.data import IterableDataset
 
     return not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__")
-
-
-def _batches(loader: NeighborLoader) -> int | None:
-    """Batches in one epoch of `loader` (None when it cannot tell, e.g. an iterable dataset)."""
-    try:
-        return len(loader)
-    except TypeError:
-        return None
-
-
-def _timed(iterator: Iterator[Any], timer: EpochTimer) -> Iterator[Any]:
-    """Yield the loader's batches, recording the epoch's batches, seeds and seconds; after each
-    batch's step (when the user asks for the next batch or leaves the loop), the timer stamps it
-    and runs the context's batch callbacks."""
-    try:
-        for batch in iterator:
-            timer.add(_seeds_in(batch))
-            yield batch
-            timer.consumed()
-    finally:
-        timer.close()

@@ -68,13 +68,16 @@ def independent_draws(iterator: Iterator[Any], stream: torch.Generator) -> Itera
         yield item
 
 
-def rank_stream(ctx: RankContext, state: LoaderState, training: bool) -> torch.Generator | None:
+def rank_stream(ctx: RankContext, state: LoaderState, training: bool,
+                epoch: int | None = None) -> torch.Generator | None:
     """The stream of the epoch of the loader `state` describes, starting now in rank
-    ``ctx.rank``: for a sharded training epoch of a loader the device path does not serve,
-    else None (the epoch draws as PyG draws)."""
+    ``ctx.rank`` (`epoch`: its training epoch, by default the next, ``state.epochs``): for a
+    sharded training epoch of a loader the device path does not serve, else None (the epoch
+    draws as PyG draws)."""
     shard, device = state.shard, state.device
     if not training or shard is None or not shard.sharded:
         return None
     if device is not None and device.served:   # its own per-rank generators already
         return None
-    return epoch_generator(ctx.seed, ctx.rank, state.index, state.epochs)
+    return epoch_generator(ctx.seed, ctx.rank, state.index,
+                           state.epochs if epoch is None else epoch)

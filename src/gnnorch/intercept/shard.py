@@ -33,7 +33,14 @@ class ShardSampler(Sampler[int]):
     `source` (the loader's own ``sampler=``, e.g. PyG's ``ImbalancedSampler``) replaces the
     permutation: each epoch every rank draws it once with torch's global generator seeded
     from (seed, epoch), so that all ranks draw the same sequence of n = len(source) positions
-    (repeats allowed), which is then padded and strided as above."""
+    (repeats allowed), which is then padded and strided as above.
+
+    `head` splits one epoch into two passes (`epoch_role.decided_after_first_batch`): set to
+    h, the next pass yields the first h positions of the epoch's permutation, unsharded, and
+    leaves the epoch open; the pass after it yields the rest, positions h..n-1, sharded (padded
+    and strided as above) or not, and closes the epoch. The two passes together draw the
+    epoch's positions in the order one unsplit pass would; `close_epoch` ends an epoch whose
+    second pass never ran."""
 
     def __init__(self, rank: int, world_size: int, seed: int, shuffle: bool = True,
                  source: Sampler | None = None) -> None:
@@ -45,6 +52,8 @@ class ShardSampler(Sampler[int]):
         self.num_items = 0
         self.epoch = 0
         self.sharded = self.shuffle   # an unshuffled loader shards only once an epoch trains
+        self.head: int | None = None
+        self._drawn = 0               # positions of the open epoch a head pass drew
 
     @property
     def items(self) -> int:
@@ -52,12 +61,26 @@ class ShardSampler(Sampler[int]):
         return self.num_items if self.source is None else len(self.source)
 
     def __len__(self) -> int:
+        if self.head is not None:
+            return min(self.head, self.items)
+        remaining = self.items - self._drawn
         if not self.sharded:
-            return self.items
-        return -(-self.items // self.world_size)
+            return remaining
+        return -(-remaining // self.world_size)
+
+    def close_epoch(self) -> None:
+        """End the open epoch of a head pass whose second pass never ran (the user left the
+        loop after its first batch)."""
+        if self._drawn:
+            self._drawn = 0
+            self.epoch += 1
 
     def permutation(self, epoch: int) -> torch.Tensor:
         """The padded global permutation of `epoch` (identical on every rank)."""
+        return self._padded(self._draw(epoch))
+
+    def _draw(self, epoch: int) -> torch.Tensor:
+        """The unpadded global permutation of `epoch`."""
         if self.source is not None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed + epoch)
@@ -67,6 +90,10 @@ class ShardSampler(Sampler[int]):
             perm = torch.randperm(self.num_items, generator=gen)
         else:
             perm = torch.arange(self.num_items)
+        return perm
+
+    def _padded(self, perm: torch.Tensor) -> torch.Tensor:
+        """`perm` padded by wrap-around to a multiple of p."""
         items = perm.numel()
         total = -(-items // self.world_size) * self.world_size
         if total > items > 0:
@@ -75,8 +102,13 @@ class ShardSampler(Sampler[int]):
         return perm
 
     def __iter__(self) -> Iterator[int]:
-        perm = self.permutation(self.epoch)
+        perm = self._draw(self.epoch)
+        if self.head is not None:   # the open epoch's first positions, in every rank
+            self._drawn, self.head = min(self.head, perm.numel()), None
+            return iter(perm[:self._drawn].tolist())
+        perm = perm[self._drawn:]
+        self._drawn = 0
         self.epoch += 1
         if not self.sharded:   # the whole draw, without the padding to a multiple of p
-            return iter(perm[:self.items].tolist())
-        return iter(perm[self.rank::self.world_size].tolist())
+            return iter(perm.tolist())
+        return iter(self._padded(perm)[self.rank::self.world_size].tolist())
