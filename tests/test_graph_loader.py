@@ -137,6 +137,36 @@ def test_an_epoch_left_after_its_first_batch_ends_there(num_workers):
     assert [e["batches"] for e in runtime.last_run.epochs[0]] == [1, 6, 6]
 
 
+def gin_after_an_unused_iterator(dataset, batch_size, epochs):
+    """`gin_epochs`, after an iterator of the loader that is never used (its epoch would be
+    split) and a forward outside the loader (the model is known from then on)."""
+    torch.manual_seed(0)
+    loader = DataLoader(dataset, batch_size, shuffle=True)
+    model = Gin()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    iter(loader)
+    with torch.no_grad():
+        first = next(iter(DataLoader(dataset, 4)))
+        model(first.x, first.edge_index, first.batch)
+    sizes = []
+    for _ in range(epochs):
+        for batch in loader:
+            step(model, optimizer, batch)
+            sizes.append(batch.num_graphs)
+    return model.state_dict(), sizes
+
+
+def test_an_unused_split_epoch_leaves_the_next_epochs_whole_passes():
+    dataset = graphs()
+    runtime = gnnorch.Runtime(gin_after_an_unused_iterator, processes=2, seed=SEED,
+                              verbose=False)
+    got, sizes = runtime(dataset, 16, 2)
+    want = gin_epochs(_orders(dataset, 2), 16, 1, False)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    assert sizes == [8] * 12
+
+
 def sizes_seen(dataset, batch_size, epochs=1):
     """The graphs of each training batch, then the graphs one evaluation epoch saw."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)

@@ -127,15 +127,18 @@ def decided_after_first_batch(state: LoaderState, optimizers: OptimizerCount | N
     positions one unsplit epoch draws, so the run still equals one process's. A pipeline that
     draws the second batch before the first batch's forward (the device path drawing ahead)
     finds no model yet and keeps the rest whole."""
-    if state.kind != "graph" or state.shard is None or optimizers is None:
+    if (state.kind != "graph" or state.shard is None or optimizers is None
+            or state.global_batch_size is None):
         return False
     return not optimizers.roots
 
 
 def set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:
-    """Shard this epoch (training) or run every seed with the user's batch size."""
+    """Shard this epoch (training) or run every seed with the user's batch size (an epoch
+    split after its head sets the head after this)."""
     shard = state.shard
     assert shard is not None
+    shard.head = None   # a split epoch's iterator never started leaves no head behind
     shard.sharded = training
     batch_sampler = getattr(loader, "batch_sampler", None)
     if batch_sampler is not None and state.global_batch_size is not None:

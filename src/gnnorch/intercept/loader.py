@@ -9,9 +9,11 @@ builds the batch), except that the historical-embedding cache and the partitione
 leave it to PyG; its batches are trimmed to their first hop's nodes (`announce.link_seeds`),
 where the supervision edges' endpoints are. A graph-level `DataLoader` (mini-batches of whole
 graphs, collated by PyG) gets the loader-level part only: its training epochs are sharded by
-graph where that is exact (`epoch_role.kept_whole`), timed for the tuner and given the plan's workers where the user left ``num_workers``
-out; its batches are neither sampled nor trimmed (they have no hops) and, on a device, are
-copied over as any batch PyG builds is (`device_feed.PyGBatchesCopied`).
+graph where that is exact (`epoch_role.kept_whole`; before the model's first forward, from
+an epoch's second batch on: `epoch_role.decided_after_first_batch`), timed for the tuner and
+given the plan's workers where the user left ``num_workers`` out; its batches are neither
+sampled nor trimmed (they have no hops) and, on a device, are copied over as any batch PyG
+builds is (`device_feed.PyGBatchesCopied`).
 
 * Training epochs are sharded over p > 1 ranks. A loader built with `shuffle=True` gets a
   `ShardSampler` instead of its random sampler. Whether one *epoch* of it (one `iter(loader)`) is
@@ -292,8 +294,8 @@ class LoaderInterceptor:
         whole = None
         if split:   # the head runs whole in every rank: the rest is decided after its step
             assert state.shard is not None
-            state.shard.head = state.global_batch_size
             set_sharded(loader, state, False)
+            state.shard.head = state.global_batch_size
         elif state.shard is not None:
             whole = self._kept_whole(state) if training else None
             set_sharded(loader, state, training and whole is None)
