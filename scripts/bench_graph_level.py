@@ -23,6 +23,8 @@ Rows, each in a fresh process (same data, same seed): vanilla PyG (``--vanilla-p
 e.g. ``.venv-baseline/bin/python`` with pyg-lib: the strongest baseline), called directly;
 ``gnnorch p=1`` (``processes=1, autotune=False``); ``gnnorch p=1 no seams`` (the same with
 ``trim=False, rewrite=False``: what the layer seam costs where nothing is trimmed);
+``gnnorch p=1 glibc malloc`` (the same with ``launch={"allocator": "default"}``: what the
+runtime's malloc setting, `gnnorch.launch.allocator`, gives);
 ``gnnorch p=2`` (``processes=2, autotune=False``, each rank one thread: training epochs
 sharded by graph where that is exact, i.e. once the model has run and holds no BatchNorm:
 pna and mutag hold one, so every rank runs every graph; proteins and qm9 are sharded);
@@ -57,6 +59,8 @@ ROWS = {
     "vanilla": None,
     "gnnorch p=1": dict(processes=1, autotune=False),
     "gnnorch p=1 no seams": dict(processes=1, autotune=False, trim=False, rewrite=False),
+    "gnnorch p=1 glibc malloc": dict(processes=1, autotune=False,
+                                     launch={"allocator": "default"}),
     "gnnorch p=2": dict(processes=2, autotune=False),
     "gnnorch": {},
 }

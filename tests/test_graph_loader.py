@@ -62,63 +62,39 @@ def step(model, optimizer, batch) -> float:
     return loss.item()
 
 
-def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False):
-    """`epochs` epochs of SGD over `DataLoader(dataset, batch_size, shuffle)` (the batch size
-    and shuffle given by position, as PyG's ``mutag_gin.py`` passes them); the parameters."""
+def gin_setup(dataset, batch_size, shuffle=True, norm=False, num_workers=0):
+    """`DataLoader(dataset, batch_size, shuffle)` (the batch size and shuffle given by
+    position, as PyG's ``mutag_gin.py`` passes them), a `Gin` and its SGD."""
     torch.manual_seed(0)
-    loader = DataLoader(dataset, batch_size, shuffle)
+    loader = DataLoader(dataset, batch_size, shuffle, num_workers=num_workers)
     model = Gin(norm)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    for _ in range(epochs):
-        for batch in loader:
-            step(model, optimizer, batch)
-    return model.state_dict()
+    return loader, model, torch.optim.SGD(model.parameters(), lr=0.05)
 
 
-def _orders(dataset, epochs):
-    """The graphs in the order of the runtime's first training loader's common permutation,
-    epoch after epoch."""
-    ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None, seed=SEED)
-    sampler = ShardSampler(0, 2, _loader_seed(ctx, 0))
-    sampler.num_items = len(dataset)
-    return [dataset[int(i)] for e in range(epochs) for i in sampler.permutation(e)]
-
-
-@pytest.mark.parametrize("norm", [False, True])
-def test_two_ranks_equal_one_process_over_two_epochs(norm):
-    # the first epoch's first batch runs whole (no forward has shown the model yet), the rest
-    # of the run sharded, unless the model holds a BatchNorm: then whole. Either way one
-    # process, unshuffled over the runtime's permutations with the global batch size, trains
-    # the same model
-    dataset = graphs()
-    runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
-    got = runtime(dataset, 16, 2, True, norm)
-    want = gin_epochs(_orders(dataset, 2), 16, 1, False, norm)
-    for key, value in want.items():
-        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
-    batches = [e["batches"] for e in runtime.last_run.epochs[0]]
-    assert batches == [6, 6]   # global batches of 16 either way
-    # a rank counts its share of what the run trained: half of every batch both ranks ran
-    # whole, its own shard of a sharded one; the ranks' counts add up to the 96 graphs
-    for rank in (0, 1):
-        assert [e["seeds"] for e in runtime.last_run.epochs[rank]] == [48, 48]
-    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
-    assert ("batch statistics" in record["kept_whole"]) if norm else record["kept_whole"] is None
-
-
-def gin_leaving_first_epoch(dataset, batch_size, epochs, num_workers=0):
-    """`gin_epochs`, except that the first epoch is left after its first batch."""
-    torch.manual_seed(0)
-    loader = DataLoader(dataset, batch_size, shuffle=True, num_workers=num_workers)
-    model = Gin()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+def train_epochs(loader, model, optimizer, epochs, leave_first=False):
+    """`epochs` epochs of steps (the first left after its first batch if `leave_first`); the
+    graphs of each batch."""
     sizes = []
     for epoch in range(epochs):
         for batch in loader:
             step(model, optimizer, batch)
             sizes.append(batch.num_graphs)
-            if epoch == 0:
+            if leave_first and epoch == 0:
                 break
+    return sizes
+
+
+def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False):
+    """`epochs` epochs of SGD over `gin_setup`'s loader; the parameters."""
+    loader, model, optimizer = gin_setup(dataset, batch_size, shuffle, norm)
+    train_epochs(loader, model, optimizer, epochs)
+    return model.state_dict()
+
+
+def gin_leaving_first_epoch(dataset, batch_size, epochs, num_workers=0):
+    """`gin_epochs`, except that the first epoch is left after its first batch."""
+    loader, model, optimizer = gin_setup(dataset, batch_size, num_workers=num_workers)
+    sizes = train_epochs(loader, model, optimizer, epochs, leave_first=True)
     return model.state_dict(), sizes
 
 
@@ -140,19 +116,12 @@ def test_an_epoch_left_after_its_first_batch_ends_there(num_workers):
 def gin_after_an_unused_iterator(dataset, batch_size, epochs):
     """`gin_epochs`, after an iterator of the loader that is never used (its epoch would be
     split) and a forward outside the loader (the model is known from then on)."""
-    torch.manual_seed(0)
-    loader = DataLoader(dataset, batch_size, shuffle=True)
-    model = Gin()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader, model, optimizer = gin_setup(dataset, batch_size)
     iter(loader)
     with torch.no_grad():
         first = next(iter(DataLoader(dataset, 4)))
         model(first.x, first.edge_index, first.batch)
-    sizes = []
-    for _ in range(epochs):
-        for batch in loader:
-            step(model, optimizer, batch)
-            sizes.append(batch.num_graphs)
+    sizes = train_epochs(loader, model, optimizer, epochs)
     return model.state_dict(), sizes
 
 

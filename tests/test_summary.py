@@ -191,3 +191,12 @@ def test_trim_names_the_encoder_and_layers_from_data_flow():
     text = render_summary(_info(stats))
     assert "Model trimmed at its encoder encoder (verified: the one-off check)" in text
     assert "Asym trimmed with layers from data flow (verified: the one-off check)" in text
+
+
+def test_rewrite_none_taken_counts_its_layers():
+    def text(n):
+        layers = [{"name": f"convs.{i}", "calls": 3, "rewritten_calls": 0} for i in range(n)]
+        return render_summary(_info({"rewrite": {"mode": True, "layers": layers}}))
+
+    assert "rewrite: none taken (1 layer kept its order)" in text(1)
+    assert "rewrite: none taken (3 layers kept their order)" in text(3)

@@ -177,8 +177,9 @@ def _rewrite(info: RunInfo, stats: dict) -> str | None:
         return f"rewrite{mode}: " + ", ".join(taken)
     if not layers:
         return f"rewrite{mode}: no layer with a rewrite rule ran"
-    return f"rewrite{mode}: none taken ({len(layers)} layer{'s' if len(layers) != 1 else ''} " \
-           f"kept their order)"
+    kept = "1 layer kept its order" if len(layers) == 1 else \
+        f"{len(layers)} layers kept their order"
+    return f"rewrite{mode}: none taken ({kept})"
 
 
 def _fork_guard(info: RunInfo) -> str | None:
