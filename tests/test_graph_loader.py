@@ -91,6 +91,37 @@ def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False):
     return model.state_dict()
 
 
+def _orders(dataset, epochs):
+    """The graphs in the order of the runtime's first training loader's common permutation,
+    epoch after epoch."""
+    ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None, seed=SEED)
+    sampler = ShardSampler(0, 2, _loader_seed(ctx, 0))
+    sampler.num_items = len(dataset)
+    return [dataset[int(i)] for e in range(epochs) for i in sampler.permutation(e)]
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_two_ranks_equal_one_process_over_two_epochs(norm):
+    # the first epoch's first batch runs whole (no forward has shown the model yet), the rest
+    # of the run sharded, unless the model holds a BatchNorm: then whole. Either way one
+    # process, unshuffled over the runtime's permutations with the global batch size, trains
+    # the same model
+    dataset = graphs()
+    runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
+    got = runtime(dataset, 16, 2, True, norm)
+    want = gin_epochs(_orders(dataset, 2), 16, 1, False, norm)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    batches = [e["batches"] for e in runtime.last_run.epochs[0]]
+    assert batches == [6, 6]   # global batches of 16 either way
+    # a rank counts its share of what the run trained: half of every batch both ranks ran
+    # whole, its own shard of a sharded one; the ranks' counts add up to the 96 graphs
+    for rank in (0, 1):
+        assert [e["seeds"] for e in runtime.last_run.epochs[rank]] == [48, 48]
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert ("batch statistics" in record["kept_whole"]) if norm else record["kept_whole"] is None
+
+
 def gin_leaving_first_epoch(dataset, batch_size, epochs, num_workers=0):
     """`gin_epochs`, except that the first epoch is left after its first batch."""
     loader, model, optimizer = gin_setup(dataset, batch_size, num_workers=num_workers)
