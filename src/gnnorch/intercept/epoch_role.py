@@ -44,11 +44,15 @@ class OptimizerCount(Protocol):
 def training_now(seam: LayerSeam | None, strict: bool = False,
                  optimizers: OptimizerCount | None = None) -> bool:
     """Whether an epoch starting now trains: gradients are on and a model the layer seam has
-    seen is in training mode. Before any model was seen: never when `strict`; else when an
-    optimizer was built (`optimizers` given) or always (none given)."""
+    seen is in training mode (with no layer seam running -- trim, rewrite and cache off -- or
+    none seen by it, a root module the gradient synchroniser has seen, when `optimizers` is
+    given). Before any model was seen: never when `strict`; else when an optimizer was built
+    (`optimizers` given) or always (none given)."""
     if not torch.is_grad_enabled():
         return False
     models = list(seam.models.keys()) if seam is not None else []
+    if not models and optimizers is not None:
+        models = list(optimizers.roots)
     if not models:
         if strict:
             return False
@@ -62,7 +66,7 @@ def epoch_trains(state: LoaderState, seam: LayerSeam | None, ctx: RankContext,
     with ``shuffle=False`` whose epoch trains is promoted first (`promote`)."""
     if state.role == "train":
         return training_now(seam, optimizers=optimizers)
-    training = training_now(seam, strict=True)
+    training = training_now(seam, strict=True, optimizers=optimizers)
     if training:
         promote(state, ctx)
     return training
