@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 from torch_geometric.datasets import FakeDataset
 from torch_geometric.loader import DataLoader
-from torch_geometric.nn import GINConv, global_mean_pool
+from torch_geometric.nn import GINConv, GraphMultisetTransformer, global_mean_pool
 
 import gnnorch
 from gnnorch.errors import GnnorchWarning
@@ -34,12 +34,14 @@ def graphs(n: int = 96, seed: int = 0) -> FakeDataset:
 
 
 class Gin(torch.nn.Module):
-    """Two GIN layers, mean pooling, no dropout; with `norm`, a BatchNorm in the first layer's
-    MLP (statistics over the whole batch). Without it, a step on b graphs averaged over p
-    ranks equals one step on the b graphs."""
+    """Two GIN layers, mean pooling (or, `gmt`, PyG's Graph Multiset Transformer: attention
+    over each graph's nodes padded to the batch's largest graph and masked), no dropout; with
+    `norm`, a BatchNorm in the first layer's MLP (statistics over the whole batch). Without
+    it, a step on b graphs averaged over p ranks equals one step on the b graphs."""
 
-    def __init__(self, norm: bool = False) -> None:
+    def __init__(self, norm: bool = False, gmt: bool = False) -> None:
         super().__init__()
+        self.pool = GraphMultisetTransformer(16, k=4, heads=2) if gmt else global_mean_pool
         self.conv1 = GINConv(torch.nn.Sequential(
             torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16) if norm else torch.nn.Identity(),
             torch.nn.ReLU(), torch.nn.Linear(16, 16)))
@@ -50,7 +52,7 @@ class Gin(torch.nn.Module):
     def forward(self, x, edge_index, batch):
         x = self.conv1(x, edge_index).relu()
         x = self.conv2(x, edge_index).relu()
-        return self.head(global_mean_pool(x, batch))
+        return self.head(self.pool(x, batch))
 
 
 def step(model, optimizer, batch) -> float:
@@ -62,12 +64,12 @@ def step(model, optimizer, batch) -> float:
     return loss.item()
 
 
-def gin_setup(dataset, batch_size, shuffle=True, norm=False, num_workers=0):
+def gin_setup(dataset, batch_size, shuffle=True, norm=False, num_workers=0, gmt=False):
     """`DataLoader(dataset, batch_size, shuffle)` (the batch size and shuffle given by
     position, as PyG's ``mutag_gin.py`` passes them), a `Gin` and its SGD."""
     torch.manual_seed(0)
     loader = DataLoader(dataset, batch_size, shuffle, num_workers=num_workers)
-    model = Gin(norm)
+    model = Gin(norm, gmt)
     return loader, model, torch.optim.SGD(model.parameters(), lr=0.05)
 
 
@@ -84,9 +86,9 @@ def train_epochs(loader, model, optimizer, epochs, leave_first=False):
     return sizes
 
 
-def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False):
+def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False, gmt=False):
     """`epochs` epochs of SGD over `gin_setup`'s loader; the parameters."""
-    loader, model, optimizer = gin_setup(dataset, batch_size, shuffle, norm)
+    loader, model, optimizer = gin_setup(dataset, batch_size, shuffle, norm, gmt=gmt)
     train_epochs(loader, model, optimizer, epochs)
     return model.state_dict()
 
@@ -100,16 +102,16 @@ def _orders(dataset, epochs):
     return [dataset[int(i)] for e in range(epochs) for i in sampler.permutation(e)]
 
 
-@pytest.mark.parametrize("norm", [False, True])
-def test_two_ranks_equal_one_process_over_two_epochs(norm):
+@pytest.mark.parametrize("norm, gmt", [(False, False), (True, False), (False, True)])
+def test_two_ranks_equal_one_process_over_two_epochs(norm, gmt):
     # the first epoch's first batch runs whole (no forward has shown the model yet), the rest
     # of the run sharded, unless the model holds a BatchNorm: then whole. Either way one
     # process, unshuffled over the runtime's permutations with the global batch size, trains
     # the same model
     dataset = graphs()
     runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
-    got = runtime(dataset, 16, 2, True, norm)
-    want = gin_epochs(_orders(dataset, 2), 16, 1, False, norm)
+    got = runtime(dataset, 16, 2, True, norm, gmt)
+    want = gin_epochs(_orders(dataset, 2), 16, 1, False, norm, gmt)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     batches = [e["batches"] for e in runtime.last_run.epochs[0]]
