@@ -64,11 +64,13 @@ def step(model, optimizer, batch) -> float:
     return loss.item()
 
 
-def gin_setup(dataset, batch_size, shuffle=True, norm=False, num_workers=0, gmt=False):
+def gin_setup(dataset, batch_size, shuffle=True, norm=False, num_workers=0, gmt=False,
+              persistent=False):
     """`DataLoader(dataset, batch_size, shuffle)` (the batch size and shuffle given by
     position, as PyG's ``mutag_gin.py`` passes them), a `Gin` and its SGD."""
     torch.manual_seed(0)
-    loader = DataLoader(dataset, batch_size, shuffle, num_workers=num_workers)
+    loader = DataLoader(dataset, batch_size, shuffle, num_workers=num_workers,
+                        persistent_workers=persistent)
     model = Gin(norm, gmt)
     return loader, model, torch.optim.SGD(model.parameters(), lr=0.05)
 
@@ -144,6 +146,23 @@ def test_an_epoch_left_after_its_first_batch_ends_there(num_workers):
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     assert sizes == [16] + [8] * 12
     assert [e["batches"] for e in runtime.last_run.epochs[0]] == [1, 6, 6]
+
+
+def gin_persistent_workers(dataset, batch_size, epochs):
+    """`gin_epochs` on a loader with 2 persistent workers; the parameters and batch sizes."""
+    loader, model, optimizer = gin_setup(dataset, batch_size, num_workers=2, persistent=True)
+    sizes = train_epochs(loader, model, optimizer, epochs)
+    return model.state_dict(), sizes
+
+
+def test_persistent_workers_serve_both_passes_of_a_split_epoch():
+    dataset = graphs()
+    runtime = gnnorch.Runtime(gin_persistent_workers, processes=2, seed=SEED, verbose=False)
+    got, sizes = runtime(dataset, 16, 2)
+    want = gin_epochs(_orders(dataset, 2), 16, 1, False)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    assert sizes == [16] + [8] * 5 + [8] * 6
 
 
 def gin_after_an_unused_iterator(dataset, batch_size, epochs):
