@@ -99,8 +99,12 @@ def measure_one(label: str, args: argparse.Namespace) -> dict:
 
     def epochs(runtime) -> dict:
         times = [e["seconds"] for e in runtime.last_run.epochs[0] if e["loader"] == 0]
+        report = runtime.report   # the tuner's probes, when the defaults tuned
+        trials = [{k: t.get(k) for k in ("config", "throughput", "status", "chosen_by",
+                                         "batch_size_per_rank")}
+                  for t in (report.trials if report is not None else [])]
         return {"train_epoch_s": statistics.mean(times[1:] or times) if times else None,
-                "train_epochs_s": times}
+                "train_epochs_s": times, "trials": trials}
 
     return baselines.program_row(label, train, call_args, ROWS[label], args.seed, epochs)
 
@@ -132,7 +136,9 @@ def main() -> None:
     if args.epochs is not None and args.epochs < 1:
         ap.error(f"--epochs must be at least 1, got {args.epochs}")
     if args.measure:
-        args.workload = args.workload[0]
+        args.workload = (args.workload or list(SCALES))[0]
+        args.scale = args.scale or SCALES[args.workload]
+        args.epochs = args.epochs or EPOCHS[args.workload]
         print(json.dumps(measure_one(args.measure, args)))
         return
     print(baselines.machine_line(), flush=True)

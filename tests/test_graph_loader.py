@@ -238,6 +238,48 @@ def test_the_tuner_probes_a_graph_level_program_with_sharded_ranks():
     assert len(got) == 4 * 96 // 16   # 6 steps an epoch whatever p: the global batch is 16
 
 
+class WorkerCpus:
+    """A dataset transform: each graph carries the CPUs its loader worker may run on."""
+
+    def __call__(self, data):
+        data = data.clone()
+        data.cpus = torch.tensor([sorted(os.sched_getaffinity(0))])
+        return data
+
+
+def worker_cpus(dataset, inits):
+    """One epoch of the plan's workers (``num_workers`` left out) collating `dataset`, with a
+    ``worker_init_fn`` of the user's; the CPU sets the batches were collated on."""
+    def users_init(worker_id):
+        inits.put(worker_id)
+
+    loader = DataLoader(dataset, batch_size=16, shuffle=True, worker_init_fn=users_init)
+    model = Gin()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    seen = set()
+    for batch in loader:
+        step(model, optimizer, batch)
+        seen.update(tuple(row) for row in batch.cpus.tolist())
+    return seen
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
+def test_the_plans_loader_workers_are_pinned_to_its_sampler_cpus():
+    # a graph-level DataLoader has no `enable_cpu_affinity` (PyG's node and link loaders
+    # do): the plan's worker is pinned through a worker_init_fn, the user's own still runs
+    import multiprocessing
+
+    dataset = graphs(n=48)
+    dataset.transform = WorkerCpus()
+    inits = multiprocessing.get_context("fork").SimpleQueue()
+    runtime = gnnorch.Runtime(worker_cpus, processes=1, autotune=False, verbose=False,
+                              launch={"sampler_cores": 1, "threads": 1})
+    seen = runtime(dataset, inits)
+    sampler_cpus = runtime.last_run.cores[0].sampler_cpus
+    assert seen == {sampler_cpus} and len(sampler_cpus) == 1   # the worker's CPU only
+    assert inits.get() == 0
+
+
 def test_one_process_runs_the_loader_as_pyg_does():
     dataset = graphs(n=50)
     torch.manual_seed(3)
