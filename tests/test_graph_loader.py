@@ -238,46 +238,51 @@ def test_the_tuner_probes_a_graph_level_program_with_sharded_ranks():
     assert len(got) == 4 * 96 // 16   # 6 steps an epoch whatever p: the global batch is 16
 
 
-class WorkerCpus:
-    """A dataset transform: each graph carries the CPUs its loader worker may run on."""
+class InWorker:
+    """A dataset transform: each graph says whether a loader worker collated it."""
 
     def __call__(self, data):
         data = data.clone()
-        data.cpus = torch.tensor([sorted(os.sched_getaffinity(0))])
+        data.in_worker = torch.tensor([torch.utils.data.get_worker_info() is not None])
         return data
 
 
-def worker_cpus(dataset, inits):
-    """One epoch of the plan's workers (``num_workers`` left out) collating `dataset`, with a
-    ``worker_init_fn`` of the user's; the CPU sets the batches were collated on."""
+def collated_where(dataset, inits, num_workers=None):
+    """One training epoch over `dataset` (``num_workers`` left out unless given, with a
+    ``worker_init_fn`` of the user's); whether each graph was collated in a worker."""
     def users_init(worker_id):
         inits.put(worker_id)
 
-    loader = DataLoader(dataset, batch_size=16, shuffle=True, worker_init_fn=users_init)
+    workers = {} if num_workers is None else {"num_workers": num_workers}
+    loader = DataLoader(dataset, batch_size=16, shuffle=True, worker_init_fn=users_init,
+                        **workers)
     model = Gin()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     seen = set()
     for batch in loader:
         step(model, optimizer, batch)
-        seen.update(tuple(row) for row in batch.cpus.tolist())
+        seen.update(batch.in_worker.tolist())
     return seen
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
-def test_the_plans_loader_workers_are_pinned_to_its_sampler_cpus():
-    # a graph-level DataLoader has no `enable_cpu_affinity` (PyG's node and link loaders
-    # do): the plan's worker is pinned through a worker_init_fn, the user's own still runs
+def test_a_graph_level_loader_keeps_pygs_workers_under_a_plan_with_sampler_cores():
+    # num_workers left out: PyG's none, whatever the plan's sampler cores (a graph-level
+    # DataLoader has no enable_cpu_affinity; workers started anew for every pass cost more
+    # than collating saves); the user's own workers are kept, with the user's worker_init_fn
     import multiprocessing
 
     dataset = graphs(n=48)
-    dataset.transform = WorkerCpus()
+    dataset.transform = InWorker()
     inits = multiprocessing.get_context("fork").SimpleQueue()
-    runtime = gnnorch.Runtime(worker_cpus, processes=1, autotune=False, verbose=False,
+    runtime = gnnorch.Runtime(collated_where, processes=1, autotune=False, verbose=False,
                               launch={"sampler_cores": 1, "threads": 1})
-    seen = runtime(dataset, inits)
-    sampler_cpus = runtime.last_run.cores[0].sampler_cpus
-    assert seen == {sampler_cpus} and len(sampler_cpus) == 1   # the worker's CPU only
-    assert inits.get() == 0
+    assert runtime(dataset, inits) == {False} and inits.empty()
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert record["num_workers"] == "0 (PyG's default)"
+    assert runtime(dataset, inits, 1) == {True} and inits.get() == 0
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert record["num_workers"] == "user (1)"
 
 
 def test_one_process_runs_the_loader_as_pyg_does():

@@ -85,8 +85,9 @@ class LoaderState:
                "backend": self.backend,
                "reason": self.backend_reason, "directional": self.directional,
                "num_hops": self.num_hops, "transform": self.transform,
-               "num_workers": ("plan" if self.user_num_workers is None
-                               else f"user ({self.user_num_workers})"),
+               "num_workers": (f"user ({self.user_num_workers})"
+                               if self.user_num_workers is not None
+                               else "0 (PyG's default)" if self.kind == "graph" else "plan"),
                "sampler_choice": self.sampler_choice, "setup_s": self.setup_s}
         if self.device is not None:
             out["device"] = self.device.to_dict()

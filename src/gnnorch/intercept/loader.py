@@ -10,8 +10,8 @@ leave it to PyG; its batches are trimmed to their first hop's nodes (`announce.l
 where the supervision edges' endpoints are. A graph-level `DataLoader` (mini-batches of whole
 graphs, collated by PyG) gets the loader-level part only: its training epochs are sharded by
 graph where that is exact (`epoch_role.kept_whole`; before the model's first forward, from
-an epoch's second batch on: `epoch_role.decided_after_first_batch`), timed for the tuner and
-given the plan's workers where the user left ``num_workers`` out; its batches are neither
+an epoch's second batch on: `epoch_role.decided_after_first_batch`) and timed for the tuner
+(without ``num_workers`` it keeps PyG's none: `loader_pass`); its batches are neither
 sampled nor trimmed (they have no hops) and, on a device, are copied over as any batch PyG
 builds is (`device_feed.PyGBatchesCopied`).
 
@@ -207,7 +207,7 @@ class LoaderInterceptor:
                             global_batch_size=batch_size,
                             user_num_workers=None if workers is None else int(workers),
                             kind=kind)
-        if workers is None:  # left open by the user: the plan decides
+        if workers is None and kind != "graph":  # left open by the user: the plan decides
             kwargs["num_workers"] = ctx.plan.sampler_cores
             if ctx.plan.sampler_cores == 0:
                 for key in _WORKER_ONLY_KWARGS:

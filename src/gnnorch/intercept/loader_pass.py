@@ -2,20 +2,20 @@
 the RNG stream the pass runs with. An epoch is one pass, or two when its sharding is decided
 after its first batch (`head_then_rest`, `epoch_role.decided_after_first_batch`).
 
-* Workers (`plan_workers`): a loader that samples on the device runs without workers; one whose
-  user left ``num_workers`` out (and asked for no persistent workers) gets the rank plan's
-  sampler cores, each pinned to one of the rank's sampler CPUs while its iterator starts them
-  (`pinned_workers`: PyG's ``enable_cpu_affinity`` where the loader has it, as PyG's node and
-  link loaders do; else, for PyG's graph-level ``DataLoader``, a ``worker_init_fn`` of the
-  same effect around the user's own); any other keeps the user's.
+* Workers (`plan_workers`): a loader that samples on the device runs without workers; a
+  NeighborLoader or LinkNeighborLoader whose user left ``num_workers`` out (and asked for no
+  persistent workers) gets the rank plan's sampler cores, each pinned to one of the rank's
+  sampler CPUs through PyG's ``enable_cpu_affinity`` while its iterator starts them; any other
+  keeps the user's, and a graph-level ``DataLoader`` left without ``num_workers`` keeps PyG's
+  default, none: it has no ``enable_cpu_affinity``, and workers it starts again for every
+  pass (programs evaluate on their training loader too) cost more than collating small
+  graphs saves; a tuner probe cannot see that cost.
 * The stream (`rank_streams`): in the trainer's process every draw of the pass runs in the
   stream's state (`independent_draws`); with workers the stream is the DataLoader's
   ``generator`` while the workers' base seed is drawn, and the user's generator is put back.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
@@ -28,14 +28,13 @@ if TYPE_CHECKING:
 
     from ..launch.context import RankContext
 
-__all__ = ["PinnedWorkerInit", "head_then_rest", "pinned_workers", "plan_workers",
-           "start_pass"]
+__all__ = ["head_then_rest", "plan_workers", "start_pass"]
 
 
 def plan_workers(loader: NeighborLoader, state: LoaderState, ctx: RankContext) -> bool:
     """Set the loader's workers for the epoch starting now; True when they are the plan's."""
-    planned = (state.user_num_workers is None and not loader.persistent_workers
-               and not state.samples_on_device)
+    planned = (state.kind != "graph" and state.user_num_workers is None
+               and not loader.persistent_workers and not state.samples_on_device)
     if state.samples_on_device:
         loader.num_workers = 0
     elif planned:
@@ -57,7 +56,7 @@ def start_pass(loader: NeighborLoader, ctx: RankContext,
     cpus = ctx.sampler_cpus
     try:
         if planned and loader.num_workers > 0 and cpus and len(cpus) == loader.num_workers:
-            with pinned_workers(loader, list(cpus)):
+            with loader.enable_cpu_affinity(loader_cores=cpus):
                 iterator = pyg_iter(loader)
         else:
             iterator = pyg_iter(loader)
@@ -66,36 +65,6 @@ def start_pass(loader: NeighborLoader, ctx: RankContext,
     if stream is not None and in_process:
         iterator = independent_draws(iter(iterator), stream)
     return iterator
-
-
-class PinnedWorkerInit:
-    """A DataLoader ``worker_init_fn``: worker ``w`` runs on CPU ``cpus[w]`` only, then the
-    user's own ``worker_init_fn`` (if any) runs. A plain class, so that it pickles where
-    workers are spawned."""
-
-    def __init__(self, cpus: list[int], users: Callable[[int], None] | None) -> None:
-        self.cpus, self.users = cpus, users
-
-    def __call__(self, worker_id: int) -> None:
-        if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, {self.cpus[worker_id]})
-        if self.users is not None:
-            self.users(worker_id)
-
-
-@contextlib.contextmanager
-def pinned_workers(loader: NeighborLoader, cpus: list[int]) -> Iterator[None]:
-    """While the block starts `loader`'s workers, worker w is pinned to ``cpus[w]``."""
-    if hasattr(loader, "enable_cpu_affinity"):   # PyG's AffinityMixin (node, link loaders)
-        with loader.enable_cpu_affinity(loader_cores=cpus):
-            yield
-        return
-    users = loader.worker_init_fn
-    loader.worker_init_fn = PinnedWorkerInit(cpus, users)
-    try:
-        yield
-    finally:
-        loader.worker_init_fn = users
 
 
 def head_then_rest(start: Callable[[], Iterator[Any]], decide: Callable[[], None],
