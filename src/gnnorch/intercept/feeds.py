@@ -81,13 +81,15 @@ class LoaderState:
         return self.device is not None and self.device.samples_on_device
 
     def to_dict(self) -> dict:
+        if self.user_num_workers is not None:
+            workers = f"user ({self.user_num_workers})"
+        else:   # left out: the plan's, except for a graph-level loader (`loader_pass`)
+            workers = "0 (PyG's default)" if self.kind == "graph" else "plan"
         out = {"kind": self.kind, "graph": self.graph, "role": self.role, "index": self.index,
                "backend": self.backend,
                "reason": self.backend_reason, "directional": self.directional,
                "num_hops": self.num_hops, "transform": self.transform,
-               "num_workers": (f"user ({self.user_num_workers})"
-                               if self.user_num_workers is not None
-                               else "0 (PyG's default)" if self.kind == "graph" else "plan"),
+               "num_workers": workers,
                "sampler_choice": self.sampler_choice, "setup_s": self.setup_s}
         if self.device is not None:
             out["device"] = self.device.to_dict()

@@ -53,7 +53,7 @@ class ShardSampler(Sampler[int]):
         self.epoch = 0
         self.sharded = self.shuffle   # an unshuffled loader shards only once an epoch trains
         self.head: int | None = None
-        self._drawn = 0               # positions of the open epoch a head pass drew
+        self._rest: torch.Tensor | None = None   # the open epoch's positions after its head
 
     @property
     def items(self) -> int:
@@ -63,7 +63,7 @@ class ShardSampler(Sampler[int]):
     def __len__(self) -> int:
         if self.head is not None:
             return min(self.head, self.items)
-        remaining = self.items - self._drawn
+        remaining = self.items if self._rest is None else self._rest.numel()
         if not self.sharded:
             return remaining
         return -(-remaining // self.world_size)
@@ -71,8 +71,8 @@ class ShardSampler(Sampler[int]):
     def close_epoch(self) -> None:
         """End the open epoch of a head pass whose second pass never ran (the user left the
         loop after its first batch)."""
-        if self._drawn:
-            self._drawn = 0
+        if self._rest is not None:
+            self._rest = None
             self.epoch += 1
 
     def permutation(self, epoch: int) -> torch.Tensor:
@@ -102,12 +102,12 @@ class ShardSampler(Sampler[int]):
         return perm
 
     def __iter__(self) -> Iterator[int]:
-        perm = self._draw(self.epoch)
         if self.head is not None:   # the open epoch's first positions, in every rank
-            self._drawn, self.head = min(self.head, perm.numel()), None
-            return iter(perm[:self._drawn].tolist())
-        perm = perm[self._drawn:]
-        self._drawn = 0
+            perm = self._draw(self.epoch)
+            head, self.head, self._rest = perm[:self.head], None, perm[self.head:]
+            return iter(head.tolist())
+        perm = self._draw(self.epoch) if self._rest is None else self._rest
+        self._rest = None
         self.epoch += 1
         if not self.sharded:   # the whole draw, without the padding to a multiple of p
             return iter(perm.tolist())
