@@ -613,3 +613,51 @@ def test_work_dominated_rewrites_are_not_probed():
         assert (bucket["probes"] > 0) is expect_probe
         if not expect_probe:
             assert bucket["decided_by"] == "work" and bucket["choice"] == "original"
+
+
+def test_hooks_are_checked_only_where_the_rewrite_could_run():
+    """A dominated bucket (SAGE transform-first with f_out > f_in) runs PyG's order without the
+    per-call admission checks, hooks and all; a bucket where the rewrite could pay still steps
+    aside for a hook, and the report counts that call's reason."""
+    x, edge_index = small_graph(600, 300, 3000, 16)
+    fired = []
+    for layer, args, could_rewrite in (
+            (SAGEConv(16, 64), ((x, x[:300]), edge_index), False),
+            (SAGEConv(16, 2), ((x, x[:300]), edge_index), True)):
+        handle = layer.lin_l.register_forward_hook(lambda *a: fired.append(1))
+        eng = engine(True)
+        recorder = Recorder(layer)
+        for _ in range(3):
+            assert eng.forward(layer, recorder, args, {}) is recorder.outputs[-1]
+        (entry,) = eng.report()["layers"]
+        assert entry["rewritten_calls"] == 0 and entry["calls"] == 3
+        hooked = {why: n for why, n in entry["left_alone"].items() if "hook" in why}
+        assert (sum(hooked.values()) == 3) is could_rewrite and (not hooked) is not could_rewrite
+        handle.remove()
+    assert len(fired) == 6      # every call ran PyG's own, hooked lin_l
+
+
+@pytest.mark.parametrize("kind", ["sequential", "mlp"])
+def test_gin_split_follows_modules_replaced_after_first_use(kind):
+    """The split of a GIN's ``nn`` is kept per layer: replacing its first Linear, or a module
+    after it, between calls changes what the rewrite computes exactly as it changes PyG's."""
+    from gnnorch.rewrite.rules.gin import GINRule
+
+    torch.manual_seed(0)
+    x, edge_index = small_graph(50, 50, 200, 6)
+    x = x.double()
+    layer = GINConv(gin_nn(kind, 6, 3)).double().eval()
+    rule = GINRule()
+
+    def rewritten():
+        return rule.forward(layer, rule.bind(layer, (x, edge_index), {}))
+
+    torch.testing.assert_close(rewritten(), layer(x, edge_index), **F64)
+    lins = layer.nn if kind == "sequential" else layer.nn.lins
+    lins[0] = torch.nn.Linear(6, 8).double()
+    torch.testing.assert_close(rewritten(), layer(x, edge_index), **F64)
+    lins[-1] = torch.nn.Linear(lins[-1].weight.size(1), 3).double()
+    torch.testing.assert_close(rewritten(), layer(x, edge_index), **F64)
+    assert rule.moved_modules(layer)[-1] is lins[0]
+    layer.nn = torch.nn.Sequential(torch.nn.ReLU())
+    assert "does not start with a Linear" in rule.applicable(layer)

@@ -8,7 +8,8 @@ package only, behind one accessor in the style of PyG's ``torch_geometric/typing
 accessor checks the name's shape once, on first use; when the name is missing or changed, the
 feature that needs it switches off (or takes a conservative path) and says why, never a silently
 wrong result and never an error at import. `unavailable()` lists every missing name with its reason
-and effect; the session puts it in each rank's statistics (``stats["compat"]``).
+and effect; the session puts those its run asked for in each rank's statistics
+(``stats["compat"]``).
 
 ``tests/test_compat.py`` checks that no other module of gnnorch names a private torch / PyG
 attribute, and that every accessor fails closed. ``docs/compat.md`` is the inventory.

@@ -7,7 +7,8 @@ under which it is exact), ``shapes`` (the sizes of a layer call and their log2 b
 timing), ``probing`` (both orders on the same inputs, compared), ``planner`` (per layer and
 bucket: measure once it pays, then decide), ``entries`` (per-layer bookkeeping, decision
 keys), ``engine`` (:class:`RewriteEngine`, what the layer seam's
-``intercept.layer_calls`` calls below trimming), ``report``, ``host`` (the host transform)
+``intercept.layer_calls`` calls below trimming), ``report``, ``host`` (the host transform),
+``placement`` (whether a call with rows on the host takes its transform there, measured)
 and ``decisions`` (the process-wide and on-disk decision tables).
 """
 from .costmodel import CostModel, Op

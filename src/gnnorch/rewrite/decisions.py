@@ -48,7 +48,7 @@ def shared_decisions() -> tuple:
     shape bucket; host or device placement): measured once per process, reused by every run
     in it (the tuner's default run, its in-process probes, the real run)."""
     if not _DECISIONS:
-        from .host import PlacementPlanner
+        from .placement import PlacementPlanner
         from .planner import Planner, probe_after_for
 
         _DECISIONS["orders"] = Planner(

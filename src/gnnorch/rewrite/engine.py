@@ -4,9 +4,13 @@
 ``original_forward(*args, **kwargs)`` returns (same values up to rounding, same gradients
 for inputs and parameters), running either PyG's order or the exact rewritten one:
 
-1. ``rule_for(layer)`` / ``rule.applicable`` / ``rule.bind`` -- or the call goes to PyG,
+1. ``rule_for(layer)`` / ``rule.static_reason`` / ``rule.bind`` -- or the call goes to PyG,
    with the reason counted for the report;
-2. the call's :class:`~gnnorch.rewrite.shapes.LayerShape` picks a bucket; the
+2. the call's :class:`~gnnorch.rewrite.shapes.LayerShape` picks a bucket. A bucket where the
+   rewrite does at least as much work of every kind (``costmodel.dominated``) runs PyG's order
+   at once; any other call must pass ``rule.dynamic_reason`` (hooks, explain mode, autocast)
+   or goes to PyG with the reason counted (so the report's reasons count the calls that
+   could have been rewritten). The
    :class:`~gnnorch.rewrite.planner.Planner` chooses an order from measurements, and
    before a bucket is measured from the cost model's prediction (``model_decides``) or
    PyG's order (the runtime);
@@ -42,12 +46,13 @@ from torch.nn import Module
 
 from .calibrate import calibrate
 from .costmodel import CostModel, dominated
-from .host import DEVICE, HOST, PlacementPlanner, deferred_input, materialised
+from .host import deferred_input, materialised
 from .planner import ORIGINAL, REWRITTEN, BucketState, Planner
 from .rules import Rule, rule_for
 from .rules.base import Call
 from .entries import LayerEntry, decision_key, device_key, model_key, signature
-from .probing import buffers_restored, outputs_differ, time_alternating, time_orders
+from .placement import HostTransformChoice, PlacementPlanner
+from .probing import outputs_differ, time_orders
 from .report import engine_report
 from .shapes import LayerShape
 
@@ -94,14 +99,13 @@ class RewriteEngine:
         # decisions: shared with other engines of the process when given (see _signature)
         self.planner = planner if planner is not None else Planner(
             probes_per_bucket=probes_per_bucket, reprobe_every=reprobe_every, margin=margin)
-        self.host_transform = host_transform
         self.placements = placements if placements is not None else PlacementPlanner(
             probes_per_bucket=max(1, probes_per_bucket), margin=margin)
+        self.host_choice = HostTransformChoice(self.placements, host_transform, repeats)
         # shared with other engines of the process when given: calibrated once, refined by all
         self._models: dict[str, CostModel] = {} if cost_models is None else cost_models
-        # seconds spent measuring rather than training (probes, calibration): a step's time
-        # less this is what the step costs once decisions are made (the tuner's probes use it)
-        self.overhead_s = 0.0
+        # seconds spent measuring orders rather than training (probes, calibration)
+        self._measuring_s = 0.0
         self._entries: list[LayerEntry] = []
         self._by_id: dict[int, LayerEntry] = {}
         self._names: dict[int, str] = {}
@@ -109,6 +113,13 @@ class RewriteEngine:
             self.cost_model(torch.device(device))
 
     # ------------------------------------------------------------------ public API
+    @property
+    def overhead_s(self) -> float:
+        """Seconds spent measuring rather than training (probes of orders and placements,
+        calibration): a step's time less this is what the step costs once decisions are made
+        (the tuner's probes use it)."""
+        return self._measuring_s + self.host_choice.overhead_s
+
     def forward(self, layer: Module, original_forward: Callable[..., Any], args: tuple,
                 kwargs: dict) -> Any:
         """Run one layer call in the chosen order; returns what ``original_forward`` would."""
@@ -124,15 +135,23 @@ class RewriteEngine:
         params_grad = any(p.requires_grad for p in entry.params)
         shape = rule.shape(layer, call, params_grad)
         device = entry.params[0].device if entry.params else torch.device("cpu")
-        if deferred_input(call["x"]):
-            if self._on_host(entry, layer, original_forward, args, kwargs, call, shape, device):
+        deferred = deferred_input(call["x"])
+        if not deferred:
+            state = self._state(entry, layer, shape, device)
+            if state.dominated:   # PyG's order whatever else holds: no admission needed
+                self.planner.plan(state, None)
+                return original_forward(*args, **kwargs)
+        reason = rule.dynamic_reason(layer)
+        if reason is not None:
+            entry.reasons[reason] += 1
+            return original_forward(*args, **kwargs)
+        if deferred:
+            if self.host_choice.on_host(entry, layer, original_forward, args, kwargs, call,
+                                        shape, device, apply=self.mode is True):
                 return rule.forward_host(layer, call)
             args, kwargs = materialised(args), materialised(kwargs)
             call = rule.bind(layer, args, kwargs)
-        state = self.planner.state(decision_key(entry, device), shape)
-        if state.calls == 0 and state.probes == 0:
-            state.dominated = dominated(rule.ops(layer, shape, True),
-                                        rule.ops(layer, shape, False))
+            state = self._state(entry, layer, shape, device)
         predicted = None
         if self.model_decides and self.planner.needs_prediction(state):  # (calibrated lazily)
             model = self.cost_model(device)
@@ -148,49 +167,15 @@ class RewriteEngine:
             return rule.forward(layer, call)
         return original_forward(*args, **kwargs)
 
-    def _on_host(self, entry: LayerEntry, layer: Module, original_forward: Callable[..., Any],
-                 args: tuple, kwargs: dict, call: Call, shape: LayerShape,
-                 device: torch.device) -> bool:
-        """Whether this call, whose input rows are deferred on the host, takes its transform
-        there (measured per bucket); False sends it to the device path."""
-        reason = (None if self.host_transform else "host transform is off") \
-            or entry.host_broken or entry.rule.host_reason(layer, call)
-        if reason is not None:
-            entry.host_reason = reason
-            return False
-        state = self.placements.state((decision_key(entry, device), shape.bucket()))
-        state.calls += 1
-        if self.placements.needs_probe(state):
-            self._probe_placement(entry, layer, original_forward, args, kwargs, call, shape,
-                                  state, device)
-        if self.mode is True and state.choice == HOST and entry.host_broken is None:
-            state.host_calls += 1
-            return True
-        return False
-
-    def _probe_placement(self, entry: LayerEntry, layer: Module,
-                         original_forward: Callable[..., Any], args: tuple, kwargs: dict,
-                         call: Call, shape: LayerShape, state: Any,
-                         device: torch.device) -> None:
-        """Time the host transform against PyG's call on freshly copied rows, fwd(+bwd)."""
-        rule = entry.rule
-        start = time.perf_counter()
-        wrt = [p for p in entry.params if p.requires_grad]
-        runs: dict[str, Callable[[], Any]] = {
-            HOST: lambda: rule.forward_host(layer, call),
-            DEVICE: lambda: original_forward(*materialised(args, fresh=True),
-                                             **materialised(kwargs, fresh=True)),
-        }
-        with buffers_restored(layer):
-            times, outputs = time_alternating(runs, wrt, shape.backward, device, self.repeats)
-        mismatch = outputs_differ(outputs[DEVICE], outputs[HOST])
-        if mismatch is not None:
-            entry.host_broken = f"host transform disabled: its output differs ({mismatch})"
-            warnings.warn(f"gnnorch: {entry.name}: {entry.host_broken}", RuntimeWarning,
-                          stacklevel=4)
-        self.placements.record(state, min(times[HOST]), min(times[DEVICE]))
-        entry.probe_s += time.perf_counter() - start
-        self.overhead_s += time.perf_counter() - start
+    def _state(self, entry: LayerEntry, layer: Module, shape: LayerShape,
+               device: torch.device) -> BucketState:
+        """The planner's state of the call's bucket; on first sight, whether the rewrite does
+        at least as much work of every kind there (``dominated``: never worth running)."""
+        state = self.planner.state(decision_key(entry, device), shape)
+        if state.calls == 0 and state.probes == 0:
+            state.dominated = dominated(entry.rule.ops(layer, shape, True),
+                                        entry.rule.ops(layer, shape, False))
+        return state
 
     def register_names(self, model: Module, prefix: str = "") -> None:
         """Name the report's layers by their qualified names in ``model``."""
@@ -232,7 +217,7 @@ class RewriteEngine:
             start = time.perf_counter()
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 calibrate(model, device, budget_s=self.calibration_s)
-            self.overhead_s += time.perf_counter() - start
+            self._measuring_s += time.perf_counter() - start
         return model
 
     def report(self) -> dict[str, Any]:
@@ -269,7 +254,9 @@ class RewriteEngine:
         """The bound call when the rule may run it; else the reason it goes to PyG.
 
         The static part of the rule's check (class, aggregation, configuration, lazy
-        parameters) is cached once it passes; hooks and explain mode are checked every call.
+        parameters) is cached once it passes. Hooks, explain mode and autocast
+        (``rule.dynamic_reason``) are checked at every call that might take the rewrite, i.e.
+        all but those of a bucket where it never pays (`forward`).
         """
         rule = entry.rule
         if rule is None:
@@ -282,7 +269,7 @@ class RewriteEngine:
                 return reason
             entry.static_ok = True
             entry.params = tuple(layer.parameters())
-        return rule.dynamic_reason(layer) or rule.bind(layer, args, kwargs)
+        return rule.bind(layer, args, kwargs)
 
     def _probe(self, entry: LayerEntry, layer: Module, original_forward: Callable[..., Any],
                args: tuple, kwargs: dict, shape: LayerShape, state: BucketState,
@@ -303,4 +290,4 @@ class RewriteEngine:
             self.planner.record(state, order, predicted, measured)
         self.planner.finish_probe(state)
         entry.probe_s += time.perf_counter() - start
-        self.overhead_s += time.perf_counter() - start
+        self._measuring_s += time.perf_counter() - start

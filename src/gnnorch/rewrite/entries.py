@@ -37,6 +37,7 @@ class LayerEntry:
     rewritten_calls: int = 0
     probe_s: float = 0.0
     reasons: Counter = field(default_factory=Counter)
+    keys: dict[str, str] = field(default_factory=dict)   # decision_key by device type
 
 
 def signature(layer: Module) -> str:
@@ -52,8 +53,12 @@ def signature(layer: Module) -> str:
 def decision_key(entry: LayerEntry, device: torch.device) -> str:
     """The planners' key of one layer on one device type. Thread counts are left out: which
     order (or placement) is faster barely depends on them, and leaving them out lets a
-    decision measured with t threads serve a probe or rank with other t."""
-    return f"{entry.signature}|{device.type}"
+    decision measured with t threads serve a probe or rank with other t. Kept on the entry:
+    the signature is long, and a new string would be hashed again at every call."""
+    key = entry.keys.get(device.type)
+    if key is None:
+        key = entry.keys[device.type] = f"{entry.signature}|{device.type}"
+    return key
 
 
 def of_entry(layer_key: str, entry: LayerEntry) -> bool:

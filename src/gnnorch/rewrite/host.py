@@ -6,7 +6,7 @@ When the features live in host memory and the model on a GPU, PyG copies a batch
 ``n_src x f_out``: when ``f_out < f_in`` it is cheaper to multiply on the CPU and copy the
 narrower product. Whether it *is* cheaper depends on the CPU's matmul speed against the copy
 bandwidth and the GPU, so the engine measures both placements per layer and batch size
-(:class:`PlacementPlanner`) and keeps the faster one.
+(:mod:`gnnorch.rewrite.placement`) and keeps the faster one.
 
 The seam: the loader announces a batch whose ``x`` is a :class:`HostBatchFeatures` (a plain CPU
 tensor in every respect, see :func:`mark_host_features`). Moving it to a CUDA device
@@ -29,10 +29,7 @@ before the model runs, so it does not overlap with the host matmul.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import sys
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -45,8 +42,7 @@ from ..compat.torch import tree_map
 from ..device.twin import PlainWhenCopied, copy_target
 
 __all__ = ["HostBatchFeatures", "DeferredFeatures", "HostLinear", "mark_host_features",
-           "transform_rows", "deferred_input", "materialised", "PlacementPlanner", "HOST",
-           "DEVICE"]
+           "transform_rows", "deferred_input", "materialised", "HOST", "DEVICE"]
 
 HOST = "host"
 DEVICE = "device"
@@ -297,75 +293,3 @@ def materialised(value: Any, fresh: bool = False) -> Any:
         return v.materialise(fresh) if isinstance(v, DeferredFeatures) else v
 
     return tree_map(unwrap, value)
-
-
-@dataclass
-class PlacementState:
-    """Measured forward(+backward) seconds of one (layer, bucket) on each placement."""
-
-    probes: int = 0
-    calls: int = 0
-    host_calls: int = 0
-    measured: dict[str, deque] = field(
-        default_factory=lambda: {HOST: deque(maxlen=8), DEVICE: deque(maxlen=8)})
-    choice: str = DEVICE
-
-    def median(self, where: str) -> float | None:
-        samples = self.measured[where]
-        return statistics.median(samples) if samples else None
-
-    def as_dict(self) -> dict[str, Any]:
-        host, device = self.median(HOST), self.median(DEVICE)
-        return {"calls": self.calls, "host_calls": self.host_calls, "probes": self.probes,
-                "choice": self.choice, "measured_s": {HOST: host, DEVICE: device},
-                "speedup_measured": device / host if host and device else None}
-
-
-@dataclass
-class PlacementPlanner:
-    """Host or device transform, per (layer, bucket): the first ``probes_per_bucket`` calls
-    time both (the device side including the copy of the full-width rows); then the faster
-    median wins, the host only by more than ``margin``."""
-
-    probes_per_bucket: int = 2
-    margin: float = 0.03
-    buckets: dict[tuple, PlacementState] = field(default_factory=dict)
-
-    def state(self, key: tuple) -> PlacementState:
-        if key not in self.buckets:
-            self.buckets[key] = PlacementState()
-        return self.buckets[key]
-
-    def needs_probe(self, state: PlacementState) -> bool:
-        return state.probes < self.probes_per_bucket
-
-    def export(self) -> list[dict]:
-        """Measured buckets as JSON rows (see :meth:`load`)."""
-        return [{"key": key[0], "bucket": list(key[1]),
-                 "measured": {w: list(st.measured[w]) for w in (HOST, DEVICE)}}
-                for key, st in self.buckets.items() if st.probes > 0]
-
-    def load(self, rows: list[dict]) -> int:
-        """Adopt buckets measured by another process of this machine; returns how many."""
-        adopted = 0
-        for row in rows:
-            key = (row["key"], tuple(row["bucket"]))
-            if key in self.buckets:
-                continue
-            state = self.state(key)
-            for w in (HOST, DEVICE):
-                state.measured[w].extend(float(v) for v in row["measured"][w])
-            state.probes = self.probes_per_bucket
-            state.choice = self._choice(state)
-            adopted += 1
-        return adopted
-
-    def _choice(self, state: PlacementState) -> str:
-        return (HOST if state.median(HOST) < (1.0 - self.margin) * state.median(DEVICE)
-                else DEVICE)
-
-    def record(self, state: PlacementState, host: float, device: float) -> None:
-        state.measured[HOST].append(host)
-        state.measured[DEVICE].append(device)
-        state.probes += 1
-        state.choice = self._choice(state)

@@ -11,7 +11,7 @@ from typing import Any
 
 from .costmodel import CostModel
 from .entries import LayerEntry, of_entry
-from .host import PlacementPlanner
+from .placement import PlacementPlanner
 from .planner import Planner
 
 __all__ = ["engine_report"]

@@ -11,9 +11,16 @@ sums the narrower rows, adds ``(1 + eps) W x_i`` and ``b``, then applies ``rest`
 whose first module is one, or PyG's ``MLP`` (its first operation is ``lins[0]``; the rest
 of ``MLP.forward`` -- act/norm/dropout per layer, the plain last layer -- is replayed
 step for step after it).
+
+A layer call asks for the split several times (admission, shape, forward): `_split_of` keeps it
+per ``nn`` while ``nn`` still starts with the same Linear (PyG's ``MLP`` took about 8 us to
+split, most of the engine's per-call work on a small GIN; the tails are read live, so a
+module replaced after the first Linear is honoured).
 """
 from __future__ import annotations
 
+import itertools
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -57,23 +64,31 @@ def _mlp_after_first(mlp: MLP) -> Callable[[Tensor], Tensor]:
     return rest
 
 
-def split_first_linear(nn: Module) -> tuple[Module, Callable[[Tensor], Tensor], list[Module]] | str:
+Split = tuple[Module, Callable[[Tensor], Tensor], list[Module]]
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
+def split_first_linear(nn: Module) -> Split | str:
     """``(L, rest, bypassed)`` with ``nn(z) == rest(L(z))``, or why ``nn`` cannot be split.
 
     ``bypassed``: modules whose ``__call__`` the split skips (they must carry no hooks).
+    ``rest`` reads ``nn``'s later modules when called.
     """
     if type(nn) in _LINEARS:
-        return nn, (lambda x: x), [nn]
+        return nn, _identity, [nn]
     if type(nn) is torch.nn.Sequential:
-        if len(nn) == 0 or type(nn[0]) not in _LINEARS:
+        first = next(iter(nn), None)
+        if type(first) not in _LINEARS:
             return "nn is a Sequential that does not start with a Linear"
-        tail = list(nn)[1:]
 
         def rest(x: Tensor) -> Tensor:
-            for module in tail:
+            for module in itertools.islice(nn, 1, None):
                 x = module(x)
             return x
-        return nn[0], rest, [nn, nn[0]]
+        return first, rest, [nn, first]
     if type(nn) is MLP:
         missing = [n for n in _MLP_ATTRIBUTES if not hasattr(nn, n)]
         if missing:
@@ -83,6 +98,33 @@ def split_first_linear(nn: Module) -> tuple[Module, Callable[[Tensor], Tensor], 
         return nn.lins[0], _mlp_after_first(nn), [nn, nn.lins[0]]
     return (f"nn is a {type(nn).__name__}: only Linear, Sequential(Linear, ...) or MLP "
             "are split")
+
+
+#: nn -> (its first module when split, the split); an entry holds while that module is first
+_SPLITS: weakref.WeakKeyDictionary[Module, tuple[Module, Split]] = weakref.WeakKeyDictionary()
+
+
+def _first_module(nn: Module) -> Module | None:
+    """The module ``split_first_linear`` takes as ``L`` (a cheap read; None: no candidate)."""
+    if type(nn) is torch.nn.Sequential:
+        return next(iter(nn), None)
+    if type(nn) is MLP:
+        lins = getattr(nn, "lins", None)
+        return next(iter(lins), None) if isinstance(lins, torch.nn.ModuleList) else None
+    return nn
+
+
+def _split_of(layer: GINConv) -> Split | str:
+    """``split_first_linear(layer.nn)``, kept per ``nn`` while its first module is the same
+    (a reason not to split is not kept: it is computed again)."""
+    nn = layer.nn
+    kept = _SPLITS.get(nn)
+    if kept is not None and _first_module(nn) is kept[0]:
+        return kept[1]
+    split = split_first_linear(nn)
+    if not isinstance(split, str):
+        _SPLITS[nn] = (split[0], split)
+    return split
 
 
 def _tail_modules(nn: Module) -> list[Module]:
@@ -102,7 +144,7 @@ def _tail_modules(nn: Module) -> list[Module]:
 def _tail_ops(nn: Module, n: int, backward: bool) -> list[Op]:
     """Cost-model operations of ``nn`` after its first Linear, on ``n`` rows (the same in
     both orders): its Linears, and one elementwise pass per other module."""
-    ops, width = [], split_first_linear(nn)[0].weight.size(0)
+    ops, width = [], _first_module(nn).weight.size(0)
     for module in _tail_modules(nn):
         if type(module) in _LINEARS:
             ops.append(Op("linear", n=n, f_in=width, f_out=module.weight.size(0),
@@ -122,18 +164,18 @@ class GINRule(Rule):
     required_attributes = ("nn", "eps")
 
     def config_reason(self, layer: GINConv) -> str | None:
-        split = split_first_linear(layer.nn)
+        split = _split_of(layer)
         return split if isinstance(split, str) else None
 
     def moved_modules(self, layer: GINConv) -> list[Module]:
-        split = split_first_linear(layer.nn)
+        split = _split_of(layer)
         return [] if isinstance(split, str) else split[2]
 
     def shape(self, layer: GINConv, call: Call, params_grad: bool) -> LayerShape:
         x = call["x"]
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         size = call["size"]
-        first = split_first_linear(layer.nn)[0]
+        first = _split_of(layer)[0]
         if size is not None and size[1] is not None:
             n_dst = int(size[1])
         else:
@@ -164,7 +206,7 @@ class GINRule(Rule):
         return ops + _tail_ops(layer.nn, s.n_dst, b)
 
     def forward(self, layer: GINConv, call: Call) -> Tensor:
-        first, rest, _ = split_first_linear(layer.nn)
+        first, rest, _ = _split_of(layer)
         x = call["x"]
         if isinstance(x, Tensor):
             h_src = h_dst = transform_rows(x, first.weight)
