@@ -412,7 +412,9 @@ def test_engine_keeps_original_when_the_rewrite_costs_more():
         recorder = Recorder(layer)
         out = eng.forward(layer, recorder, ((x, x[:200]), edge_index), {})
         assert any(out is o for o in recorder.outputs)
-    assert eng.report()["layers"][0]["buckets"][0]["choice"] == ORIGINAL
+    (entry,) = eng.report()["layers"]   # f_out >= f_in: no shape would pay, none measured
+    assert entry["buckets"] == [] and entry["rewritten_calls"] == 0
+    assert entry["left_alone"] == {"transform-first never does less work at widths 4 -> 512": 3}
 
 
 def test_engine_leaves_unsupported_layers_alone_with_a_reason():
@@ -594,15 +596,16 @@ def test_cora_training_through_the_engine_matches_pyg(kind):
 
 
 def test_work_dominated_rewrites_are_not_probed():
-    """SAGE transform-first with f_out > f_in does more of every kind of work: PyG's order,
-    no probe; GCN aggregate-first with f_in < f_out does less aggregation work: probed."""
+    """GCN aggregate-first with f_in > f_out on a whole graph does more of every kind of work:
+    PyG's order, no probe; with f_in < f_out it aggregates less: probed. SAGE transform-first
+    with f_out > f_in does more work at every shape (`Rule.never_pays`): no bucket at all."""
     from gnnorch.rewrite.costmodel import dominated
 
-    x, edge_index = small_graph(600, 300, 3000, 16)
-    sage, gcn = SAGEConv(16, 64), GCNConv(16, 64)
-    for layer, args, expect_probe in ((sage, ((x, x[:300]), edge_index), False),
-                                      (gcn, (x, edge_index), True)):
+    x, edge_index = small_graph(600, 600, 3000, 64)
+    for layer, expect_probe in ((GCNConv(64, 16), False), (GCNConv(16, 64), True)):
+        args = (x[:, :layer.in_channels], edge_index)
         rule = rule_for(layer)
+        assert rule.never_pays(layer) is None
         shape = rule.shape(layer, rule.bind(layer, args, {}), True)
         assert dominated(rule.ops(layer, shape, True), rule.ops(layer, shape, False)) \
             is not expect_probe
@@ -613,18 +616,27 @@ def test_work_dominated_rewrites_are_not_probed():
         assert (bucket["probes"] > 0) is expect_probe
         if not expect_probe:
             assert bucket["decided_by"] == "work" and bucket["choice"] == "original"
+    sage, args = SAGEConv(16, 64), ((x[:, :16], x[:300, :16]), edge_index[:, :1000] % 300)
+    eng = engine(True)
+    torch.testing.assert_close(eng.forward(sage, sage.forward, args, {}), sage(*args), **F32)
+    (entry,) = eng.report()["layers"]
+    assert entry["buckets"] == [] and list(entry["left_alone"]) == [rule_for(sage).never_pays(sage)]
 
 
 def test_hooks_are_checked_only_where_the_rewrite_could_run():
-    """A dominated bucket (SAGE transform-first with f_out > f_in) runs PyG's order without the
-    per-call admission checks, hooks and all; a bucket where the rewrite could pay still steps
-    aside for a hook, and the report counts that call's reason."""
-    x, edge_index = small_graph(600, 300, 3000, 16)
+    """A layer whose rewrite never pays (SAGE transform-first with f_out > f_in) or a dominated
+    bucket (GCN aggregate-first with f_in > f_out on a whole graph) runs PyG's order without
+    the per-call admission checks, hooks and all; where the rewrite could pay, a call still
+    steps aside for a hook, and the report counts that call's reason."""
+    x, edge_index = small_graph(600, 600, 3000, 16)
     fired = []
     for layer, args, could_rewrite in (
-            (SAGEConv(16, 64), ((x, x[:300]), edge_index), False),
-            (SAGEConv(16, 2), ((x, x[:300]), edge_index), True)):
-        handle = layer.lin_l.register_forward_hook(lambda *a: fired.append(1))
+            (SAGEConv(16, 64), ((x, x[:300]), edge_index % 300), False),
+            (GCNConv(16, 4), (x, edge_index), False),
+            (SAGEConv(16, 2), ((x, x[:300]), edge_index % 300), True)):
+        handle = layer.lin.register_forward_hook(lambda *a: fired.append(1)) \
+            if isinstance(layer, GCNConv) else \
+            layer.lin_l.register_forward_hook(lambda *a: fired.append(1))
         eng = engine(True)
         recorder = Recorder(layer)
         for _ in range(3):
@@ -634,7 +646,7 @@ def test_hooks_are_checked_only_where_the_rewrite_could_run():
         hooked = {why: n for why, n in entry["left_alone"].items() if "hook" in why}
         assert (sum(hooked.values()) == 3) is could_rewrite and (not hooked) is not could_rewrite
         handle.remove()
-    assert len(fired) == 6      # every call ran PyG's own, hooked lin_l
+    assert len(fired) == 9      # every call ran PyG's own, hooked Linear
 
 
 @pytest.mark.parametrize("kind", ["sequential", "mlp"])
@@ -661,3 +673,33 @@ def test_gin_split_follows_modules_replaced_after_first_use(kind):
     assert rule.moved_modules(layer)[-1] is lins[0]
     layer.nn = torch.nn.Sequential(torch.nn.ReLU())
     assert "does not start with a Linear" in rule.applicable(layer)
+
+
+@PROPERTY
+@given(st.data())
+def test_never_pays_means_dominated_at_every_shape(data):
+    """`Rule.never_pays` answers from the widths alone; at any call shape with n_src >= n_dst,
+    in and out of backward, with and without input gradients, the rewrite then does at least
+    as much work of every kind as PyG's order (what a bucket's `dominated` would find)."""
+    from gnnorch.rewrite.costmodel import dominated
+
+    f_in, f_out = data.draw(st.integers(1, 64)), data.draw(st.integers(1, 64))
+    kind = data.draw(st.sampled_from(["sage", "gin"]))
+    if kind == "sage":
+        layer = SAGEConv(f_in, f_out, aggr=data.draw(st.sampled_from(["mean", "add"])),
+                         root_weight=data.draw(st.booleans()),
+                         project=data.draw(st.booleans()), normalize=data.draw(st.booleans()))
+    else:
+        layer = GINConv(gin_nn(data.draw(st.sampled_from(["linear", "sequential", "mlp"])),
+                               f_in, f_out), train_eps=data.draw(st.booleans()))
+    rule = rule_for(layer)
+    reason = rule.never_pays(layer)
+    n_dst = data.draw(st.integers(1, 5000))
+    shape = LayerShape(n_src=n_dst + data.draw(st.integers(0, 5000)), n_dst=n_dst,
+                       n_edges=data.draw(st.integers(0, 50000)), f_in=f_in,
+                       f_out=rule.shape(layer, rule.bind(layer, (torch.randn(3, f_in),
+                                                                 torch.zeros(2, 0).long()),
+                                                         {}), True).f_out,
+                       input_grad=data.draw(st.booleans()), backward=data.draw(st.booleans()))
+    if reason is not None:
+        assert dominated(rule.ops(layer, shape, True), rule.ops(layer, shape, False)), reason

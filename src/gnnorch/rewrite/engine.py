@@ -5,7 +5,9 @@
 for inputs and parameters), running either PyG's order or the exact rewritten one:
 
 1. ``rule_for(layer)`` / ``rule.static_reason`` / ``rule.bind`` -- or the call goes to PyG,
-   with the reason counted for the report;
+   with the reason counted for the report. A layer whose rewrite does at least as much work
+   at every shape, by its widths (``rule.never_pays``, e.g. a GIN whose first Linear widens),
+   goes to PyG at once, unbound;
 2. the call's :class:`~gnnorch.rewrite.shapes.LayerShape` picks a bucket. A bucket where the
    rewrite does at least as much work of every kind (``costmodel.dominated``) runs PyG's order
    at once; any other call must pass ``rule.dynamic_reason`` (hooks, explain mode, autocast)
@@ -127,7 +129,12 @@ class RewriteEngine:
             return original_forward(*args, **kwargs)
         entry = self._entry(layer)
         entry.calls += 1
-        call = self._admit(entry, layer, args, kwargs)
+        reason = self._static_reason(entry, layer)
+        if (reason is None and entry.never_pays is not None
+                and not deferred_input(args[0] if args else kwargs.get("x"))):
+            entry.reasons[entry.never_pays] += 1    # PyG's order, nothing to decide
+            return original_forward(*args, **kwargs)
+        call = reason or entry.rule.bind(layer, args, kwargs)
         if isinstance(call, str):
             entry.reasons[call] += 1
             return original_forward(*args, **kwargs)
@@ -249,14 +256,13 @@ class RewriteEngine:
         device = entry.params[0].device if entry.params else torch.device("cpu")
         return entry, self.cost_model(device)
 
-    def _admit(self, entry: LayerEntry, layer: Module, args: tuple,
-               kwargs: dict) -> Call | str:
-        """The bound call when the rule may run it; else the reason it goes to PyG.
+    def _static_reason(self, entry: LayerEntry, layer: Module) -> str | None:
+        """Why no call of this layer can take the rewrite now, or None.
 
         The static part of the rule's check (class, aggregation, configuration, lazy
-        parameters) is cached once it passes. Hooks, explain mode and autocast
-        (``rule.dynamic_reason``) are checked at every call that might take the rewrite, i.e.
-        all but those of a bucket where it never pays (`forward`).
+        parameters) is kept once it passes, with `Rule.never_pays`. Hooks, explain mode and
+        autocast (``rule.dynamic_reason``) are checked at every call that might take the
+        rewrite: all but those of a layer or bucket where it never pays (`forward`).
         """
         rule = entry.rule
         if rule is None:
@@ -269,7 +275,8 @@ class RewriteEngine:
                 return reason
             entry.static_ok = True
             entry.params = tuple(layer.parameters())
-        return rule.bind(layer, args, kwargs)
+            entry.never_pays = rule.never_pays(layer)
+        return None
 
     def _probe(self, entry: LayerEntry, layer: Module, original_forward: Callable[..., Any],
                args: tuple, kwargs: dict, shape: LayerShape, state: BucketState,

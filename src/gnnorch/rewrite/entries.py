@@ -30,6 +30,7 @@ class LayerEntry:
     reason: str | None
     params: tuple[torch.nn.Parameter, ...] = ()
     static_ok: bool = False
+    never_pays: str | None = None   # `Rule.never_pays`, read when static_ok is first set
     broken: str | None = None
     host_broken: str | None = None
     host_reason: str | None = None

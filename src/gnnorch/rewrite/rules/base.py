@@ -198,6 +198,15 @@ class Rule(ABC):
     def moved_modules(self, layer: MessagePassing) -> list[Module]:
         """Sub-modules whose call the rewrite bypasses or moves (they must carry no hooks)."""
 
+    def never_pays(self, layer: MessagePassing) -> str | None:
+        """Why the rewritten order does at least as much work of every kind as PyG's
+        (`costmodel.dominated`) at every call whose source rows are at least its destination
+        rows -- every call on a sampled or whole graph -- at this layer's widths; None when a
+        call's shape decides (the default). The engine reads it once, when it first admits
+        the layer, and then runs such a layer's calls in PyG's order without binding or
+        measuring them."""
+        return None
+
     @abstractmethod
     def shape(self, layer: MessagePassing, call: Call, params_grad: bool) -> LayerShape:
         """Sizes of this call; ``params_grad``: some parameter of the layer needs a gradient."""

@@ -171,6 +171,16 @@ class GINRule(Rule):
         split = _split_of(layer)
         return [] if isinstance(split, str) else split[2]
 
+    def never_pays(self, layer: GINConv) -> str | None:
+        """Transform-first runs the first Linear on the n_src >= n_dst source rows, aggregates
+        f_out columns instead of f_in and adds two elementwise passes: never less work when
+        f_out >= f_in, unless a trained ``eps`` makes PyG's order backpropagate into the
+        aggregate where the rewrite would not."""
+        f_out, f_in = _split_of(layer)[0].weight.shape
+        if f_out < f_in or getattr(layer.eps, "requires_grad", False):
+            return None
+        return f"transform-first never does less work at widths {f_in} -> {f_out}"
+
     def shape(self, layer: GINConv, call: Call, params_grad: bool) -> LayerShape:
         x = call["x"]
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x

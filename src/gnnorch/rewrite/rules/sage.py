@@ -49,6 +49,15 @@ class SAGERule(Rule):
     def moved_modules(self, layer: SAGEConv) -> list[Module]:
         return [layer.lin_l]
 
+    def never_pays(self, layer: SAGEConv) -> str | None:
+        """Transform-first runs ``lin_l`` on the n_src >= n_dst source rows, aggregates f_out
+        columns instead of f_in (and backpropagates into them) and adds an elementwise pass:
+        never less work when f_out >= f_in."""
+        f_out, f_in = layer.lin_l.weight.shape
+        if f_out < f_in:
+            return None
+        return f"transform-first never does less work at widths {f_in} -> {f_out}"
+
     def shape(self, layer: SAGEConv, call: Call, params_grad: bool) -> LayerShape:
         x_src, x_dst = _pair(call["x"])
         size = call["size"]
