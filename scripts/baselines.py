@@ -22,6 +22,7 @@ every 0.2 s (from /proc/PID/smaps_rollup); the peak is reported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -30,13 +31,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 import psutil
 import torch
 import torch.nn.functional as F
 
 GRAPH_DIR = Path("bench-results/graphs")
+REPO = Path(__file__).resolve().parent.parent
 NO_PYG_LIB = "GNNORCH_BENCH_NO_PYG_LIB"
 
 
@@ -336,3 +338,23 @@ def run_fresh(script: str, config: str, path: Path, epochs: int, python: str) ->
 
 if __name__ == "__main__":  # pragma: no cover - used through bench_fastpath.py
     sys.exit("run scripts/bench_fastpath.py --baselines")
+
+
+@contextlib.contextmanager
+def package_at(ref: str | None) -> Iterator[str | None]:
+    """The ``src`` folder of the package as at git `ref` (a detached ``git worktree`` in a
+    temporary directory, removed afterwards), for a child's ``PYTHONPATH``; None for no ref."""
+    if ref is None:
+        yield None
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "ref"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=REPO,
+                       check=True, capture_output=True)
+        try:
+            yield str(tree / "src")
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO,
+                           check=False, capture_output=True)

@@ -20,12 +20,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import baselines  # noqa: E402  (package_at)
 
 
 def measure(number: int, repeats: int) -> dict:
@@ -112,22 +113,12 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.number, args.repeats)))
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        sides = {"now": None}
-        if args.ref is not None:
-            tree = Path(tmp) / "ref"
-            subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.ref],
-                           cwd=ROOT, check=True, capture_output=True)
-            sides[args.ref] = str(tree / "src")
-        try:
-            runs: dict[str, list[dict]] = {name: [] for name in sides}
-            for _ in range(args.rounds):
-                for name, path in sides.items():
-                    runs[name].append(run_child(path, args.number, args.repeats))
-        finally:
-            if args.ref is not None:
-                subprocess.run(["git", "worktree", "remove", "--force", sides[args.ref][:-4]],
-                               cwd=ROOT, check=False, capture_output=True)
+    with baselines.package_at(args.ref) as ref_src:
+        sides = {"now": None} if args.ref is None else {"now": None, args.ref: ref_src}
+        runs: dict[str, list[dict]] = {name: [] for name in sides}
+        for _ in range(args.rounds):
+            for name, path in sides.items():
+                runs[name].append(run_child(path, args.number, args.repeats))
     print("| code | seam step us (rounds) | vanilla step us (rounds) | over vanilla us (best) "
           "| Python calls: seam / vanilla |")
     print("|---|---|---|---|---|")
