@@ -6,8 +6,8 @@ A corpus program (`bench_graph_level.py`'s workloads: PyG's `mutag_gin.py` by de
 call of `gnnorch.intercept.layers.LayerSeam._on_layer` (the patched `MessagePassing.__call__`:
 trimming, the rewrite engine, the cache hooks) is timed, less the time of PyG's own layer call
 inside it: what remains is the seam's own host cost per call. Reported: its median and mean
-per call, PyG's layer call's mean, the calls, and the timed call's wall seconds; the same with
-``trim=False, rewrite=False`` (the seam's chain without its two links). With ``--ref``, the
+per call, PyG's layer call's mean, the calls, and the timed call's wall seconds; the call's
+wall seconds also with ``trim=False, rewrite=False`` (no layer seam is installed then). With ``--ref``, the
 package as at that ref (a ``git worktree``, on ``PYTHONPATH``) is measured in alternating fresh
 processes, ``--rounds`` times each.
 
@@ -88,8 +88,10 @@ def run_child(pythonpath: str | None, args: argparse.Namespace, row: str) -> dic
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _fmt(values: list[float], digits: int = 1) -> str:
-    return ", ".join(f"{v:.{digits}f}" for v in values)
+def _fmt(values: list[float | None], digits: int = 1) -> str:
+    """The rounds' values; "-" where a row has no seam call (trim and rewrite off: the layer
+    seam is not installed)."""
+    return ", ".join("-" if v is None else f"{v:.{digits}f}" for v in values)
 
 
 def main() -> None:
