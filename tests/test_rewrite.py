@@ -675,6 +675,22 @@ def test_gin_split_follows_modules_replaced_after_first_use(kind):
     assert "does not start with a Linear" in rule.applicable(layer)
 
 
+def test_gin_nn_replaced_after_admission_goes_to_pyg():
+    """A GIN admitted by the engine whose ``nn`` is then replaced by one that cannot be split
+    runs PyG's order, the reason counted (it raised an AttributeError in the shape before)."""
+    x, edge_index = small_graph(50, 50, 200, 6)
+    layer = GINConv(torch.nn.Linear(6, 2))       # narrows: may pay, so it is bound per call
+    eng = engine(True)
+    for nn in (None, torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(6, 2))):
+        if nn is not None:
+            layer.nn = nn
+        recorder = Recorder(layer)
+        out = eng.forward(layer, recorder, (x, edge_index), {})
+        torch.testing.assert_close(out, layer(x, edge_index), **F32)
+    (entry,) = eng.report()["layers"]
+    assert any("does not start with a Linear" in why for why in entry["left_alone"])
+
+
 @PROPERTY
 @given(st.data())
 def test_never_pays_means_dominated_at_every_shape(data):

@@ -167,6 +167,12 @@ class GINRule(Rule):
         split = _split_of(layer)
         return split if isinstance(split, str) else None
 
+    def call_reason(self, layer: GINConv, call: Call) -> str | None:
+        """The configuration checked again per call: an ``nn`` replaced after the layer was
+        admitted may no longer start with a Linear."""
+        split = _split_of(layer)
+        return split if isinstance(split, str) else None
+
     def moved_modules(self, layer: GINConv) -> list[Module]:
         split = _split_of(layer)
         return [] if isinstance(split, str) else split[2]
