@@ -51,7 +51,7 @@ def _trim_to_layer() -> type:
 
     class _TrimProbe(BasicGNN):
         """BasicGNN's own construction around identity layers: a real PyG layer would have
-        PyG compile its `propagate` template (about 75 ms) when its class is first built."""
+        PyG compile its `propagate` template when its class is first built."""
 
         supports_edge_weight = supports_edge_attr = False
 
@@ -163,8 +163,8 @@ def _mp_hooks() -> tuple[str, ...]:
         """A throwaway subclass: PyG's first instantiation of a class compiles its
         ``propagate`` and sets it *on that class*; on the base class itself it would change
         every subclass defined afterwards (their explain mode and TorchScript). Its own
-        ``propagate`` makes PyG skip that compilation (about 75 ms), which it does for any
-        class defining one."""
+        ``propagate`` makes PyG skip that compilation, which it does for any class defining
+        one."""
 
         def propagate(self, *args: Any, **kwargs: Any) -> Any:
             return MessagePassing.propagate(self, *args, **kwargs)

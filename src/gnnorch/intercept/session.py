@@ -86,7 +86,7 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
         stack.enter_context(context.activate(ctx))
         stack.enter_context(_compiled_module_hook_warning_silenced())
         stack.callback(lambda: ctx.stats["allocator"].update(heap_usage() or {}))
-        # (the names this run asked for: resolving the rest would build PyG layers, ~75 ms)
+        # (the names this run asked for: resolving the rest would build PyG layers)
         stack.callback(lambda: ctx.stats.__setitem__("compat",
                                                      compat.unavailable(resolve=False)))
         distribution = UserDistribution()

@@ -13,9 +13,9 @@ of ``MLP.forward`` -- act/norm/dropout per layer, the plain last layer -- is rep
 step for step after it).
 
 A layer call asks for the split several times (admission, shape, forward): `_split_of` keeps it
-per ``nn`` while ``nn`` still starts with the same Linear (PyG's ``MLP`` took about 8 us to
-split, most of the engine's per-call work on a small GIN; the tails are read live, so a
-module replaced after the first Linear is honoured).
+per ``nn`` while ``nn`` still starts with the same Linear (splitting PyG's ``MLP`` was most of
+the engine's per-call work on a small GIN; the tails are read live, so a module replaced after
+the first Linear is honoured).
 """
 from __future__ import annotations
 
