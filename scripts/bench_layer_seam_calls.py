@@ -104,6 +104,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--child", choices=tuple(ROWS), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    for name, least in (("rounds", 1), ("epochs", 1), ("scale", 20)):
+        if getattr(args, name) < least:
+            ap.error(f"--{name} must be at least {least}, got {getattr(args, name)}")
+    if args.workload == "qm9" and args.scale < 300:
+        ap.error(f"--scale must be at least 300 molecules for qm9 (100 each go to validation "
+                 f"and test), got {args.scale}")
     if args.child:
         print(json.dumps(measure(args.workload, args.scale, args.epochs, args.child)))
         return
