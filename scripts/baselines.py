@@ -1,7 +1,8 @@
 """The strong PyG baselines and the measuring harness of `bench_fastpath.py --baselines`.
 
-Configurations (the same training loop, `bench_runtime.train`'s workload: 3-layer GraphSAGE
-100->256->256->47, fanout [15, 10, 5], batch 1024, Adam):
+Configurations (the same training loop, `bench_runtime.train`'s workload: a 3-layer BasicGNN
+100->256->256->47, fanout [15, 10, 5], batch 1024, Adam; GraphSAGE unless ``--model`` names
+GCN or GAT):
 
 * ``vanilla-torch_sparse``: PyG's NeighborLoader on torch_sparse (pyg-lib hidden from PyG).
 * ``vanilla-pyg_lib``: PyG's NeighborLoader on pyg-lib 0.9.0, everything else default.
@@ -40,6 +41,21 @@ import torch.nn.functional as F
 GRAPH_DIR = Path("bench-results/graphs")
 REPO = Path(__file__).resolve().parent.parent
 NO_PYG_LIB = "GNNORCH_BENCH_NO_PYG_LIB"
+#: the benchmark models: PyG's BasicGNN GraphSAGE, GCN and GAT (4 heads)
+MODELS = ("sage", "gcn", "gat")
+
+
+def build_model(name: str, in_channels: int, hidden: int, layers: int, classes: int):
+    """One of `MODELS` as PyG's BasicGNN builds it (GAT: 4 heads, concatenated)."""
+    from torch_geometric.nn import GAT, GCN, GraphSAGE
+
+    if name == "sage":
+        return GraphSAGE(in_channels, hidden, num_layers=layers, out_channels=classes)
+    if name == "gcn":
+        return GCN(in_channels, hidden, num_layers=layers, out_channels=classes)
+    if name == "gat":
+        return GAT(in_channels, hidden, num_layers=layers, out_channels=classes, heads=4)
+    raise ValueError(f"unknown model {name!r}: pass one of {', '.join(MODELS)}")
 
 
 def graph_path(nodes: int, seed: int, train_seeds: int, avg_degree: float = 25.0) -> Path:
@@ -78,31 +94,29 @@ def split_budget(fraction: float, data) -> int:
 
 
 def train_expert(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0,
-                 num_workers=0):
+                 num_workers=0, model="sage"):
     """`bench_runtime.train` as a PyG expert writes it: hierarchical trimming with pyg-lib's
     hop counts, and loader workers pinned with `enable_cpu_affinity`."""
     import contextlib
 
     from torch_geometric.loader import NeighborLoader
-    from torch_geometric.nn import GraphSAGE
 
     torch.manual_seed(seed)
     loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
                             batch_size=batch_size, shuffle=True, num_workers=num_workers,
                             persistent_workers=num_workers > 0)
-    model = GraphSAGE(data.num_features, hidden, num_layers=len(fanout),
-                      out_channels=int(data.y.max()) + 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+    net = build_model(model, data.num_features, hidden, len(fanout), int(data.y.max()) + 1)
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
     epoch_seconds, loss = [], None
     affinity = (loader.enable_cpu_affinity(list(range(num_workers))) if num_workers > 0
                 else contextlib.nullcontext())
     with affinity:
         for _ in range(epochs):
-            model.train()
+            net.train()
             start = time.perf_counter()
             for batch in loader:
                 optimizer.zero_grad()
-                out = model(batch.x, batch.edge_index,
+                out = net(batch.x, batch.edge_index,
                             num_sampled_nodes_per_hop=batch.num_sampled_nodes,
                             num_sampled_edges_per_hop=batch.num_sampled_edges)
                 loss = F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size])
@@ -112,8 +126,8 @@ def train_expert(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256
     return {"epoch_seconds": epoch_seconds, "loss": loss.item()}
 
 
-def measure_here(config: str, path: Path, epochs: int) -> dict:
-    """Run one configuration in this process; its JSON row."""
+def measure_here(config: str, path: Path, epochs: int, model: str = "sage") -> dict:
+    """Run one configuration on `model` (one of `MODELS`) in this process; its JSON row."""
     import torch_geometric.typing as pyg_typing
 
     from bench_runtime import train
@@ -124,18 +138,19 @@ def measure_here(config: str, path: Path, epochs: int) -> dict:
     start = time.perf_counter()
     stats = None
     if config.startswith("vanilla"):
-        out = train(data, epochs=epochs)
+        out = train(data, epochs=epochs, model=model)
     elif config.startswith("expert-w"):
-        out = train_expert(data, epochs=epochs, num_workers=int(config[len("expert-w"):]))
+        out = train_expert(data, epochs=epochs, num_workers=int(config[len("expert-w"):]),
+                           model=model)
     elif config == "gnnorch":
         import gnnorch
 
         runtime = gnnorch.Runtime(train)
-        out = runtime(data, epochs=epochs)
+        out = runtime(data, epochs=epochs, model=model)
         stats = runtime.last_run.stats[0]
     else:
         raise ValueError(f"unknown configuration {config!r}")
-    row = {"config": config, "epoch_seconds": out["epoch_seconds"],
+    row = {"config": config, "model": model, "epoch_seconds": out["epoch_seconds"],
            "first_epoch_seconds": out["epoch_seconds"][0],
            "steady_epoch_seconds": min(out["epoch_seconds"][1:] or out["epoch_seconds"]),
            "call_wall_seconds": time.perf_counter() - start, "final_loss": out["loss"],
@@ -303,13 +318,16 @@ def fastest_of(cmd: list[str], label: str, repeats: int) -> dict:
     return row
 
 
-def run_fresh(script: str, config: str, path: Path, epochs: int, python: str) -> dict:
-    """Run one configuration in a fresh interpreter of `python`; sample its tree's PSS."""
+def run_fresh(script: str, config: str, path: Path, epochs: int, python: str,
+              model: str = "sage") -> dict:
+    """Run one configuration on `model` in a fresh interpreter of `python` (`script`
+    ``--measure``); sample its tree's PSS."""
     env = dict(os.environ)
     env.pop(NO_PYG_LIB, None)
     if config == "vanilla-torch_sparse":
         env[NO_PYG_LIB] = "1"
-    cmd = [python, script, "--measure", config, "--graph", str(path), "--epochs", str(epochs)]
+    cmd = [python, script, "--measure", config, "--graph", str(path), "--epochs", str(epochs),
+           "--model", model]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     peak = [0]

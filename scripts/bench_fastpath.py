@@ -30,6 +30,10 @@ side by side in one run at each size, with the first and the steady epoch and th
 
     .venv-baseline/bin/python scripts/bench_fastpath.py --baselines \
         --nodes 100000 400000 1600000 --out benchmarks/results/fastpath_baselines.json
+
+``--model gcn`` / ``--model gat`` runs the same side-by-side study with PyG's BasicGNN GCN or
+GAT (4 heads) in place of GraphSAGE, in every configuration (the expert trims them the same
+way).
 """
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ import baselines  # the strong-baseline configurations and the memory-sampling h
 from bench_runtime import train  # the same ordinary PyG training function (scripts/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
+MODEL_NAMES = {"sage": "GraphSAGE", "gcn": "GCN", "gat": "GAT (4 heads)"}
 CONFIGS = {
     "runtime, sampler=pyg, trim=False": dict(sampler="pyg", trim=False),
     "runtime, sampler=gnnorch, trim=False": dict(sampler="gnnorch", trim=False),
@@ -150,14 +155,16 @@ def baseline_study(args: argparse.Namespace) -> None:
     topo = current_topology()
     print(f"machine: {topo}; torch {torch.__version__}, torch_geometric "
           f"{torch_geometric.__version__}, pyg-lib {importlib.metadata.version('pyg_lib')}, "
-          f"python {platform.python_version()}; {train_seeds} training seeds, {epochs} epochs")
+          f"python {platform.python_version()}; {train_seeds} training seeds, {epochs} epochs, "
+          f"model {args.model}")
     sizes = []
     for nodes in args.nodes:
         path = baselines.ensure_graph(nodes, args.seed, train_seeds)
         print(f"\nproducts-like graph, {nodes} nodes; each configuration in a fresh process:")
         rows = []
         for config in configs:
-            row = baselines.run_fresh(__file__, config, path, epochs, sys.executable)
+            row = baselines.run_fresh(__file__, config, path, epochs, sys.executable,
+                                      model=args.model)
             print(f"  {config:<22} first {row['first_epoch_seconds']:7.2f} s  steady "
                   f"{row['steady_epoch_seconds']:7.2f} s  peak PSS {row['peak_pss_mb']:7.0f} MB"
                   f"  loss {row['final_loss']:.3f}", flush=True)
@@ -189,8 +196,9 @@ def baseline_study(args: argparse.Namespace) -> None:
                     "python": platform.python_version(), "torch": torch.__version__,
                     "torch_geometric": torch_geometric.__version__,
                     "pyg_lib": importlib.metadata.version("pyg_lib"), "argv": sys.argv},
-        "workload": {"model": "GraphSAGE 3 layers", "hidden": 256, "fanout": [15, 10, 5],
-                     "batch_size": 1024, "epochs": epochs, "train_seeds": train_seeds},
+        "workload": {"model": f"{MODEL_NAMES[args.model]} 3 layers", "hidden": 256,
+                     "fanout": [15, 10, 5], "batch_size": 1024, "epochs": epochs,
+                     "train_seeds": train_seeds},
         "sizes": sizes,
     }, indent=1))
     print(f"wrote {args.out}")
@@ -215,9 +223,14 @@ def main() -> None:
                     help="--baselines: comma-separated subset of the configurations")
     ap.add_argument("--workers", default="0,1,2",
                     help="--baselines: num_workers values tried for the PyG expert")
+    ap.add_argument("--model", default="sage", choices=baselines.MODELS,
+                    help="--baselines: the BasicGNN every configuration trains (GAT: 4 heads)")
     args = ap.parse_args()
+    if args.model != "sage" and not (args.baselines or args.graph):
+        ap.error("--model applies to --baselines only (part 1's table is GraphSAGE's)")
     if args.measure and args.graph:
-        baselines.finish_child(baselines.measure_here(args.measure, args.graph, args.epochs))
+        baselines.finish_child(baselines.measure_here(args.measure, args.graph, args.epochs,
+                                                      model=args.model))
     if args.baselines:
         baseline_study(args)
         return

@@ -99,25 +99,13 @@ PRODUCTS = {"nodes": 2_450_000, "train_seeds": 196_615, "avg_degree": 50.5}
 DEVICE_ENV = "GNNORCH_BENCH_DEVICE"   # the parent's --device, for its fresh children
 HIDDEN_ENV = "GNNORCH_BENCH_HIDDEN"   # the parent's --hidden
 GIL_ENV = "GNNORCH_BENCH_GIL_PROFILE"   # the parent's --gil-profile (a directory)
-MODELS = ("sage", "gcn", "gat")
+MODELS = baselines.MODELS
 GNNORCH_ROWS = ("gnnorch", "gnnorch-cache", "gnnorch-features-host",
                 "gnnorch-cache-features-host", "gnnorch-features-host-norewrite",
                 "gnnorch-cache-r0.3-features-host", "gnnorch-eager-sampler",
                 "gnnorch-notrim", "gnnorch-norewrite", "gnnorch-noseams",
                 "gnnorch-split-f0.25", "gnnorch-cache-split-f0.25")
 BASELINES = ("vanilla", "expert")
-
-
-def build_model(name: str, in_channels: int, hidden: int, layers: int, classes: int):
-    from torch_geometric.nn import GAT, GCN, GraphSAGE
-
-    if name == "sage":
-        return GraphSAGE(in_channels, hidden, num_layers=layers, out_channels=classes)
-    if name == "gcn":
-        return GCN(in_channels, hidden, num_layers=layers, out_channels=classes)
-    if name == "gat":
-        return GAT(in_channels, hidden, num_layers=layers, out_channels=classes, heads=4)
-    raise ValueError(f"unknown model {name!r}")
 
 
 def _loader(data, mask, fanout, batch_size, shuffle, num_workers, expert):
@@ -159,7 +147,7 @@ def train(data, model="sage", epochs=3, device="cuda", num_workers=None, expert=
     torch.manual_seed(seed)
     device = torch.device(device)
     loader = _loader(data, data.train_mask, fanout, batch_size, True, num_workers, expert)
-    net = build_model(model, data.num_features, hidden, len(fanout),
+    net = baselines.build_model(model, data.num_features, hidden, len(fanout),
                       int(data.y.max()) + 1).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
     affinity = (loader.enable_cpu_affinity(list(range(num_workers)))
@@ -213,7 +201,7 @@ def screen_here(model: str, graph: Path, workers: list[int], batches: int, devic
         for family in BASELINES:
             expert = family == "expert"
             torch.manual_seed(0)
-            net = build_model(model, data.num_features, hidden, len(fanout),
+            net = baselines.build_model(model, data.num_features, hidden, len(fanout),
                               int(data.y.max()) + 1).to(dev)
             optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
             loader = NeighborLoader(data, num_neighbors=list(fanout),

@@ -29,29 +29,31 @@ import torch
 import torch.nn.functional as F
 import torch_geometric
 from torch_geometric.loader import NeighborLoader
-from torch_geometric.nn import GraphSAGE
 
 import gnnorch
 from gnnorch.datasets import products_like
 from gnnorch.launch.plan import enumerate_plans
 from gnnorch.launch.topology import current_topology
 
+from baselines import build_model  # noqa: E402  (scripts/ is on sys.path)
 
-def train(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0):
-    """An ordinary PyG training function; returns its own per-epoch seconds and final loss."""
+
+def train(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256, seed=0,
+          model="sage"):
+    """An ordinary PyG training function (`model`: GraphSAGE, or GCN / GAT, as
+    `baselines.build_model` builds them); returns its own per-epoch seconds and final loss."""
     torch.manual_seed(seed)
     loader = NeighborLoader(data, num_neighbors=list(fanout), input_nodes=data.train_mask,
                             batch_size=batch_size, shuffle=True)
-    model = GraphSAGE(data.num_features, hidden, num_layers=len(fanout),
-                      out_channels=int(data.y.max()) + 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+    net = build_model(model, data.num_features, hidden, len(fanout), int(data.y.max()) + 1)
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
     epoch_seconds, loss = [], None
     for _ in range(epochs):
-        model.train()
+        net.train()
         start = time.perf_counter()
         for batch in loader:
             optimizer.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            out = net(batch.x, batch.edge_index)[:batch.batch_size]
             loss = F.cross_entropy(out, batch.y[:batch.batch_size])
             loss.backward()
             optimizer.step()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 CHILD = """
@@ -44,3 +46,22 @@ def test_child_with_live_loader_workers_ends_cleanly_with_its_row() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"row": "measured",
                                                                  "workers": 4}
+
+
+def test_benchmark_models_and_a_misplaced_model_argument() -> None:
+    """`bench_fastpath.py --baselines --model`: every configuration builds the named BasicGNN
+    (`baselines.build_model`); an unknown name, or ``--model`` without ``--baselines``, says
+    what to pass instead of silently measuring GraphSAGE."""
+    from torch_geometric.nn import GAT, GCN, GraphSAGE
+
+    sys.path.insert(0, str(SCRIPTS))
+    import baselines
+
+    built = {name: baselines.build_model(name, 8, 16, 3, 5) for name in baselines.MODELS}
+    assert [type(m) for m in built.values()] == [GraphSAGE, GCN, GAT]
+    assert built["gat"].convs[0].heads == 4 and built["gat"].out_channels == 5
+    with pytest.raises(ValueError, match="sage, gcn, gat"):
+        baselines.build_model("gin", 8, 16, 3, 5)
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_fastpath.py"), "--model", "gcn"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--model applies to --baselines only" in proc.stderr
