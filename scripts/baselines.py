@@ -117,8 +117,8 @@ def train_expert(data, epochs=1, batch_size=1024, fanout=(15, 10, 5), hidden=256
             for batch in loader:
                 optimizer.zero_grad()
                 out = net(batch.x, batch.edge_index,
-                            num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                            num_sampled_edges_per_hop=batch.num_sampled_edges)
+                          num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                          num_sampled_edges_per_hop=batch.num_sampled_edges)
                 loss = F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size])
                 loss.backward()
                 optimizer.step()

@@ -148,7 +148,7 @@ def train(data, model="sage", epochs=3, device="cuda", num_workers=None, expert=
     device = torch.device(device)
     loader = _loader(data, data.train_mask, fanout, batch_size, True, num_workers, expert)
     net = baselines.build_model(model, data.num_features, hidden, len(fanout),
-                      int(data.y.max()) + 1).to(device)
+                                int(data.y.max()) + 1).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
     affinity = (loader.enable_cpu_affinity(list(range(num_workers)))
                 if expert and num_workers else contextlib.nullcontext())
@@ -202,7 +202,7 @@ def screen_here(model: str, graph: Path, workers: list[int], batches: int, devic
             expert = family == "expert"
             torch.manual_seed(0)
             net = baselines.build_model(model, data.num_features, hidden, len(fanout),
-                              int(data.y.max()) + 1).to(dev)
+                                        int(data.y.max()) + 1).to(dev)
             optimizer = torch.optim.Adam(net.parameters(), lr=0.003)
             loader = NeighborLoader(data, num_neighbors=list(fanout),
                                     input_nodes=data.train_mask, batch_size=batch_size,

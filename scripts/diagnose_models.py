@@ -31,7 +31,6 @@ import json
 import resource
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
