@@ -623,6 +623,57 @@ def test_work_dominated_rewrites_are_not_probed():
     assert entry["buckets"] == [] and list(entry["left_alone"]) == [rule_for(sage).never_pays(sage)]
 
 
+def test_work_dominating_rewrites_run_before_they_are_measured():
+    """GCN aggregate-first with f_in < f_out aggregates the narrower width and transforms the
+    same rows: where neither the features nor the edge weights need a gradient (or only the
+    features do: both orders then need the transform's input gradient) it does less work of
+    one kind and no more of any, so it runs from the bucket's first call, before any probe,
+    equal to PyG forward and backward. Learnt edge weights make the rewritten transform need
+    its input's gradient where PyG's does not: no longer dominating, PyG's order until
+    measured. A probe's measurement then decides (`Planner`)."""
+    from gnnorch.rewrite.costmodel import dominates
+
+    torch.manual_seed(0)
+    x, edge_index = small_graph(600, 600, 3000, 16)
+    weight = torch.rand(edge_index.size(1))
+    for x_grad, w_grad, expect in ((False, False, True), (True, False, True),
+                                   (False, True, False)):
+        layer = GCNConv(16, 64)
+        xs, ws = x.clone().requires_grad_(x_grad), weight.clone().requires_grad_(w_grad)
+        args = (xs, edge_index, ws)
+        rule = rule_for(layer)
+        shape = rule.shape(layer, rule.bind(layer, args, {}), True)
+        assert dominates(rule.ops(layer, shape, True), rule.ops(layer, shape, False)) is expect
+        eng = RewriteEngine(True, calibration_s=0.0, model_decides=False,
+                            planner=Planner(probes_per_bucket=2, probe_after=10 ** 6))
+        out = eng.forward(layer, layer.forward, args, {})
+        (entry,) = eng.report()["layers"]
+        (bucket,) = entry["buckets"]
+        assert bucket["probes"] == 0 and entry["rewritten_calls"] == int(expect)
+        assert (bucket["decided_by"], bucket["choice"]) == (
+            ("work", "rewritten") if expect else ("unmeasured", "original"))
+        reference = copy.deepcopy(layer)
+        ref_args = (x.clone().requires_grad_(x_grad), weight.clone().requires_grad_(w_grad),)
+        expected = reference(ref_args[0], edge_index, ref_args[1])
+        torch.testing.assert_close(out, expected, **F32)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        for mine, theirs in zip(layer.parameters(), reference.parameters()):
+            torch.testing.assert_close(mine.grad, theirs.grad, **F32)
+        for mine, theirs in ((xs, ref_args[0]), (ws, ref_args[1])):
+            if mine.requires_grad:
+                torch.testing.assert_close(mine.grad, theirs.grad, **F32)
+    planner = Planner(probes_per_bucket=1)
+    state = planner.state("gcn", shape)
+    state.dominates = True
+    planner.plan(state, None)
+    assert state.rewrite and state.decided_by == "work"
+    planner.record(state, ORIGINAL, 1.0, 1.0)
+    planner.record(state, REWRITTEN, 1.0, 2.0)   # measured slower: PyG's order from now on
+    planner.finish_probe(state)
+    assert not state.rewrite and state.decided_by == "measured"
+
+
 def test_hooks_are_checked_only_where_the_rewrite_could_run():
     """A layer whose rewrite never pays (SAGE transform-first with f_out > f_in) or a dominated
     bucket (GCN aggregate-first with f_in > f_out on a whole graph) runs PyG's order without

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Op", "CostModel", "features", "OP_KINDS", "work", "dominated"]
+__all__ = ["Op", "CostModel", "features", "OP_KINDS", "work", "dominated", "dominates"]
 
 _AGG_KINDS = ("agg_sum", "agg_mean")
 
@@ -126,6 +126,16 @@ def dominated(candidate: Iterable[Op], reference: Iterable[Op]) -> bool:
     a probe."""
     a, b = work(candidate), work(reference)
     return all(a.get(kind, 0.0) >= amount for kind, amount in b.items())
+
+
+def dominates(candidate: Iterable[Op], reference: Iterable[Op]) -> bool:
+    """True when ``candidate`` does at most as much work of every kind as ``reference`` and
+    strictly less of at least one (so no machine runs it slower, short of framework quirks):
+    such a rewrite may run before it has been measured."""
+    a, b = work(candidate), work(reference)
+    kinds = set(a) | set(b)
+    return (all(a.get(kind, 0.0) <= b.get(kind, 0.0) for kind in kinds)
+            and any(a.get(kind, 0.0) < b.get(kind, 0.0) for kind in kinds))
 
 
 @dataclass

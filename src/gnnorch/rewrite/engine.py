@@ -14,8 +14,9 @@ for inputs and parameters), running either PyG's order or the exact rewritten on
    or goes to PyG with the reason counted (so the report's reasons count the calls that
    could have been rewritten). The
    :class:`~gnnorch.rewrite.planner.Planner` chooses an order from measurements, and
-   before a bucket is measured from the cost model's prediction (``model_decides``) or
-   PyG's order (the runtime);
+   before a bucket is measured: the rewrite where it does at most as much work of every
+   kind and less of one (``costmodel.dominates``), else the cost model's prediction
+   (``model_decides``) or PyG's order (the runtime);
 3. calls of a bucket (once it has run the planner's ``probe_after`` calls, and every
    ``reprobe_every``-th) are *probed*: both orders
    run forward + backward on detached copies of the inputs, via ``torch.autograd.grad``
@@ -47,7 +48,7 @@ import torch
 from torch.nn import Module
 
 from .calibrate import calibrate
-from .costmodel import CostModel, dominated
+from .costmodel import CostModel, dominated, dominates
 from .host import deferred_input, materialised
 from .planner import ORIGINAL, REWRITTEN, BucketState, Planner
 from .rules import Rule, rule_for
@@ -177,11 +178,14 @@ class RewriteEngine:
     def _state(self, entry: LayerEntry, layer: Module, shape: LayerShape,
                device: torch.device) -> BucketState:
         """The planner's state of the call's bucket; on first sight, whether the rewrite does
-        at least as much work of every kind there (``dominated``: never worth running)."""
+        at least as much work of every kind there (``dominated``: never worth running), or at
+        most as much and less of one (``dominates``: run before it is measured)."""
         state = self.planner.state(decision_key(entry, device), shape)
         if state.calls == 0 and state.probes == 0:
-            state.dominated = dominated(entry.rule.ops(layer, shape, True),
-                                        entry.rule.ops(layer, shape, False))
+            rewritten, original = (entry.rule.ops(layer, shape, True),
+                                   entry.rule.ops(layer, shape, False))
+            state.dominated = dominated(rewritten, original)
+            state.dominates = not state.dominated and dominates(rewritten, original)
         return state
 
     def register_names(self, model: Module, prefix: str = "") -> None:

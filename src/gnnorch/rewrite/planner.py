@@ -10,7 +10,11 @@ rewrite must win by ``margin`` (default 3%): within the noise the layer keeps Py
 A bucket whose rewrite does at least as much work of every kind as PyG's order
 (``costmodel.dominated``, e.g. SAGE transform-first when f_out >= f_in) keeps PyG's order
 and is never probed (probes are expensive on big batches: the 500K-node bench's first step
-took 50 s with rewrites on, 6 s off). Every ``reprobe_every`` calls a bucket is probed again,
+took 50 s with rewrites on, 6 s off). Symmetrically, a bucket whose rewrite does at most as
+much work of every kind and strictly less of one (``costmodel.dominates``, e.g. GCN
+aggregate-first when f_in < f_out and the features need no gradient) runs the rewrite from
+its first call (``decided_by = "work"``), until its own probes, when the bucket has paid for
+them, measure the two orders. Every ``reprobe_every`` calls a bucket is probed again,
 which keeps the cost model refined and lets the choice follow a machine whose speed drifts.
 The model alone never decides a bucket it could measure: its held-out error (20-80 % per
 layer type at batch sizes far above its calibration) is too large to act on unmeasured.
@@ -52,6 +56,7 @@ class BucketState:
     rewrite: bool = False
     decided_by: str = "unmeasured"
     dominated: bool = False   # the rewrite does at least as much work of every kind
+    dominates: bool = False   # the rewrite does at most as much of every kind, less of one
 
     def median(self, order: str) -> float | None:
         """Median measured fwd+bwd seconds of ``order``; None before any probe."""
@@ -160,6 +165,8 @@ class Planner:
         if original is not None and rewritten is not None:
             state.rewrite = rewritten < (1.0 - self.margin) * original
             state.decided_by = "measured"
+        elif state.dominates:          # less work of some kind, no more of any
+            state.rewrite, state.decided_by = True, "work"
         elif state.predicted:
             state.rewrite = (state.predicted[REWRITTEN]
                              < (1.0 - self.margin) * state.predicted[ORIGINAL])

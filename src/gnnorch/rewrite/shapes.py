@@ -29,6 +29,8 @@ class LayerShape:
     ``n_edges`` counts the messages actually aggregated (self-loops that the layer adds
     included). ``input_grad``: the input features require a gradient. ``backward``: a
     backward pass will follow (grad mode on and something requires a gradient).
+    ``weight_grad``: the call's edge weights require a gradient (then an aggregate-first
+    order's transform needs its input's gradient even where the features do not).
     """
 
     n_src: int
@@ -38,6 +40,7 @@ class LayerShape:
     f_out: int
     input_grad: bool
     backward: bool
+    weight_grad: bool = False
 
     def bucket(self) -> Bucket:
         """The log2 bucket of this shape (widths are fixed per layer, so not part of it)."""

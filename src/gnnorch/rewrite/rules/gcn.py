@@ -54,7 +54,8 @@ class GCNRule(Rule):
         n_edges = edge_index.size(1) + (n if layer.add_self_loops else 0)
         return LayerShape(n_src=n, n_dst=n, n_edges=n_edges, f_in=x.size(-1),
                           f_out=layer.out_channels, input_grad=requires_grad(x),
-                          backward=backward_expected(params_grad, x, call["edge_weight"]))
+                          backward=backward_expected(params_grad, x, call["edge_weight"]),
+                          weight_grad=requires_grad(call["edge_weight"]))
 
     def ops(self, layer: GCNConv, shape: LayerShape, rewritten: bool) -> list[Op]:
         s, b = shape, shape.backward
@@ -65,8 +66,10 @@ class GCNRule(Rule):
             return Op(kind, n_src=s.n_src, n_dst=s.n_dst, n_edges=s.n_edges, f_in=width,
                       backward=b, input_grad=grad)
 
+        # aggregate-first: the transform's input (Â X) needs a gradient where X or Â's
+        # weights do; transform-first: where X does
         transform = Op("linear", n=s.n_src, f_in=s.f_in, f_out=s.f_out, backward=b,
-                       input_grad=rewritten or s.input_grad)
+                       input_grad=s.input_grad or (rewritten and s.weight_grad))
         order = ([aggregate(s.f_in, s.input_grad), transform] if rewritten
                  else [transform, aggregate(s.f_out, True)])
         return [*order, Op("elementwise", n=s.n_dst, f_in=s.f_out, backward=b)]
