@@ -1,0 +1,444 @@
+#!/usr/bin/env python
+"""Run PyG's example scripts verbatim, plainly and under `gnnorch.Runtime`, and compare what
+they print.
+
+    .venv/bin/python scripts/pyg_examples_verbatim.py --out results.json --md results.md
+    .venv/bin/python scripts/pyg_examples_verbatim.py --examples sgc gat --modes runtime device
+    .venv/bin/python scripts/pyg_examples_verbatim.py --report a.json b.json --md table.md
+
+`tests/pyg_examples` adapts PyG's examples into functions and compares their metrics in
+distribution over seeds. This script runs the files as PyG ships them, the whole script inside
+the runtime, and asks for more: the same printed lines. Each file is extracted unchanged
+(``git show REF:examples/...``) from the fetched bare repository, at the tag of the installed
+PyG version (``pyg_tests_under_runtime.pick_ref``) unless ``--ref`` says otherwise. The child
+process that runs it puts only this around it:
+
+* dataset stand-ins, so that nothing downloads: ``Planetoid(root, name)`` reads the Cora /
+  CiteSeer raw files bundled with gnnorch (PyG's own class and processing, another root);
+  ``TUDataset(root, 'PROTEINS', ...)`` is a synthetic PROTEINS-like set (`proteins_like`)
+  built by PyG's ``InMemoryDataset`` with the caller's transform, pre-transform and filter;
+* where a script's default run takes minutes here, its epoch count lowered by a textual edit
+  listed in `EXAMPLES` (and in the report); an edit that no longer matches exactly once is an
+  error, not a silent change;
+* ``random``, ``numpy`` and ``torch`` seeded with 0, ``PYTHONHASHSEED=0`` (string hashing,
+  hence set order, fixed), ``sys.argv = [file]`` (the script's defaults), and the file run
+  by ``runpy.run_path(file, run_name="__main__")``; in a runtime mode, as
+  ``gnnorch.Runtime(run, **options)()``.
+
+Every example runs in fresh processes: ``vanilla`` twice (does the script repeat itself with a
+fixed seed here?), then each of ``--modes``. Lines that report a time (`TIME_LINE`) are dropped
+before comparing. The verdict of a mode against the first vanilla run:
+
+* ``identical``: every other line equal;
+* ``numbers differ``: the same lines with their numbers blanked, some numbers not equal (the
+  largest absolute difference is reported); a finding only where vanilla repeated itself;
+* ``text differs``, ``failed`` (exit status not 0), ``timeout``.
+
+An example whose vanilla run fails here (a package missing) is reported as such, not compared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from pyg_tests_under_runtime import DEFAULT_MIRROR, pick_ref, probe_versions  # noqa: E402
+
+DEFAULT_PYTHON = REPO / ".venv" / "bin" / "python"
+#: Runtime options of each mode (``vanilla`` runs the file directly).
+MODE_OPTIONS: dict[str, dict] = {
+    "runtime": {},
+    "device": {"data_path": "device"},
+    "p2": {"processes": 2},
+}
+#: A printed line that reports a duration: dropped before comparing.
+TIME_LINE = re.compile(r"time|took|elapsed|\d\s*(?:s|ms|sec|seconds)\b|it/s|s/it", re.I)
+ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt)\b")
+NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One PyG example file; `edits`: (old, new) textual replacements, each matching once."""
+
+    path: str
+    edits: tuple[tuple[str, str], ...] = ()
+    why: str = ""
+
+
+def _epochs(old: str, new: str, why: str) -> dict:
+    return {"edits": ((old, new), ), "why": why}
+
+
+EXAMPLES: dict[str, Example] = {
+    "gat": Example("examples/gat.py"),
+    "agnn": Example("examples/agnn.py"),
+    "arma": Example("examples/arma.py"),
+    "sgc": Example("examples/sgc.py"),
+    "tagcn": Example("examples/tagcn.py"),
+    "mixhop": Example("examples/mixhop.py"),
+    "pmlp": Example("examples/pmlp.py"),
+    "ogc": Example("examples/ogc.py"),
+    "graph_unet": Example("examples/graph_unet.py"),
+    "infomax_transductive": Example("examples/infomax_transductive.py"),
+    "glnn": Example("examples/glnn.py"),
+    "argva_node_clustering": Example("examples/argva_node_clustering.py"),
+    "rect": Example("examples/rect.py"),
+    "ar_link_pred": Example("examples/ar_link_pred.py"),
+    "jit_gcn": Example("examples/jit/gcn.py"),
+    "jit_gat": Example("examples/jit/gat.py"),
+    "gnn_explainer_link_pred": Example("examples/explain/gnn_explainer_link_pred.py"),
+    "graphmask_explainer": Example("examples/explain/graphmask_explainer.py"),
+    "dna": Example("examples/dna.py"),
+    # The verbatim counterparts of corpus cases (tests/pyg_examples adapts these).
+    "gcn": Example("examples/gcn.py"),
+    "link_pred": Example("examples/link_pred.py"),
+    "autoencoder": Example("examples/autoencoder.py"),
+    "super_gat": Example("examples/super_gat.py"),
+    "gcn2_cora": Example("examples/gcn2_cora.py",
+                         **_epochs("range(1, 1001)", "range(1, 201)", "1,000 epochs -> 200")),
+    "gnn_explainer": Example("examples/explain/gnn_explainer.py"),
+    "compile_gcn": Example("examples/compile/gcn.py"),
+    "seal_link_pred": Example("examples/seal_link_pred.py",
+                              **_epochs("range(1, 51)", "range(1, 4)", "50 epochs -> 3")),
+    "proteins_diff_pool": Example(
+        "examples/proteins_diff_pool.py",
+        **_epochs("range(1, 151)", "range(1, 6)", "150 epochs -> 5")),
+    "proteins_mincut_pool": Example(
+        "examples/proteins_mincut_pool.py",
+        **_epochs("range(1, 15001)", "range(1, 6)", "15,000 epochs (early stopping) -> 5")),
+    "proteins_dmon_pool": Example(
+        "examples/proteins_dmon_pool.py",
+        **_epochs("range(1, 101)", "range(1, 6)", "100 epochs -> 5")),
+}
+
+
+# -- the child: one example in one mode --------------------------------------------------------
+def proteins_like(num_graphs: int = 600, seed: int = 0) -> list:
+    """PROTEINS-like graphs: 10-40 nodes, a ring with random chords (class 1: twice as many),
+    three node labels one-hot (class 1 draws label 2 more often). The classes overlap."""
+    import torch
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(seed)
+    graphs = []
+    for i in range(num_graphs):
+        y = i % 2
+        n = int(torch.randint(10, 41, (1, ), generator=gen))
+        ring = torch.arange(n)
+        chords = torch.randint(0, n, (2, n // 5 * (1 + y)), generator=gen)
+        edges = torch.cat([torch.stack([ring, (ring + 1) % n]), chords], dim=1)
+        edges = torch.cat([edges, edges.flip(0)], dim=1)
+        edges = edges[:, edges[0] != edges[1]].unique(dim=1)
+        probs = torch.tensor([0.4, 0.25, 0.35] if y else [0.4, 0.35, 0.25])
+        labels = torch.multinomial(probs, n, replacement=True, generator=gen)
+        graphs.append(Data(x=torch.nn.functional.one_hot(labels, 3).float(), edge_index=edges,
+                           y=torch.tensor([y])))
+    return graphs
+
+
+def install_stand_ins(data_root: Path) -> None:
+    """Replace `Planetoid` and `TUDataset` in `torch_geometric.datasets` for this process."""
+    import torch_geometric.datasets as datasets
+    from torch_geometric.data import InMemoryDataset
+
+    from gnnorch.datasets import load_planetoid
+
+    def bundled_planetoid(root, name, **kwargs):
+        return load_planetoid(name, root=data_root, **kwargs)
+
+    class ProteinsLike(InMemoryDataset):
+        def __init__(self, root, name, transform=None, pre_transform=None, pre_filter=None,
+                     **kwargs):
+            if name != "PROTEINS":
+                raise ValueError(f"no stand-in for TUDataset {name!r} (only 'PROTEINS')")
+            super().__init__(None, transform)
+            graphs = proteins_like()
+            if pre_filter is not None:
+                graphs = [g for g in graphs if pre_filter(g)]
+            if pre_transform is not None:
+                graphs = [pre_transform(g) for g in graphs]
+            self.data, self.slices = self.collate(graphs)
+
+    datasets.Planetoid = bundled_planetoid
+    datasets.TUDataset = ProteinsLike
+
+
+def run_child(file: Path, options: dict | None, data_root: Path) -> None:
+    import random
+    import runpy
+
+    import numpy as np
+    import torch
+
+    install_stand_ins(data_root)
+
+    def run() -> None:
+        random.seed(0)
+        np.random.seed(0)
+        torch.manual_seed(0)
+        sys.argv = [str(file)]
+        runpy.run_path(str(file), run_name="__main__")
+
+    if options is None:
+        run()
+    else:
+        import gnnorch
+
+        gnnorch.Runtime(run, **options)()
+
+
+# -- comparing ---------------------------------------------------------------------------------
+def kept_lines(stdout: str) -> list[str]:
+    """The printed lines compared: blank lines and lines reporting a time dropped."""
+    return [line.rstrip() for line in stdout.splitlines()
+            if line.strip() and not TIME_LINE.search(line)]
+
+
+def compare(reference: list[str], other: list[str]) -> dict:
+    """The verdict of `other` against `reference` (lines from `kept_lines`)."""
+    if reference == other:
+        return {"verdict": "identical", "lines": len(reference)}
+    blank = [NUMBER.sub("#", line) for line in reference]
+    if len(reference) == len(other) and blank == [NUMBER.sub("#", line) for line in other]:
+        # The line with the largest difference; else (numbers equal, spelt otherwise: 1.0 /
+        # 1.00) the first line that differs.
+        where = next(k for k, (a, b) in enumerate(zip(reference, other)) if a != b)
+        worst = 0.0
+        for i, (a, b) in enumerate(zip(reference, other)):
+            for x, y in zip(NUMBER.findall(a), NUMBER.findall(b)):
+                if abs(float(x) - float(y)) > worst:
+                    worst, where = abs(float(x) - float(y)), i
+        return {"verdict": "numbers differ", "lines": len(reference), "max_abs_diff": worst,
+                "first": {"reference": reference[where], "other": other[where]}}
+    i = next((k for k, (a, b) in enumerate(zip(reference, other)) if a != b),
+             min(len(reference), len(other)))
+    return {"verdict": "text differs", "lines": [len(reference), len(other)],
+            "first": {"reference": reference[i] if i < len(reference) else None,
+                      "other": other[i] if i < len(other) else None}}
+
+
+# -- the parent --------------------------------------------------------------------------------
+def extract(mirror: Path, ref: str, example: Example, dest: Path) -> Path:
+    text = subprocess.run(["git", "-C", str(mirror), "show", f"{ref}:{example.path}"],
+                          capture_output=True, text=True, check=True).stdout
+    for old, new in example.edits:
+        if text.count(old) != 1:
+            raise SystemExit(f"{example.path} at {ref}: the edit {old!r} matches "
+                             f"{text.count(old)} times, not once (the example changed)")
+        text = text.replace(old, new)
+    out = dest / example.path
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return out
+
+
+def run_mode(args: argparse.Namespace, file: Path, mode: str, data_root: Path) -> dict:
+    options = None if mode.startswith("vanilla") else {**MODE_OPTIONS[mode], **args.options}
+    cmd = [args.python, __file__, "--child", str(file), "--data-root", str(data_root),
+           "--child-options", json.dumps(options)]
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(
+        p for p in (str(args.gnnorch_src or ""), os.environ.get("PYTHONPATH", "")) if p)}
+    start = time.perf_counter()
+    # A session of its own, so that a timeout ends the runtime's rank processes too.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=file.parent, env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=args.timeout)
+        status = "ok" if proc.returncode == 0 else "failed"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        status = "timeout"
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:   # a process of another session holds the pipes
+            proc.stdout.close()
+            proc.stderr.close()
+            stdout, stderr = "", "output lost: a process outside the run's session kept it open"
+    return {"mode": mode, "status": status, "returncode": proc.returncode,
+            "seconds": round(time.perf_counter() - start, 1), "stdout": stdout,
+            "stderr_tail": stderr[-2000:]}
+
+
+def study(args: argparse.Namespace, name: str, file: Path, data_root: Path) -> dict:
+    runs = {mode: run_mode(args, file, mode, data_root)
+            for mode in ("vanilla", "vanilla-again", *args.modes)}
+    reference = runs["vanilla"]
+    result = {"example": name, "path": EXAMPLES[name].path, "edits": EXAMPLES[name].why,
+              "seconds": {m: r["seconds"] for m, r in runs.items()}, "runs": runs}
+    if reference["status"] != "ok":
+        result["vanilla"] = f"{reference['status']}: {last_line(reference.get('stderr_tail'))}"
+        return result
+    lines = kept_lines(reference["stdout"])
+    result["verdicts"] = {}
+    for mode, run in runs.items():
+        if mode == "vanilla":
+            continue
+        if run["status"] != "ok":
+            result["verdicts"][mode] = {"verdict": run["status"],
+                                        "error": last_line(run.get("stderr_tail"))}
+        else:
+            result["verdicts"][mode] = compare(lines, kept_lines(run["stdout"]))
+    return result
+
+
+def summary_line(text: str | None, key: str) -> str | None:
+    """The line of gnnorch's end-of-run summary (on stderr) that starts with `key`."""
+    found = [line.strip() for line in (text or "").splitlines() if line.strip().startswith(key)]
+    return found[-1] if found else None
+
+
+def rewrite_lines(result: dict) -> list[str | None]:
+    """Each runtime mode's rewrite line: which layers ran reordered, in how many calls."""
+    return [summary_line(run.get("stderr_tail"), "rewrite:")
+            for mode, run in result["runs"].items() if not mode.startswith("vanilla")]
+
+
+def last_line(text: str | None) -> str:
+    """The error a failed run ended with (the last ``...Error: ...`` line), else its last
+    line."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if ERROR_LINE.match(line)]
+    if not errors:
+        return lines[-1][:200] if lines else ""
+    i = errors[-1]
+    return " ".join(lines[i:i + 2] if lines[i].endswith(":") else lines[i:i + 1])[:200]
+
+
+def markdown(report: dict) -> str:
+    modes = ["vanilla-again", *report["modes"]]
+    out = [f"PyG examples at `{report['ref']}` run verbatim ({report['versions']}); runtime "
+           f"options {json.dumps(report['options'])}.", "",
+           "| example | edits | vanilla s | " + " | ".join(modes)
+           + " | the runtime's rewrites |", "|---|---|---|" + "---|" * len(modes) + "---|"]
+    for r in report["results"]:
+        if "verdicts" not in r:
+            run = r["runs"]["vanilla"]
+            cells = ([f"not compared: vanilla {run['status']}: "
+                      f"{md_cell(last_line(run.get('stderr_tail')))}"] + [""] * (len(modes) - 1))
+        else:
+            cells = [_cell(r["verdicts"][m], r["seconds"][m]) for m in modes]
+        rewrites = "; ".join(sorted({line.removeprefix("rewrite: ") for line in rewrite_lines(r)
+                                     if line}))
+        out.append(f"| `{r['example']}` | {r['edits'] or '-'} | {r['seconds']['vanilla']} | "
+                   + " | ".join(cells) + f" | {rewrites or '-'} |")
+    return "\n".join(out) + "\n"
+
+
+def md_cell(text: str | None) -> str:
+    return (text or "").replace("|", "\\|")
+
+
+def _cell(verdict: dict, seconds: float) -> str:
+    v = verdict["verdict"]
+    if v == "identical":
+        return f"identical ({verdict['lines']} lines, {seconds} s)"
+    if v == "numbers differ":
+        return f"numbers differ (max {verdict['max_abs_diff']:.3g}, {seconds} s)"
+    if v == "text differs":
+        return f"text differs: `{verdict['first']['other']}`"
+    return f"{v}: {md_cell(verdict.get('error'))}"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--examples", nargs="+", default=list(EXAMPLES), metavar="NAME",
+                   help=f"examples to run (default: all): {', '.join(EXAMPLES)}")
+    p.add_argument("--modes", nargs="+", choices=list(MODE_OPTIONS), default=["runtime"],
+                   help="modes compared with vanilla (default: runtime)")
+    p.add_argument("--options", type=json.loads, default={},
+                   help="extra gnnorch.Runtime options as JSON, added to every mode's")
+    p.add_argument("--mirror", type=Path, default=DEFAULT_MIRROR,
+                   help="PyG's fetched bare repository (default: %(default)s)")
+    p.add_argument("--ref", default=None,
+                   help="git ref of the examples (default: the installed PyG's tag)")
+    p.add_argument("--python", default=str(DEFAULT_PYTHON if DEFAULT_PYTHON.exists()
+                                           else sys.executable),
+                   help="interpreter with torch_geometric and gnnorch (default: %(default)s)")
+    p.add_argument("--gnnorch-src", type=Path, default=None,
+                   help="import gnnorch from this folder (put first on PYTHONPATH)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    p.add_argument("--out", type=Path, default=None, help="write the full results (JSON)")
+    p.add_argument("--md", type=Path, default=None, help="write the Markdown table")
+    p.add_argument("--report", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="run nothing: print (and --md) the table of these saved --out files, "
+                        "in order (an example in a later file replaces its earlier result)")
+    p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--child-options", type=json.loads, help=argparse.SUPPRESS)
+    p.add_argument("--data-root", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    unknown = [name for name in args.examples if name not in EXAMPLES]
+    if unknown:
+        p.error(f"unknown example(s) {', '.join(unknown)}; choose from {', '.join(EXAMPLES)}")
+    if not isinstance(args.options, dict):
+        p.error("--options must be a JSON object, e.g. '{\"cache\": true}'")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        run_child(args.child, args.child_options, args.data_root)
+        return 0
+    if args.report:
+        reports = [json.loads(path.read_text()) for path in args.report]
+        if len({(r["ref"], tuple(r["modes"])) for r in reports}) > 1:
+            raise SystemExit("--report: the files differ in ref or modes; render them apart")
+        by_example = {x["example"]: x for r in reports for x in r["results"]}  # later wins
+        merged = {**reports[0], "results": list(by_example.values())}
+        return write_report(args, merged)
+    if not (args.mirror / "HEAD").exists():
+        raise SystemExit(f"--mirror {args.mirror}: not a git repository (fetch "
+                         "github:pyg-team/pytorch_geometric first)")
+    versions = probe_versions(args.python)
+    ref = args.ref
+    if ref is None:
+        ref, warning = pick_ref(args.mirror, versions["torch_geometric"])
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+    commit = subprocess.run(["git", "-C", str(args.mirror), "rev-parse", ref],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="pyg-examples-") as work:
+        work = Path(work)
+        for name in args.examples:
+            file = extract(args.mirror, commit, EXAMPLES[name], work / "pyg")
+            result = study(args, name, file, work / "data")
+            results.append(result)
+            cells = {m: v["verdict"] for m, v in result.get("verdicts", {}).items()}
+            print(f"{name}: vanilla {result['seconds']['vanilla']} s; "
+                  f"{cells or result.get('vanilla')}", flush=True)
+    report = {"ref": f"{ref} ({commit[:12]})", "versions": ", ".join(
+        f"{k} {v}" for k, v in versions.items() if v and k in ("torch", "torch_geometric",
+                                                                "torch_sparse", "pyg_lib")),
+        "options": args.options, "modes": args.modes, "date": time.strftime("%Y-%m-%d %H:%M"),
+        "results": results}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
+    return write_report(args, report)
+
+
+def write_report(args: argparse.Namespace, report: dict) -> int:
+    table = markdown(report)
+    print(table)
+    if args.md:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

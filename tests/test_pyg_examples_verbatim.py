@@ -1,0 +1,191 @@
+"""`scripts/pyg_examples_verbatim.py`: PyG's example files run unchanged, plainly and under the
+runtime, compared by what they print. Its verdicts (identical / numbers differ / text
+differs), its time-line filter, its dataset stand-ins and the refusal of an edit that no longer
+matches are checked here; the end-to-end test runs a PyG-style script from a throwaway git
+repository through the same parent and child processes the real study uses."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import pyg_examples_verbatim as verbatim  # noqa: E402
+
+
+def test_time_lines_are_dropped_and_the_rest_kept() -> None:
+    out = ("Epoch: 001, Loss: 1.9459, Train: 0.5000\n\nMedian time per epoch: 0.0810s\n"
+           "Total Time: 0.2566s\nepoch took 3.1 s\nTest: 0.8120\n")
+    assert verbatim.kept_lines(out) == ["Epoch: 001, Loss: 1.9459, Train: 0.5000",
+                                        "Test: 0.8120"]
+
+
+def test_verdicts() -> None:
+    ref = ["Epoch: 001, Loss: 1.9459", "Test: 0.8120"]
+    assert verbatim.compare(ref, list(ref)) == {"verdict": "identical", "lines": 2}
+    numbers = verbatim.compare(ref, ["Epoch: 001, Loss: 1.9460", "Test: 0.8020"])
+    assert numbers["verdict"] == "numbers differ"
+    assert numbers["max_abs_diff"] == pytest.approx(0.01)
+    assert numbers["first"] == {"reference": "Test: 0.8120", "other": "Test: 0.8020"}
+    text = verbatim.compare(ref, ["Epoch: 001, Loss: 1.9459", "Test acc: 0.8120"])
+    assert text["verdict"] == "text differs"
+    assert text["first"] == {"reference": "Test: 0.8120", "other": "Test acc: 0.8120"}
+    shorter = verbatim.compare(ref, ref[:1])
+    assert shorter["verdict"] == "text differs" and shorter["first"]["other"] is None
+
+
+def test_failure_reasons_and_the_runtime_summary_are_read_from_stderr() -> None:
+    tail = ("Traceback (most recent call last):\n  File \"x.py\", line 3\nRuntimeError: \n"
+            "Could not cast value of type Optional[Tensor] to bool:\n  (more context)\n"
+            "Explain:  50%|#####     | 1/2\n")
+    assert verbatim.last_line(tail) == ("RuntimeError: Could not cast value of type "
+                                        "Optional[Tensor] to bool:")
+    assert verbatim.last_line("no error here\nlast words\n") == "last words"
+    summary = ("gnnorch: 1 rank on cpu\n  trim: no MessagePassing model ran\n"
+               "  rewrite: conv1 aggregate-first (270/270 calls)\n  cache: off\n")
+    result = {"runs": {"vanilla": {"stderr_tail": ""}, "runtime": {"stderr_tail": summary}}}
+    assert verbatim.rewrite_lines(result) == ["rewrite: conv1 aggregate-first (270/270 calls)"]
+
+
+def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch_geometric.datasets as datasets
+    import torch_geometric.transforms as T
+
+    for name in ("Planetoid", "TUDataset"):   # restored by monkeypatch after the test
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    verbatim.install_stand_ins(tmp_path)
+    cora = datasets.Planetoid("/nonexistent/data/Cora", "cora",
+                              transform=T.NormalizeFeatures())
+    assert cora[0].num_nodes == 2708 and cora.num_classes == 7
+    assert cora[0].x.sum(dim=-1).max() <= 1.0 + 1e-6   # the caller's transform applied
+    kept = datasets.TUDataset("/nonexistent", name="PROTEINS",
+                              pre_filter=lambda g: g.num_nodes <= 20)
+    assert 0 < len(kept) < 600 and max(g.num_nodes for g in kept) <= 20
+    assert kept.num_features == 3 and kept.num_classes == 2
+    with pytest.raises(ValueError, match="only 'PROTEINS'"):
+        datasets.TUDataset("/nonexistent", name="MUTAG")
+
+
+SCRIPT = """
+import os.path as osp
+import torch
+import torch.nn.functional as F
+from torch_geometric.datasets import Planetoid
+from torch_geometric.nn import GCNConv
+
+path = osp.join(osp.dirname(osp.realpath(__file__)), '..', 'data', 'Planetoid')
+dataset = Planetoid(path, 'Cora')
+data = dataset[0]
+conv1, conv2 = GCNConv(dataset.num_features, 8), GCNConv(8, dataset.num_classes)
+params = list(conv1.parameters()) + list(conv2.parameters())
+optimizer = torch.optim.Adam(params, lr=0.01)
+for epoch in range(1, 201):
+    optimizer.zero_grad()
+    out = conv2(F.relu(conv1(data.x, data.edge_index)), data.edge_index)
+    loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+    loss.backward()
+    optimizer.step()
+    print(f'Epoch: {epoch:03d}, Loss: {loss:.6f}')
+print('Total time: 1.23s')
+"""
+
+
+def _repository(tmp_path: Path, text: str) -> Path:
+    work = tmp_path / "pyg"
+    (work / "examples").mkdir(parents=True)
+    (work / "examples" / "tiny_gcn.py").write_text(textwrap.dedent(text))
+    git = ["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "tiny"], check=True)
+    return work / ".git"
+
+
+def test_a_script_runs_verbatim_in_both_modes_and_prints_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror = _repository(tmp_path, SCRIPT)
+    monkeypatch.setattr(verbatim, "EXAMPLES", {"tiny_gcn": verbatim.Example(
+        "examples/tiny_gcn.py", edits=(("range(1, 201)", "range(1, 4)"), ), why="200 -> 3")})
+    out = tmp_path / "report.json"
+    assert verbatim.main(["--mirror", str(mirror), "--ref", "HEAD", "--examples", "tiny_gcn",
+                          "--python", sys.executable, "--out", str(out)]) == 0
+    import json
+
+    result = json.loads(out.read_text())["results"][0]
+    assert result["runs"]["runtime"]["stdout"].count("Epoch:") == 3   # the edit applied
+    assert result["verdicts"] == {"vanilla-again": {"verdict": "identical", "lines": 3},
+                                  "runtime": {"verdict": "identical", "lines": 3}}
+    assert "gnnorch: 1 rank" in result["runs"]["runtime"]["stderr_tail"]  # it ran under it
+    table = tmp_path / "table.md"
+    assert verbatim.main(["--report", str(out), str(out), "--md", str(table)]) == 0
+    rows = [line for line in table.read_text().splitlines() if line.startswith("| `tiny_gcn`")]
+    assert len(rows) == 1 and "| 200 -> 3 |" in rows[0]   # the later file replaces it
+    assert "identical (3 lines" in rows[0] and rows[0].endswith(
+        verbatim.rewrite_lines(result)[0].removeprefix("rewrite: ") + " |")
+
+
+HANGS = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
+with open({pidfile!r}, 'a') as f:
+    f.write(f'{{child.pid}}\\n')
+print('started', flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its reaper does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_run_past_its_time_limit_is_ended_with_its_children(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pidfile = tmp_path / "pids"
+    mirror = _repository(tmp_path, HANGS.format(pidfile=str(pidfile)))
+    monkeypatch.setattr(verbatim, "EXAMPLES", {"hangs": verbatim.Example(
+        "examples/tiny_gcn.py")})
+    out = tmp_path / "report.json"
+    assert verbatim.main(["--mirror", str(mirror), "--ref", "HEAD", "--examples", "hangs",
+                          "--python", sys.executable, "--timeout", "8", "--out", str(out)]) == 0
+    import json
+    import time
+
+    result = json.loads(out.read_text())["results"][0]
+    assert {r["status"] for r in result["runs"].values()} == {"timeout"}
+    assert "verdicts" not in result                        # vanilla did not finish: not compared
+    # What a run printed before it was ended is kept (a run still importing prints nothing).
+    assert {r["stdout"] for r in result["runs"].values()} <= {"started\n", ""}
+    assert "started\n" in {r["stdout"] for r in result["runs"].values()}
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert pids
+    deadline = time.monotonic() + 10
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, pids)), "a timed-out run left its child process running"
+
+
+def test_an_edit_that_no_longer_matches_is_refused(tmp_path: Path) -> None:
+    mirror = _repository(tmp_path, SCRIPT)
+    example = verbatim.Example("examples/tiny_gcn.py", edits=(("range(1, 151)", "x"), ))
+    with pytest.raises(SystemExit, match="matches 0 times, not once"):
+        verbatim.extract(mirror, "HEAD", example, tmp_path / "out")
+
+
+def test_unknown_examples_and_bad_options_are_refused(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        verbatim.parse_args(["--examples", "nope"])
+    assert "unknown example(s) nope" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        verbatim.parse_args(["--options", "[1]"])
+    assert "--options must be a JSON object" in capsys.readouterr().err
