@@ -279,7 +279,6 @@ def study(args: argparse.Namespace, name: str, file: Path, data_root: Path) -> d
     result = {"example": name, "path": EXAMPLES[name].path, "edits": EXAMPLES[name].why,
               "seconds": {m: r["seconds"] for m, r in runs.items()}, "runs": runs}
     if reference["status"] != "ok":
-        result["vanilla"] = f"{reference['status']}: {last_line(reference.get('stderr_tail'))}"
         return result
     lines = kept_lines(reference["stdout"])
     result["verdicts"] = {}
@@ -288,7 +287,7 @@ def study(args: argparse.Namespace, name: str, file: Path, data_root: Path) -> d
             continue
         if run["status"] != "ok":
             result["verdicts"][mode] = {"verdict": run["status"],
-                                        "error": last_line(run.get("stderr_tail"))}
+                                        "error": error_line(run.get("stderr_tail"))}
         else:
             result["verdicts"][mode] = compare(lines, kept_lines(run["stdout"]))
     return result
@@ -306,7 +305,12 @@ def rewrite_lines(result: dict) -> list[str | None]:
             for mode, run in result["runs"].items() if not mode.startswith("vanilla")]
 
 
-def last_line(text: str | None) -> str:
+def failure(run: dict) -> str:
+    """How a run that did not finish well ended: its status and its error line."""
+    return f"{run['status']}: {error_line(run.get('stderr_tail'))}"
+
+
+def error_line(text: str | None) -> str:
     """The error a failed run ended with (the last ``...Error: ...`` line), else its last
     line."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
@@ -325,9 +329,8 @@ def markdown(report: dict) -> str:
            + " | the runtime's rewrites |", "|---|---|---|" + "---|" * len(modes) + "---|"]
     for r in report["results"]:
         if "verdicts" not in r:
-            run = r["runs"]["vanilla"]
-            cells = ([f"not compared: vanilla {run['status']}: "
-                      f"{md_cell(last_line(run.get('stderr_tail')))}"] + [""] * (len(modes) - 1))
+            cells = ([f"not compared: vanilla {md_cell(failure(r['runs']['vanilla']))}"]
+                     + [""] * (len(modes) - 1))
         else:
             cells = [_cell(r["verdicts"][m], r["seconds"][m]) for m in modes]
         rewrites = "; ".join(sorted({line.removeprefix("rewrite: ") for line in rewrite_lines(r)
@@ -417,9 +420,10 @@ def main(argv: list[str] | None = None) -> int:
             file = extract(args.mirror, commit, EXAMPLES[name], work / "pyg")
             result = study(args, name, file, work / "data")
             results.append(result)
-            cells = {m: v["verdict"] for m, v in result.get("verdicts", {}).items()}
-            print(f"{name}: vanilla {result['seconds']['vanilla']} s; "
-                  f"{cells or result.get('vanilla')}", flush=True)
+            verdicts = ({m: v["verdict"] for m, v in result["verdicts"].items()}
+                        if "verdicts" in result
+                        else f"not compared: vanilla {failure(result['runs']['vanilla'])}")
+            print(f"{name}: vanilla {result['seconds']['vanilla']} s; {verdicts}", flush=True)
     report = {"ref": f"{ref} ({commit[:12]})", "versions": ", ".join(
         f"{k} {v}" for k, v in versions.items() if v and k in ("torch", "torch_geometric",
                                                                 "torch_sparse", "pyg_lib")),

@@ -43,9 +43,9 @@ def test_failure_reasons_and_the_runtime_summary_are_read_from_stderr() -> None:
     tail = ("Traceback (most recent call last):\n  File \"x.py\", line 3\nRuntimeError: \n"
             "Could not cast value of type Optional[Tensor] to bool:\n  (more context)\n"
             "Explain:  50%|#####     | 1/2\n")
-    assert verbatim.last_line(tail) == ("RuntimeError: Could not cast value of type "
+    assert verbatim.error_line(tail) == ("RuntimeError: Could not cast value of type "
                                         "Optional[Tensor] to bool:")
-    assert verbatim.last_line("no error here\nlast words\n") == "last words"
+    assert verbatim.error_line("no error here\nlast words\n") == "last words"
     summary = ("gnnorch: 1 rank on cpu\n  trim: no MessagePassing model ran\n"
                "  rewrite: conv1 aggregate-first (270/270 calls)\n  cache: off\n")
     result = {"runs": {"vanilla": {"stderr_tail": ""}, "runtime": {"stderr_tail": summary}}}
