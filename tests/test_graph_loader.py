@@ -177,7 +177,10 @@ def gin_after_an_unused_iterator(dataset, batch_size, epochs):
     return model.state_dict(), sizes
 
 
-def test_an_unused_split_epoch_leaves_the_next_epochs_whole_passes():
+def test_an_unused_split_epoch_leaves_no_head_behind():
+    # the unused iterator's epoch never ran; the first training epoch is split after its first
+    # batch as any is until a step has shown what the model returns for the loader's batches
+    # (the forward outside the loader showed the model, not that)
     dataset = graphs()
     runtime = gnnorch.Runtime(gin_after_an_unused_iterator, processes=2, seed=SEED,
                               verbose=False)
@@ -185,7 +188,9 @@ def test_an_unused_split_epoch_leaves_the_next_epochs_whole_passes():
     want = gin_epochs(_orders(dataset, 2), 16, 1, False)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
-    assert sizes == [8] * 12
+    assert sizes == [16] + [8] * 5 + [8] * 6
+    [record, _] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert record["outputs"] == "one row per graph (16 rows for 16 graphs)"
 
 
 def sizes_seen(dataset, batch_size, epochs=1):

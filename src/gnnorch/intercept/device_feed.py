@@ -122,7 +122,23 @@ class PyGBatchesCopied:
                                            record.prefetch, self.host_transform)
         record.deferred = move.host_fields
         record.epochs += 1
-        return pipelined(iter(iterator), move, record.prefetch, record, None, publish)
+        ahead = _AfterTheHead(state) if state.head_pending else None
+        return pipelined(iter(iterator), move, record.prefetch, record, ahead, publish)
+
+
+class _AfterTheHead:
+    """Batches of an epoch split after its head (`epoch_role.decided_after_first_batch`) are
+    drawn ahead only once the head's step has run and the rest's sharding is decided: drawn
+    earlier, the rest's first batch would be drawn before the model was seen."""
+
+    def __init__(self, state: LoaderState) -> None:
+        self.state = state
+
+    def may_draw_ahead(self) -> bool:
+        return not self.state.head_pending
+
+    def watch_ahead(self, drawn: Callable[[], list[Any]] | None) -> None:
+        return None
 
 
 def deferred_fields(data: Any, device: torch.device, depth: int,

@@ -99,17 +99,27 @@ def cache_aside(state: LoaderState) -> str | None:
 
 def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | None:
     """Why a training epoch of a graph-level DataLoader starting now runs every graph in every
-    rank instead of being sharded, or None (it is sharded). Sharding is exact when the model
-    computes each graph on its own: then p ranks' averaged gradients are one process's on the
-    whole batch. BatchNorm's batch statistics are not (each rank's shard has its own), so
-    an epoch is sharded only once the run's models have run a forward and none holds one
-    (`trim.mixing.batch_statistics_modules`); before any forward, `decided_after_first_batch`
-    splits the epoch. Whole, every rank draws the same batches (one common permutation), so the
-    run equals one process's, as before sharding existed."""
+    rank instead of being sharded, or None (it is sharded). Sharding gives each of p ranks
+    b / p graphs of every batch of b and averages their gradients with equal weights: one
+    process's gradient on the batch when (`graph_outputs` has the maths)
+    * p divides b (otherwise shards of ceil(b / p) graphs make global batches of
+      p * ceil(b / p), not b: more graphs a step and fewer steps an epoch);
+    * the model computes each graph on its own: no BatchNorm, whose batch statistics are each
+      shard's own (`trim.mixing.batch_statistics_modules`);
+    * the model returns one row per graph (a loss over nodes weighs each shard's nodes by the
+      shard's node count), seen on an epoch's first batch (`decided_after_first_batch`).
+    Whole, every rank draws the same batches (one common permutation), so the run equals one
+    process's, as before sharding existed."""
     from ..trim.mixing import batch_statistics_modules
 
     if state.kind != "graph":
         return None
+    size, ranks = state.global_batch_size, state.shard.world_size if state.shard else 1
+    if size is not None and int(size) % ranks:
+        per_rank = -(-int(size) // ranks)
+        return (f"its batch size {size} is not a multiple of the {ranks} ranks: shards of "
+                f"{per_rank} graphs would train batches of {per_rank * ranks}, so every rank "
+                f"runs every graph")
     roots = list(optimizers.roots) if optimizers is not None else []
     if not roots:
         return ("no model has run a forward yet: an epoch before the first forward runs every "
@@ -118,23 +128,32 @@ def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | N
     if found:
         return (f"the model normalises with batch statistics ({', '.join(found[:3])}): "
                 f"sharded epochs would not equal one process's, so every rank runs every graph")
+    outputs = state.graph_outputs
+    if outputs is None:
+        return ("what the model returns for a batch of its graphs was not seen: every rank "
+                "runs every graph")
+    if not outputs.per_graph:
+        return (f"{outputs.detail}, not one row per graph: averaged over shards, a loss over "
+                f"those rows would not equal one process's, so every rank runs every graph")
     return None
 
 
 def decided_after_first_batch(state: LoaderState, optimizers: OptimizerCount | None) -> bool:
     """Whether a training epoch of a graph-level DataLoader starting now is split after its
-    first batch (`ShardSampler.head`): no model has run a forward yet, so whether sharding is
-    exact (`kept_whole`) is unknown until the step on that batch shows the model. The first
-    batch, b graphs of the epoch's permutation, then runs whole in every rank (p equal
-    gradients, averaged: one process's); the rest of the permutation is sharded or whole as
-    `kept_whole` decides when the user asks for the second batch. The two passes draw the
-    positions one unsplit epoch draws, so the run still equals one process's. A pipeline that
-    draws the second batch before the first batch's forward (the device path drawing ahead)
-    finds no model yet and keeps the rest whole."""
+    first batch (`ShardSampler.head`): what the model returns for the loader's batches has not
+    been seen yet (`LoaderState.graph_outputs`; before the model's first forward, nor the
+    model), so whether sharding is exact (`kept_whole`) is unknown until the step on that batch
+    shows it. The first batch, b graphs of the epoch's permutation, then runs whole in every
+    rank (p equal gradients, averaged: one process's), watched (`graph_outputs.OutputWatch`);
+    the rest of the permutation is sharded or whole as `kept_whole` decides when the user asks
+    for the second batch. The two passes draw the positions one unsplit epoch draws, so the
+    run still equals one process's. The device path draws the rest ahead only once that is
+    decided (`LoaderState.head_pending`). A batch size p does not divide is never sharded:
+    no split."""
     if (state.kind != "graph" or state.shard is None or optimizers is None
-            or state.global_batch_size is None):
+            or state.global_batch_size is None or state.graph_outputs is not None):
         return False
-    return not optimizers.roots
+    return int(state.global_batch_size) % state.shard.world_size == 0
 
 
 def set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
+from .graph_outputs import GraphOutputs
 from .shard import ShardSampler
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ class LoaderState:
     device: DeviceDecision | None = None  # set by the device path's `adopt`
     kind: str = "node"             # "node" (NeighborLoader) or "link" (LinkNeighborLoader)
     graph: str | None = None       # its input's type: "Data", "HeteroData", a feature/graph store
+    graph_outputs: GraphOutputs | None = None   # graph-level: what the model returned for its
+    #                                             batches (None: not seen yet)
+    head_pending: bool = False     # graph-level: an epoch's head ran, its sharding undecided
 
     @property
     def samples_on_device(self) -> bool:

@@ -76,6 +76,7 @@ from .epoch_role import (OptimizerCount, cache_aside, decided_after_first_batch,
                          kept_whole, set_sharded)
 from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
+from .graph_outputs import OutputWatch
 from .loader_pass import head_then_rest, plan_workers, start_pass
 from .procgroup import UserDistribution
 from .rank_streams import rank_stream
@@ -292,6 +293,7 @@ class LoaderInterceptor:
         training = epoch_trains(state, self.layer_seam, ctx, self.optimizers)
         split = training and decided_after_first_batch(state, self.optimizers)
         whole = None
+        state.head_pending = False   # (an earlier split epoch's iterator may never have run)
         if split:   # the head runs whole in every rank: the rest is decided after its step
             assert state.shard is not None
             set_sharded(loader, state, False)
@@ -346,8 +348,19 @@ class LoaderInterceptor:
         once that batch's step (the model's first forward) has run."""
         shard, epoch = state.shard, timer.epoch
         assert shard is not None
+        watches: list[OutputWatch] = []
+
+        def judge() -> None:   # what the head's steps showed, if they ran a root model
+            state.head_pending = False
+            roots = self.optimizers.roots if self.optimizers is not None else []
+            seen = [v for v in (w.verdict(roots) for w in watches) if v is not None]
+            if seen:   # every head batch's outputs must be per graph
+                state.graph_outputs = next((v for v in seen if not v.per_graph), seen[0])
+                if state.record is not None:
+                    state.record["outputs"] = state.graph_outputs.detail
 
         def decide() -> None:
+            judge()
             whole = self._kept_whole(state)
             set_sharded(loader, state, whole is None)
             timer.copies = self.ctx.world_size if whole is not None else 1
@@ -357,7 +370,18 @@ class LoaderInterceptor:
             stream = rank_stream(self.ctx, state, True, epoch=epoch)
             return start_pass(loader, self.ctx, orig.iter, stream, planned)
 
-        return head_then_rest(start, decide, shard.close_epoch)
+        def head() -> Iterator[Any]:   # each head batch's step watched
+            for batch in start():
+                with OutputWatch(batch) as watch:
+                    watches.append(watch)
+                    yield batch
+
+        def abandon() -> None:   # the user left the loop during the head
+            judge()
+            shard.close_epoch()
+
+        state.head_pending = True
+        return head_then_rest(head, decide, start, abandon)
 
 
 def _sized(dataset: object) -> bool:

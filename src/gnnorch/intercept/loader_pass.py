@@ -67,19 +67,20 @@ def start_pass(loader: NeighborLoader, ctx: RankContext,
     return iterator
 
 
-def head_then_rest(start: Callable[[], Iterator[Any]], decide: Callable[[], None],
-                   abandon: Callable[[], None]) -> Iterator[Any]:
-    """An epoch's batches as two passes: the first (``start()``, the epoch's head), then
+def head_then_rest(head: Callable[[], Iterator[Any]], decide: Callable[[], None],
+                   rest: Callable[[], Iterator[Any]], abandon: Callable[[], None]
+                   ) -> Iterator[Any]:
+    """An epoch's batches as two passes: the first (``head()``, the epoch's head), then
     ``decide()`` -- called when the user asks for the batch after the head, so after the head's
-    step ran -- then the second (``start()`` again, set up by what ``decide`` chose).
-    ``abandon()`` runs instead of the second pass when it never started (the user left the
-    loop during the head, or the head raised)."""
+    step ran -- then the second (``rest()``, set up by what ``decide`` chose). ``abandon()``
+    runs instead of the second pass when it never started (the user left the loop during the
+    head, or the head raised)."""
     rest_started = False
     try:
-        yield from start()
+        yield from head()
         decide()
         rest_started = True
-        yield from start()
+        yield from rest()
     finally:
         if not rest_started:
             abandon()
