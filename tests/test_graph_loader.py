@@ -126,6 +126,128 @@ def test_two_ranks_equal_one_process_over_two_epochs(norm, gmt):
     assert ("batch statistics" in record["kept_whole"]) if norm else record["kept_whole"] is None
 
 
+class NodeGat(torch.nn.Module):
+    """A node-level model on batches of whole graphs (PyG's ``ppi.py``: one row per node,
+    multi-label targets per node)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = GINConv(torch.nn.Linear(8, 16))
+        self.conv2 = GINConv(torch.nn.Linear(16, 3))
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def node_level_epochs(dataset, batch_size, epochs):
+    """`epochs` epochs of a node-level loss (binary cross-entropy averaged over the batch's
+    nodes) on graph batches; the parameters and the graphs of each batch."""
+    torch.manual_seed(0)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    model = NodeGat()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    sizes = []
+    for _ in range(epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            target = F.one_hot(batch.y[batch.batch], 3).float()
+            loss = F.binary_cross_entropy_with_logits(model(batch.x, batch.edge_index), target)
+            loss.backward()
+            optimizer.step()
+            sizes.append(batch.num_graphs)
+    return model.state_dict(), sizes
+
+
+def node_level_in_order(dataset, batch_size):
+    """`node_level_epochs`' steps, one process, over `dataset` in its order (no shuffle)."""
+    torch.manual_seed(0)
+    model = NodeGat()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for batch in DataLoader(dataset, batch_size=batch_size):
+        optimizer.zero_grad()
+        target = F.one_hot(batch.y[batch.batch], 3).float()
+        F.binary_cross_entropy_with_logits(model(batch.x, batch.edge_index), target).backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+def test_a_loss_over_nodes_of_graph_batches_keeps_epochs_whole():
+    # graphs of different sizes: a shard's mean over its nodes, averaged over two ranks, is
+    # not the batch's mean over its nodes, so the first batch's step shows one row per node
+    # and every rank runs every graph; the run is one process's over the same permutation
+    dataset = graphs(n=48)
+    runtime = gnnorch.Runtime(node_level_epochs, processes=2, seed=SEED, verbose=False)
+    got, sizes = runtime(dataset, 8, 2)
+    want = node_level_in_order(_orders(dataset, 2), 8)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    assert sizes == [8] * 12
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert record["outputs"].startswith("the model returned one row per node (")
+    assert "not one row per graph" in record["kept_whole"]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_a_batch_size_the_ranks_do_not_divide_keeps_epochs_whole(batch_size):
+    # shards of ceil(b / 2) graphs would train batches of 2 or 4 graphs, not 1 or 3: fewer,
+    # larger steps than one process takes
+    dataset = graphs(n=12)
+    runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
+    got = runtime(dataset, batch_size, 2)
+    want = gin_epochs(_orders(dataset, 2), batch_size, 1, False)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    assert [e["batches"] for e in runtime.last_run.epochs[0]] == [12 // batch_size] * 2
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert f"batch size {batch_size} is not a multiple of the 2 ranks" in record["kept_whole"]
+
+
+def gin_sizes_on_the_device_path(dataset, batch_size, epochs):
+    """`gin_epochs` on the device path (the CPU as the device); the parameters and the graphs
+    of each batch."""
+    loader, model, optimizer = gin_setup(dataset, batch_size)
+    return model.state_dict(), train_epochs(loader, model, optimizer, epochs)
+
+
+def test_the_device_path_draws_a_split_epoch_ahead_once_its_head_is_decided():
+    # drawn ahead from the first batch, the rest's first batch would be drawn before the
+    # model's first forward (and the epoch kept whole); the path waits for the head's step
+    dataset = graphs()
+    runtime = gnnorch.Runtime(gin_sizes_on_the_device_path, processes=2, seed=SEED,
+                              data_path="device", verbose=False)
+    got, sizes = runtime(dataset, 16, 2)
+    want = gin_epochs(_orders(dataset, 2), 16, 1, False)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    assert sizes == [16] + [8] * 5 + [8] * 6
+    [device] = runtime.last_run.stats[0]["device"]["loaders"]
+    assert device["copied"] and device["prefetch"] > 0 and device["prefetch_reason"] == ""
+
+
+def test_the_watch_judges_root_outputs_by_their_rows():
+    from gnnorch.intercept.graph_outputs import OutputWatch, leading_rows
+
+    batch = next(iter(DataLoader(graphs(n=4), batch_size=4)))
+    model, loss = Gin(), torch.nn.MSELoss()
+    assert leading_rows((torch.zeros(4, 3), torch.zeros(()))) == 4
+    assert leading_rows(torch.zeros(())) is None and leading_rows({"a": 1}) is None
+    with OutputWatch(batch) as watch:
+        out = model(batch.x, batch.edge_index, batch.batch)   # one row per graph
+        loss(out, torch.zeros_like(out))   # a root without parameters: not judged
+    assert watch.verdict([model, loss]).per_graph
+    assert watch.verdict([loss]) is None   # no trained root ran: nothing seen
+    node_model = NodeGat()
+    with OutputWatch(batch) as watch:
+        node_model(batch.x, batch.edge_index)
+    assert not watch.verdict([node_model]).per_graph
+    with OutputWatch(batch) as watch:
+        model(batch.x, batch.edge_index, batch.batch).sum()
+        node_model(batch.x, batch.edge_index)
+    verdict = watch.verdict([model, node_model])   # every trained root must be per graph
+    assert not verdict.per_graph and "one row per node" in verdict.detail
+    assert not torch.nn.modules.module._global_forward_hooks   # removed on exit
+
+
 def gin_leaving_first_epoch(dataset, batch_size, epochs, num_workers=0):
     """`gin_epochs`, except that the first epoch is left after its first batch."""
     loader, model, optimizer = gin_setup(dataset, batch_size, num_workers=num_workers)
