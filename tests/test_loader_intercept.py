@@ -19,7 +19,7 @@ def record_seeds(data, out_dir, epochs=2):
     train_loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.train_mask,
                                   batch_size=10, shuffle=True)
     eval_loader = NeighborLoader(data, num_neighbors=[2], input_nodes=data.test_mask,
-                                 batch_size=300)
+                                 batch_size=301)
     # a training function's optimizer: with no model seen yet, epochs that start after one was
     # built are training epochs (`gnnorch.intercept.epoch_role`)
     torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)
@@ -41,7 +41,7 @@ def test_training_loader_sharded_evaluation_loader_whole(tmp_path):
     test_nodes = data.test_mask.nonzero().view(-1).tolist()
     for seen in ranks:
         assert seen["train_batch_size"] == 5            # ceil(10 / 2)
-        assert seen["eval_batch_size"] == 300           # untouched
+        assert seen["eval_batch_size"] == 301           # untouched
         assert sorted(seen["eval"]) == sorted(test_nodes)
     for epoch in range(2):
         a = [i for b in ranks[0]["epochs"][epoch] for i in b]
@@ -53,6 +53,12 @@ def test_training_loader_sharded_evaluation_loader_whole(tmp_path):
     epochs = runtime.last_run.epochs
     assert [e["batches"] for e in epochs[0]] == [14, 14]
     assert [e["seeds"] for e in epochs[1]] == [70, 70]
+    train, evaluation = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert "uneven_batch" not in train
+    # were its epochs sharded (it trains), two ranks would train 302 seeds a step, not 301
+    assert evaluation["uneven_batch"] == ("batch size 301 is not a multiple of the 2 ranks: "
+                                          "sharded epochs train batches of 151 seeds a rank, "
+                                          "302 a step")
 
 
 def imbalanced_epochs(data, epochs=3):

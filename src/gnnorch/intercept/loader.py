@@ -250,6 +250,13 @@ class LoaderInterceptor:
             measure(state.samples_on_device)
         self.states[loader] = state
         state.record = state.to_dict()
+        if (state.shard is not None and state.kind != "graph" and batch_size is not None
+                and int(batch_size) % ctx.world_size):   # (graph-level: kept whole instead)
+            per_rank = -(-int(batch_size) // ctx.world_size)
+            state.record["uneven_batch"] = (
+                f"batch size {batch_size} is not a multiple of the {ctx.world_size} ranks: "
+                f"sharded epochs train batches of {per_rank} seeds a rank, "
+                f"{per_rank * ctx.world_size} a step")
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.record)
 
     def _built_before_run(self, loader: NeighborLoader) -> None:
