@@ -13,10 +13,11 @@ the runtime, and asks for more: the same printed lines. Each file is extracted u
 PyG version (``pyg_tests_under_runtime.pick_ref``) unless ``--ref`` says otherwise. The child
 process that runs it puts only this around it:
 
-* dataset stand-ins, so that nothing downloads: ``Planetoid(root, name)`` reads the Cora /
-  CiteSeer raw files bundled with gnnorch (PyG's own class and processing, another root);
-  ``TUDataset(root, 'PROTEINS', ...)`` is a synthetic PROTEINS-like set (`proteins_like`)
-  built by PyG's ``InMemoryDataset`` with the caller's transform, pre-transform and filter;
+* dataset stand-ins, so that nothing downloads (`verbatim_datasets`): ``Planetoid(root,
+  name)`` reads the Cora / CiteSeer raw files bundled with gnnorch (PyG's own class and
+  processing, another root); ``TUDataset(root, 'PROTEINS' | 'PROTEINS_full')`` and
+  ``PPI(root, split)`` are synthetic sets of the same shapes, built by PyG's
+  ``InMemoryDataset`` with the caller's transform, pre-transform and filter;
 * where a script's default run takes minutes here, its epoch count lowered by a textual edit
   listed in `EXAMPLES` (and in the report); an edit that no longer matches exactly once is an
   error, not a silent change;
@@ -55,6 +56,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from pyg_tests_under_runtime import DEFAULT_MIRROR, pick_ref, probe_versions  # noqa: E402
+from verbatim_datasets import install_stand_ins  # noqa: E402
 
 DEFAULT_PYTHON = REPO / ".venv" / "bin" / "python"
 #: Runtime options of each mode (``vanilla`` runs the file directly).
@@ -122,60 +124,27 @@ EXAMPLES: dict[str, Example] = {
     "proteins_dmon_pool": Example(
         "examples/proteins_dmon_pool.py",
         **_epochs("range(1, 101)", "range(1, 6)", "100 epochs -> 5")),
+    # Graph-level DataLoaders of node-level tasks (PPI), and of a learned aggregation.
+    "ppi": Example("examples/ppi.py",
+                   **_epochs("range(1, 101)", "range(1, 11)", "100 epochs -> 10")),
+    "film": Example("examples/film.py",
+                    **_epochs("range(1, 501)", "range(1, 11)", "500 epochs -> 10")),
+    "geniepath": Example("examples/geniepath.py",
+                         **_epochs("range(1, 101)", "range(1, 11)", "100 epochs -> 10")),
+    "gcn2_ppi": Example("examples/gcn2_ppi.py",
+                        **_epochs("range(1, 2001)", "range(1, 3)", "2,000 epochs -> 2")),
+    "mem_pool": Example("examples/mem_pool.py",
+                        **_epochs("range(1, 2001)", "range(1, 6)", "2,000 epochs -> 5")),
+    "lcm_aggr_2nd_min": Example(
+        "examples/lcm_aggr_2nd_min.py",
+        **_epochs("range(1, 1001)", "range(1, 3)", "1,000 epochs -> 2")),
+    "equilibrium_median": Example(
+        "examples/equilibrium_median.py",
+        **_epochs("steps = 10000000", "steps = 3000", "10,000,000 steps -> 3,000")),
 }
 
 
 # -- the child: one example in one mode --------------------------------------------------------
-def proteins_like(num_graphs: int = 600, seed: int = 0) -> list:
-    """PROTEINS-like graphs: 10-40 nodes, a ring with random chords (class 1: twice as many),
-    three node labels one-hot (class 1 draws label 2 more often). The classes overlap."""
-    import torch
-    from torch_geometric.data import Data
-
-    gen = torch.Generator().manual_seed(seed)
-    graphs = []
-    for i in range(num_graphs):
-        y = i % 2
-        n = int(torch.randint(10, 41, (1, ), generator=gen))
-        ring = torch.arange(n)
-        chords = torch.randint(0, n, (2, n // 5 * (1 + y)), generator=gen)
-        edges = torch.cat([torch.stack([ring, (ring + 1) % n]), chords], dim=1)
-        edges = torch.cat([edges, edges.flip(0)], dim=1)
-        edges = edges[:, edges[0] != edges[1]].unique(dim=1)
-        probs = torch.tensor([0.4, 0.25, 0.35] if y else [0.4, 0.35, 0.25])
-        labels = torch.multinomial(probs, n, replacement=True, generator=gen)
-        graphs.append(Data(x=torch.nn.functional.one_hot(labels, 3).float(), edge_index=edges,
-                           y=torch.tensor([y])))
-    return graphs
-
-
-def install_stand_ins(data_root: Path) -> None:
-    """Replace `Planetoid` and `TUDataset` in `torch_geometric.datasets` for this process."""
-    import torch_geometric.datasets as datasets
-    from torch_geometric.data import InMemoryDataset
-
-    from gnnorch.datasets import load_planetoid
-
-    def bundled_planetoid(root, name, **kwargs):
-        return load_planetoid(name, root=data_root, **kwargs)
-
-    class ProteinsLike(InMemoryDataset):
-        def __init__(self, root, name, transform=None, pre_transform=None, pre_filter=None,
-                     **kwargs):
-            if name != "PROTEINS":
-                raise ValueError(f"no stand-in for TUDataset {name!r} (only 'PROTEINS')")
-            super().__init__(None, transform)
-            graphs = proteins_like()
-            if pre_filter is not None:
-                graphs = [g for g in graphs if pre_filter(g)]
-            if pre_transform is not None:
-                graphs = [pre_transform(g) for g in graphs]
-            self.data, self.slices = self.collate(graphs)
-
-    datasets.Planetoid = bundled_planetoid
-    datasets.TUDataset = ProteinsLike
-
-
 def run_child(file: Path, options: dict | None, data_root: Path) -> None:
     import random
     import runpy
@@ -183,9 +152,8 @@ def run_child(file: Path, options: dict | None, data_root: Path) -> None:
     import numpy as np
     import torch
 
-    install_stand_ins(data_root)
-
-    def run() -> None:
+    def run() -> None:   # in each of the runtime's ranks: stand-ins installed there too
+        install_stand_ins(data_root)
         random.seed(0)
         np.random.seed(0)
         torch.manual_seed(0)
@@ -249,8 +217,9 @@ def run_mode(args: argparse.Namespace, file: Path, mode: str, data_root: Path) -
     options = None if mode.startswith("vanilla") else {**MODE_OPTIONS[mode], **args.options}
     cmd = [args.python, __file__, "--child", str(file), "--data-root", str(data_root),
            "--child-options", json.dumps(options)]
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(
-        p for p in (str(args.gnnorch_src or ""), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(   # + the
+        p for p in (str(args.gnnorch_src or ""), str(HERE),                       # stand-ins
+                    os.environ.get("PYTHONPATH", "")) if p)}
     start = time.perf_counter()
     # A session of its own, so that a timeout ends the runtime's rank processes too.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -185,6 +185,8 @@ def test_a_loss_over_nodes_of_graph_batches_keeps_epochs_whole():
     [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
     assert record["outputs"].startswith("the model returned one row per node (")
     assert "not one row per graph" in record["kept_whole"]
+    assert ("sampler: train collate [num_workers 0 (PyG's default)] (whole in every rank: "
+            "the model returned one row per node (") in runtime.summary()
 
 
 @pytest.mark.parametrize("batch_size", [1, 3])
@@ -312,7 +314,7 @@ def test_an_unused_split_epoch_leaves_no_head_behind():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     assert sizes == [16] + [8] * 5 + [8] * 6
     [record, _] = runtime.last_run.stats[0]["sampler"]["loaders"]
-    assert record["outputs"] == "one row per graph (16 rows for 16 graphs)"
+    assert record["outputs"].startswith("one row per graph (16 rows for a batch of 16 graphs and ")
 
 
 def sizes_seen(dataset, batch_size, epochs=1):

@@ -54,10 +54,11 @@ def test_failure_reasons_and_the_runtime_summary_are_read_from_stderr() -> None:
 
 def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
     import torch_geometric.datasets as datasets
     import torch_geometric.transforms as T
 
-    for name in ("Planetoid", "TUDataset"):   # restored by monkeypatch after the test
+    for name in ("Planetoid", "TUDataset", "PPI"):   # restored by monkeypatch after the test
         monkeypatch.setattr(datasets, name, getattr(datasets, name))
     verbatim.install_stand_ins(tmp_path)
     cora = datasets.Planetoid("/nonexistent/data/Cora", "cora",
@@ -70,6 +71,18 @@ def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
     assert kept.num_features == 3 and kept.num_classes == 2
     with pytest.raises(ValueError, match="only 'PROTEINS'"):
         datasets.TUDataset("/nonexistent", name="MUTAG")
+    full = datasets.TUDataset("/nonexistent", name="PROTEINS_full", use_node_attr=True)
+    assert full.num_features == 29 + 3   # attributes first, then the one-hot labels
+    assert full[0].x[:, -3:].sum(dim=-1).eq(1).all()
+    # PPI's shapes: 20 / 2 / 2 graphs, 50 features, 121 labels, about 30 % of them on
+    splits = {s: datasets.PPI("/nonexistent", split=s) for s in ("train", "val", "test")}
+    assert {s: len(d) for s, d in splits.items()} == {"train": 20, "val": 2, "test": 2}
+    train = splits["train"]
+    assert train.num_features == 50 and train.num_classes == 121
+    assert 0.2 < float(train._data.y.mean()) < 0.4
+    assert not torch.equal(splits["val"][0].x, train[0].x)
+    with pytest.raises(ValueError, match="PPI split"):
+        datasets.PPI("/nonexistent", split="all")
 
 
 SCRIPT = """

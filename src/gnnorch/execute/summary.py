@@ -133,6 +133,9 @@ def _samplers(stats: dict) -> str | None:
         workers = loader.get("num_workers")
         if isinstance(workers, str) and workers != "plan":
             entry += f" [num_workers {workers}]"
+        whole = loader.get("kept_whole")   # a graph-level loader not sharded: why, in short
+        if isinstance(whole, str):
+            entry += f" (whole in every rank: {whole.split(':')[0]})"
         entries.append(entry)
     return "sampler: " + _folded(entries)
 

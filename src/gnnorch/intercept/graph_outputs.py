@@ -84,13 +84,18 @@ class OutputWatch:
             return None
         graphs, nodes = self.graphs, self.nodes
         wrong = [rows for rows in seen if graphs is None or rows != graphs]
+        batch = f"a batch of {_count(graphs, 'graph')} and {_count(nodes, 'node')}"
         if not wrong:
-            return GraphOutputs(True, f"one row per graph ({graphs} rows for {graphs} graphs)")
+            return GraphOutputs(True, f"one row per graph ({graphs} rows for {batch})")
         rows = wrong[0]
         if rows is None:
             what = "no rows (a scalar or no tensor)"
         elif rows == nodes:
-            what = f"one row per node ({rows} rows for {graphs} graphs of {nodes} nodes)"
+            what = f"one row per node ({rows} rows for {batch})"
         else:
-            what = f"{rows} rows for {graphs} graphs of {nodes} nodes"
+            what = f"{rows} rows for {batch}"
         return GraphOutputs(False, f"the model returned {what}")
+
+
+def _count(n: int | None, noun: str) -> str:
+    return f"? {noun}s" if n is None else f"{n} {noun}" + ("" if n == 1 else "s")

@@ -1,0 +1,133 @@
+"""Offline stand-ins for the datasets PyG's example scripts download, for
+`pyg_examples_verbatim.py`: each replaces the class in ``torch_geometric.datasets`` for the
+child process that runs one example, takes the class's own arguments (``root``, ``name`` /
+``split``, ``transform``, ``pre_transform``, ``pre_filter``) and builds its graphs through PyG's
+``InMemoryDataset``, so that the script's transforms and loaders run on them as on the real
+data. Nothing is read from ``root``.
+
+* ``Planetoid(root, name)``: the Cora / CiteSeer raw files bundled with gnnorch, processed by
+  PyG's own class under another root (real data).
+* ``TUDataset(root, 'PROTEINS' | 'PROTEINS_full', use_node_attr=...)``: `proteins_like`, 600
+  synthetic graphs of two overlapping classes; ``PROTEINS_full`` with ``use_node_attr`` puts 29
+  continuous node attributes before the 3 one-hot node labels, as PyG's TUDataset does.
+* ``PPI(root, split)``: `ppi_like`, 20 / 2 / 2 graphs (train / val / test) of 80-240 nodes, 50
+  features and 121 binary labels per node that depend on a node's and its neighbours'
+  features (the real PPI: 20 / 2 / 2 graphs of about 2,400 nodes, 50 features, 121 labels).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["install_stand_ins", "ppi_like", "proteins_like"]
+
+PROTEINS_ATTRIBUTES = 29   # PROTEINS_full's continuous node attributes
+PPI_GRAPHS = {"train": 20, "val": 2, "test": 2}
+
+
+def _ring_with_chords(n: int, chords: int, gen: torch.Generator) -> torch.Tensor:
+    """Undirected edges of a ring of `n` nodes with `chords` random chords, both directions,
+    no self-loops, no duplicates."""
+    import torch
+
+    ring = torch.arange(n)
+    extra = torch.randint(0, n, (2, chords), generator=gen)
+    edges = torch.cat([torch.stack([ring, (ring + 1) % n]), extra], dim=1)
+    edges = torch.cat([edges, edges.flip(0)], dim=1)
+    return edges[:, edges[0] != edges[1]].unique(dim=1)
+
+
+def proteins_like(num_graphs: int = 600, seed: int = 0, attributes: int = 0) -> list:
+    """PROTEINS-like graphs: 10-40 nodes, a ring with random chords (class 1: twice as many),
+    three node labels one-hot (class 1 draws label 2 more often). The classes overlap. With
+    `attributes`, that many continuous node attributes first (class 1 shifted by 0.3)."""
+    import torch
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(seed)
+    graphs = []
+    for i in range(num_graphs):
+        y = i % 2
+        n = int(torch.randint(10, 41, (1, ), generator=gen))
+        edges = _ring_with_chords(n, n // 5 * (1 + y), gen)
+        probs = torch.tensor([0.4, 0.25, 0.35] if y else [0.4, 0.35, 0.25])
+        labels = torch.multinomial(probs, n, replacement=True, generator=gen)
+        x = torch.nn.functional.one_hot(labels, 3).float()
+        if attributes:
+            attrs = torch.randn(n, attributes, generator=gen) + 0.3 * y
+            x = torch.cat([attrs, x], dim=1)
+        graphs.append(Data(x=x, edge_index=edges, y=torch.tensor([y])))
+    return graphs
+
+
+def ppi_like(split: str, seed: int = 0) -> list:
+    """PPI-like graphs of `split`: 80-240 nodes each, a ring with about 4 chords a node; 50
+    binary features (each on with probability 0.2); label j of a node is on when its score
+    s_j = (x + mean of its neighbours' x) @ W[:, j] exceeds the 70th percentile of s_j over the
+    split's first graph (W one fixed Gaussian matrix for all splits), so about 30 % of labels
+    are on and a GNN can learn them."""
+    import torch
+    from torch_geometric.data import Data
+    from torch_geometric.utils import scatter
+
+    if split not in PPI_GRAPHS:
+        raise ValueError(f"PPI split must be one of {sorted(PPI_GRAPHS)}, got {split!r}")
+    weights = torch.randn(50, 121, generator=torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed + 1 + sorted(PPI_GRAPHS).index(split))
+    graphs, cut = [], None
+    for _ in range(PPI_GRAPHS[split]):
+        n = int(torch.randint(80, 241, (1, ), generator=gen))
+        edges = _ring_with_chords(n, 4 * n, gen)
+        x = (torch.rand(n, 50, generator=gen) < 0.2).float()
+        score = (x + scatter(x[edges[0]], edges[1], 0, dim_size=n, reduce="mean")) @ weights
+        if cut is None:
+            cut = score.quantile(0.7, dim=0)
+        graphs.append(Data(x=x, edge_index=edges, y=(score > cut).float()))
+    return graphs
+
+
+def install_stand_ins(data_root: Path) -> None:
+    """Replace `Planetoid`, `TUDataset` and `PPI` in `torch_geometric.datasets` for this
+    process (the module docstring says with what)."""
+    import torch_geometric.datasets as datasets
+    from torch_geometric.data import InMemoryDataset
+
+    from gnnorch.datasets import load_planetoid
+
+    def bundled_planetoid(root, name, **kwargs):
+        return load_planetoid(name, root=data_root, **kwargs)
+
+    class Synthetic(InMemoryDataset):
+        """Graphs built in memory, then filtered and pre-transformed as PyG's processing
+        does."""
+
+        def __init__(self, graphs: list, transform=None, pre_transform=None,
+                     pre_filter=None) -> None:
+            super().__init__(None, transform)
+            if pre_filter is not None:
+                graphs = [g for g in graphs if pre_filter(g)]
+            if pre_transform is not None:
+                graphs = [pre_transform(g) for g in graphs]
+            self.data, self.slices = self.collate(graphs)
+
+    class ProteinsLike(Synthetic):
+        def __init__(self, root, name, transform=None, pre_transform=None, pre_filter=None,
+                      use_node_attr=False, **kwargs):
+            if name not in ("PROTEINS", "PROTEINS_full"):
+                raise ValueError(f"no stand-in for TUDataset {name!r} (only 'PROTEINS', "
+                                 f"'PROTEINS_full')")
+            attributes = PROTEINS_ATTRIBUTES if name == "PROTEINS_full" and use_node_attr else 0
+            super().__init__(proteins_like(attributes=attributes), transform, pre_transform,
+                             pre_filter)
+
+    class PPILike(Synthetic):
+        def __init__(self, root, split="train", transform=None, pre_transform=None,
+                     pre_filter=None, **kwargs):
+            super().__init__(ppi_like(split), transform, pre_transform, pre_filter)
+
+    datasets.Planetoid = bundled_planetoid
+    datasets.TUDataset = ProteinsLike
+    datasets.PPI = PPILike
