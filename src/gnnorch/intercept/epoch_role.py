@@ -118,8 +118,8 @@ def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | N
     if size is not None and int(size) % ranks:
         per_rank = -(-int(size) // ranks)
         return (f"its batch size {size} is not a multiple of the {ranks} ranks: shards of "
-                f"{per_rank} graphs would train batches of {per_rank * ranks}, so every rank "
-                f"runs every graph")
+                f"{per_rank} graph{'s' if per_rank != 1 else ''} would train batches of "
+                f"{per_rank * ranks} graphs, so every rank runs every graph")
     roots = list(optimizers.roots) if optimizers is not None else []
     if not roots:
         return ("no model has run a forward yet: an epoch before the first forward runs every "
@@ -141,9 +141,9 @@ def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | N
 def decided_after_first_batch(state: LoaderState, optimizers: OptimizerCount | None) -> bool:
     """Whether a training epoch of a graph-level DataLoader starting now is split after its
     first batch (`ShardSampler.head`): what the model returns for the loader's batches has not
-    been seen yet (`LoaderState.graph_outputs`; before the model's first forward, nor the
-    model), so whether sharding is exact (`kept_whole`) is unknown until the step on that batch
-    shows it. The first batch, b graphs of the epoch's permutation, then runs whole in every
+    been seen yet (`LoaderState.graph_outputs`; before the model's first forward, not even the
+    model has), so whether sharding is exact (`kept_whole`) is unknown until the step on that
+    batch shows it. The first batch, b graphs of the epoch's permutation, then runs whole in every
     rank (p equal gradients, averaged: one process's), watched (`graph_outputs.OutputWatch`);
     the rest of the permutation is sharded or whole as `kept_whole` decides when the user asks
     for the second batch. The two passes draw the positions one unsplit epoch draws, so the

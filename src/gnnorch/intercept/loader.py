@@ -9,8 +9,9 @@ builds the batch), except that the historical-embedding cache and the partitione
 leave it to PyG; its batches are trimmed to their first hop's nodes (`announce.link_seeds`),
 where the supervision edges' endpoints are. A graph-level `DataLoader` (mini-batches of whole
 graphs, collated by PyG) gets the loader-level part only: its training epochs are sharded by
-graph where that is exact (`epoch_role.kept_whole`; before the model's first forward, from
-an epoch's second batch on: `epoch_role.decided_after_first_batch`) and timed for the tuner
+graph where that is exact (`epoch_role.kept_whole`; until a step has shown what the model
+returns for its batches, from an epoch's second batch on: `epoch_role.decided_after_first_batch`,
+`graph_outputs`) and timed for the tuner
 (without ``num_workers`` it keeps PyG's none: `loader_pass`); its batches are neither
 sampled nor trimmed (they have no hops) and, on a device, are copied over as any batch PyG
 builds is (`device_feed.PyGBatchesCopied`).
@@ -75,8 +76,8 @@ from .announce import announced, batch_graph, batch_transform, defers_features, 
 from .epoch_role import (OptimizerCount, cache_aside, decided_after_first_batch, epoch_trains,
                          kept_whole, set_sharded)
 from .feeds import DevicePathHook, LoaderState
-from .layers import LayerSeam
 from .graph_outputs import OutputWatch
+from .layers import LayerSeam
 from .loader_pass import head_then_rest, plan_workers, start_pass
 from .procgroup import UserDistribution
 from .rank_streams import rank_stream
@@ -350,9 +351,9 @@ class LoaderInterceptor:
 
     def _head_then_rest(self, loader: NeighborLoader, state: LoaderState, orig: _Originals,
                         planned: bool, timer: EpochTimer) -> Iterator[Any]:
-        """A training epoch of a graph-level loader before the model's first forward: its
-        first batch in every rank, then the rest sharded or whole as `kept_whole` decides
-        once that batch's step (the model's first forward) has run."""
+        """A training epoch of a graph-level loader whose model outputs are unseen: its first
+        batch in every rank, its step watched (`graph_outputs.OutputWatch`), then the rest
+        sharded or whole as `kept_whole` decides once that step has run."""
         shard, epoch = state.shard, timer.epoch
         assert shard is not None
         watches: list[OutputWatch] = []
