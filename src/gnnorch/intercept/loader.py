@@ -74,15 +74,15 @@ from ..errors import GnnorchWarning
 from ..launch.context import EpochTimer, RankContext
 from .announce import announced, batch_graph, batch_transform, defers_features, layout_kind
 from .epoch_role import (OptimizerCount, cache_aside, decided_after_first_batch, epoch_trains,
-                         kept_whole, set_sharded)
+                         set_sharded)
 from .feeds import DevicePathHook, LoaderState
-from .graph_outputs import OutputWatch
 from .layers import LayerSeam
-from .loader_pass import head_then_rest, plan_workers, start_pass
+from .loader_pass import plan_workers, start_pass
 from .procgroup import UserDistribution
 from .rank_streams import rank_stream
 from .sampler_backend import choose_backend
 from .shard import ShardSampler, shardable_sampler
+from .split_epoch import head_and_rest, noted_kept_whole
 from .timed_epochs import batches_in, timed
 
 if TYPE_CHECKING:
@@ -307,7 +307,7 @@ class LoaderInterceptor:
             set_sharded(loader, state, False)
             state.shard.head = state.global_batch_size
         elif state.shard is not None:
-            whole = self._kept_whole(state) if training else None
+            whole = noted_kept_whole(state, self.optimizers) if training else None
             set_sharded(loader, state, training and whole is None)
         if (training and state.cache is None and self.cache is not None
                 and state.kind == "node"):  # first epoch (link batches are not cached)
@@ -323,7 +323,8 @@ class LoaderInterceptor:
         timer = None
         if split:   # its passes start lazily, inside the timed epoch
             timer = EpochTimer(ctx, state.index, state.epochs, whole_in_every_rank=True)
-            iterator = self._head_then_rest(loader, state, orig, planned, timer)
+            iterator = head_and_rest(loader, state, ctx, self.optimizers, orig.iter, planned,
+                                     timer)
         else:
             iterator = start_pass(loader, ctx, orig.iter, rank_stream(ctx, state, training),
                                   planned)
@@ -341,55 +342,6 @@ class LoaderInterceptor:
                                     whole_in_every_rank=whole is not None)
         state.epochs += 1
         return timed(iterator, timer)
-
-    def _kept_whole(self, state: LoaderState) -> str | None:
-        """`epoch_role.kept_whole` for a training epoch, noted in the loader's record."""
-        whole = kept_whole(state, self.optimizers)
-        if state.record is not None and state.kind == "graph":
-            state.record["kept_whole"] = whole
-        return whole
-
-    def _head_then_rest(self, loader: NeighborLoader, state: LoaderState, orig: _Originals,
-                        planned: bool, timer: EpochTimer) -> Iterator[Any]:
-        """A training epoch of a graph-level loader whose model outputs are unseen: its first
-        batch in every rank, its step watched (`graph_outputs.OutputWatch`), then the rest
-        sharded or whole as `kept_whole` decides once that step has run."""
-        shard, epoch = state.shard, timer.epoch
-        assert shard is not None
-        watches: list[OutputWatch] = []
-
-        def judge() -> None:   # what the head's steps showed, if they ran a root model
-            state.head_pending = False
-            roots = self.optimizers.roots if self.optimizers is not None else []
-            seen = [v for v in (w.verdict(roots) for w in watches) if v is not None]
-            if seen:   # every head batch's outputs must be per graph
-                state.graph_outputs = next((v for v in seen if not v.per_graph), seen[0])
-                if state.record is not None:
-                    state.record["outputs"] = state.graph_outputs.detail
-
-        def decide() -> None:
-            judge()
-            whole = self._kept_whole(state)
-            set_sharded(loader, state, whole is None)
-            timer.copies = self.ctx.world_size if whole is not None else 1
-            timer.total = 1 + (batches_in(loader) or 0)
-
-        def start() -> Iterator[Any]:
-            stream = rank_stream(self.ctx, state, True, epoch=epoch)
-            return start_pass(loader, self.ctx, orig.iter, stream, planned)
-
-        def head() -> Iterator[Any]:   # each head batch's step watched
-            for batch in start():
-                with OutputWatch(batch) as watch:
-                    watches.append(watch)
-                    yield batch
-
-        def abandon() -> None:   # the user left the loop during the head
-            judge()
-            shard.close_epoch()
-
-        state.head_pending = True
-        return head_then_rest(head, decide, start, abandon)
 
 
 def _sized(dataset: object) -> bool:
