@@ -15,8 +15,9 @@ process that runs it puts only this around it:
 
 * dataset stand-ins, so that nothing downloads (`verbatim_datasets`): ``Planetoid(root,
   name)`` reads the Cora / CiteSeer raw files bundled with gnnorch (PyG's own class and
-  processing, another root); ``TUDataset(root, 'PROTEINS' | 'PROTEINS_full')`` and
-  ``PPI(root, split)`` are synthetic sets of the same shapes, built by PyG's
+  processing, another root); ``TUDataset(root, 'PROTEINS' | 'PROTEINS_full')``,
+  ``PPI(root, split)``, ``Reddit(root)`` and ``Flickr(root)`` are synthetic sets of the same
+  shapes (Reddit and Flickr smaller), built by PyG's
   ``InMemoryDataset`` with the caller's transform, pre-transform and filter;
 * where a script's default run takes minutes here, its epoch count lowered by a textual edit
   listed in `EXAMPLES` (and in the report); an edit that no longer matches exactly once is an
@@ -141,6 +142,19 @@ EXAMPLES: dict[str, Example] = {
     "equilibrium_median": Example(
         "examples/equilibrium_median.py",
         **_epochs("steps = 10000000", "steps = 3000", "10,000,000 steps -> 3,000")),
+    # Mini-batch programs: NeighborLoader, LinkNeighborLoader, GraphSAINT, ShaDow.
+    "reddit": Example("examples/reddit.py",
+                      **_epochs("range(1, 11)", "range(1, 4)", "10 epochs -> 3")),
+    "infomax_inductive": Example(
+        "examples/infomax_inductive.py",
+        **_epochs("range(1, 31)", "range(1, 3)", "30 epochs -> 2")),
+    "hierarchical_sampling": Example("examples/hierarchical_sampling.py"),
+    "graph_sage_unsup": Example("examples/graph_sage_unsup.py",
+                                **_epochs("range(1, 51)", "range(1, 6)", "50 epochs -> 5")),
+    "graph_saint": Example("examples/graph_saint.py",
+                           **_epochs("range(1, 51)", "range(1, 4)", "50 epochs -> 3")),
+    "shadow": Example("examples/shadow.py",
+                      **_epochs("range(1, 51)", "range(1, 4)", "50 epochs -> 3")),
 }
 
 

@@ -13,6 +13,9 @@ data. Nothing is read from ``root``.
 * ``PPI(root, split)``: `ppi_like`, 20 / 2 / 2 graphs (train / val / test) of 80-240 nodes, 50
   features and 121 binary labels per node that depend on a node's and its neighbours'
   features (the real PPI: 20 / 2 / 2 graphs of about 2,400 nodes, 50 features, 121 labels).
+* ``Reddit(root)`` and ``Flickr(root)``: `communities_like`, one graph of communities with the
+  real set's features and classes (Reddit: 20,000 nodes instead of 232,965, 602 features, 41
+  classes; Flickr: 10,000 instead of 89,250, 500 features, 7 classes) and its split masks.
 """
 from __future__ import annotations
 
@@ -21,8 +24,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+    from torch_geometric.data import Data
 
-__all__ = ["install_stand_ins", "ppi_like", "proteins_like"]
+__all__ = ["communities_like", "install_stand_ins", "ppi_like", "proteins_like"]
 
 PROTEINS_ATTRIBUTES = 29   # PROTEINS_full's continuous node attributes
 PPI_GRAPHS = {"train": 20, "val": 2, "test": 2}
@@ -89,6 +93,40 @@ def ppi_like(split: str, seed: int = 0) -> list:
     return graphs
 
 
+def communities_like(num_nodes: int, features: int, classes: int, degree: int,
+                     split: tuple[float, float], seed: int = 0) -> Data:
+    """One graph of `classes` communities: a node's class uniform, its features its class's
+    Gaussian centroid times 0.5 plus unit noise; each node sends `degree` / 2 edges, 70 % to a
+    node of its own class, the rest to any node, made undirected. Masks: the first `split[0]`
+    of a random order trains, the next `split[1]` validates, the rest tests."""
+    import torch
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, classes, (num_nodes, ), generator=gen)
+    centroids = torch.randn(classes, features, generator=gen)
+    x = 0.5 * centroids[y] + torch.randn(num_nodes, features, generator=gen)
+    src = torch.arange(num_nodes).repeat_interleave(degree // 2)
+    by_class = y.argsort()
+    starts = torch.searchsorted(y[by_class], torch.arange(classes))
+    sizes = torch.bincount(y, minlength=classes)
+    within = by_class[starts[y[src]] + (torch.rand(src.numel(), generator=gen)
+                                        * sizes[y[src]]).long()]
+    anywhere = torch.randint(0, num_nodes, (src.numel(), ), generator=gen)
+    dst = torch.where(torch.rand(src.numel(), generator=gen) < 0.7, within, anywhere)
+    edges = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+    edges = edges[:, edges[0] != edges[1]].unique(dim=1)
+    order = torch.randperm(num_nodes, generator=gen)
+    train_end = int(split[0] * num_nodes)
+    val_end = train_end + int(split[1] * num_nodes)
+    masks = [torch.zeros(num_nodes, dtype=torch.bool) for _ in range(3)]
+    for mask, part in zip(masks, (order[:train_end], order[train_end:val_end],
+                                  order[val_end:])):
+        mask[part] = True
+    return Data(x=x, edge_index=edges, y=y, train_mask=masks[0], val_mask=masks[1],
+                test_mask=masks[2])
+
+
 def install_stand_ins(data_root: Path) -> None:
     """Replace `Planetoid`, `TUDataset` and `PPI` in `torch_geometric.datasets` for this
     process (the module docstring says with what)."""
@@ -128,6 +166,18 @@ def install_stand_ins(data_root: Path) -> None:
                      pre_filter=None, **kwargs):
             super().__init__(ppi_like(split), transform, pre_transform, pre_filter)
 
+    class RedditLike(Synthetic):
+        def __init__(self, root, transform=None, pre_transform=None, **kwargs):
+            graph = communities_like(20_000, 602, 41, 30, (0.66, 0.10))
+            super().__init__([graph], transform, pre_transform)
+
+    class FlickrLike(Synthetic):
+        def __init__(self, root, transform=None, pre_transform=None, **kwargs):
+            graph = communities_like(10_000, 500, 7, 10, (0.50, 0.25), seed=1)
+            super().__init__([graph], transform, pre_transform)
+
     datasets.Planetoid = bundled_planetoid
+    datasets.Reddit = RedditLike
+    datasets.Flickr = FlickrLike
     datasets.TUDataset = ProteinsLike
     datasets.PPI = PPILike

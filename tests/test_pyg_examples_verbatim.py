@@ -58,7 +58,7 @@ def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
     import torch_geometric.datasets as datasets
     import torch_geometric.transforms as T
 
-    for name in ("Planetoid", "TUDataset", "PPI"):   # restored by monkeypatch after the test
+    for name in ("Planetoid", "TUDataset", "PPI", "Reddit", "Flickr"):   # restored afterwards
         monkeypatch.setattr(datasets, name, getattr(datasets, name))
     verbatim.install_stand_ins(tmp_path)
     cora = datasets.Planetoid("/nonexistent/data/Cora", "cora",
@@ -83,6 +83,12 @@ def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
     assert not torch.equal(splits["val"][0].x, train[0].x)
     with pytest.raises(ValueError, match="PPI split"):
         datasets.PPI("/nonexistent", split="all")
+    flickr = datasets.Flickr("/nonexistent")   # (Reddit: the same maker, larger)
+    graph = flickr[0]
+    assert flickr.num_features == 500 and flickr.num_classes == 7 and graph.num_nodes == 10_000
+    assert (graph.train_mask.sum(), graph.val_mask.sum(), graph.test_mask.sum()) == (5000, 2500,
+                                                                                   2500)
+    assert graph.is_undirected() and not graph.has_self_loops()
 
 
 SCRIPT = """
