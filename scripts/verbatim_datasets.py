@@ -19,6 +19,7 @@ data. Nothing is read from ``root``.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,7 +97,8 @@ def ppi_like(split: str, seed: int = 0) -> list:
 def communities_like(num_nodes: int, features: int, classes: int, degree: int,
                      split: tuple[float, float], seed: int = 0) -> Data:
     """One graph of `classes` communities: a node's class uniform, its features its class's
-    Gaussian centroid times 0.5 plus unit noise; each node sends `degree` / 2 edges, 70 % to a
+    Gaussian centroid times 0.05 plus unit noise (too little for its own features to tell the
+    class apart: its neighbours' tell more); each node sends `degree` / 2 edges, 50 % to a
     node of its own class, the rest to any node, made undirected. Masks: the first `split[0]`
     of a random order trains, the next `split[1]` validates, the rest tests."""
     import torch
@@ -105,7 +107,7 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
     gen = torch.Generator().manual_seed(seed)
     y = torch.randint(0, classes, (num_nodes, ), generator=gen)
     centroids = torch.randn(classes, features, generator=gen)
-    x = 0.5 * centroids[y] + torch.randn(num_nodes, features, generator=gen)
+    x = 0.05 * centroids[y] + torch.randn(num_nodes, features, generator=gen)
     src = torch.arange(num_nodes).repeat_interleave(degree // 2)
     by_class = y.argsort()
     starts = torch.searchsorted(y[by_class], torch.arange(classes))
@@ -113,7 +115,7 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
     within = by_class[starts[y[src]] + (torch.rand(src.numel(), generator=gen)
                                         * sizes[y[src]]).long()]
     anywhere = torch.randint(0, num_nodes, (src.numel(), ), generator=gen)
-    dst = torch.where(torch.rand(src.numel(), generator=gen) < 0.7, within, anywhere)
+    dst = torch.where(torch.rand(src.numel(), generator=gen) < 0.5, within, anywhere)
     edges = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
     edges = edges[:, edges[0] != edges[1]].unique(dim=1)
     order = torch.randperm(num_nodes, generator=gen)
@@ -140,11 +142,15 @@ def install_stand_ins(data_root: Path) -> None:
 
     class Synthetic(InMemoryDataset):
         """Graphs built in memory, then filtered and pre-transformed as PyG's processing
-        does."""
+        does. Its root is a directory of this process's own under `data_root` with an
+        empty ``processed`` directory, where a sampler may save what it computes
+        (``GraphSAINTSampler(save_dir=dataset.processed_dir)``): no run finds another's."""
 
         def __init__(self, graphs: list, transform=None, pre_transform=None,
                      pre_filter=None) -> None:
-            super().__init__(None, transform)
+            root = data_root / "stand-ins" / f"{type(self).__name__}-{os.getpid()}"
+            (root / "processed").mkdir(parents=True, exist_ok=True)
+            super().__init__(str(root), transform)
             if pre_filter is not None:
                 graphs = [g for g in graphs if pre_filter(g)]
             if pre_transform is not None:
