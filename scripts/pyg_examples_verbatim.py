@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -370,6 +371,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown example(s) {', '.join(unknown)}; choose from {', '.join(EXAMPLES)}")
     if not isinstance(args.options, dict):
         p.error("--options must be a JSON object, e.g. '{\"cache\": true}'")
+    # The children run in the example's folder: paths given relative to here made absolute
+    # (not resolved: a virtual environment's python is a link that must stay one).
+    python = args.python if os.sep in args.python else shutil.which(args.python)
+    if python is None or not os.access(python, os.X_OK) or os.path.isdir(python):
+        p.error(f"--python {args.python!r} is not an executable interpreter")
+    args.python = str(Path(python).absolute())
+    if args.gnnorch_src is not None:
+        if not args.gnnorch_src.is_dir():
+            p.error(f"--gnnorch-src {str(args.gnnorch_src)!r} is not a directory")
+        args.gnnorch_src = args.gnnorch_src.absolute()
     return args
 
 

@@ -25,6 +25,15 @@ def test_time_lines_are_dropped_and_the_rest_kept() -> None:
                                         "Test: 0.8120"]
 
 
+def test_interpreter_and_source_paths_are_checked_and_made_absolute(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        verbatim.parse_args(["--python", "no-such-python"])
+    with pytest.raises(SystemExit):
+        verbatim.parse_args(["--gnnorch-src", str(tmp_path / "missing")])
+    args = verbatim.parse_args(["--python", sys.executable, "--gnnorch-src", str(tmp_path)])
+    assert Path(args.python).is_absolute() and args.gnnorch_src == tmp_path
+
+
 def test_verdicts() -> None:
     ref = ["Epoch: 001, Loss: 1.9459", "Test: 0.8120"]
     assert verbatim.compare(ref, list(ref)) == {"verdict": "identical", "lines": 2}
