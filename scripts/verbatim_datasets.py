@@ -42,7 +42,13 @@ def _ring_with_chords(n: int, chords: int, gen: torch.Generator) -> torch.Tensor
     extra = torch.randint(0, n, (2, chords), generator=gen)
     edges = torch.cat([torch.stack([ring, (ring + 1) % n]), extra], dim=1)
     edges = torch.cat([edges, edges.flip(0)], dim=1)
-    return edges[:, edges[0] != edges[1]].unique(dim=1)
+    return _contiguous_unique(edges[:, edges[0] != edges[1]])
+
+
+def _contiguous_unique(edges: torch.Tensor) -> torch.Tensor:
+    """Distinct columns of `edges`, sorted, contiguous as a dataset's ``edge_index`` is
+    (``unique(dim=1)`` returns a transposed view; pyg-lib's sampler refuses one)."""
+    return edges.unique(dim=1).contiguous()
 
 
 def proteins_like(num_graphs: int = 600, seed: int = 0, attributes: int = 0) -> list:
@@ -117,7 +123,7 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
     anywhere = torch.randint(0, num_nodes, (src.numel(), ), generator=gen)
     dst = torch.where(torch.rand(src.numel(), generator=gen) < 0.5, within, anywhere)
     edges = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
-    edges = edges[:, edges[0] != edges[1]].unique(dim=1)
+    edges = _contiguous_unique(edges[:, edges[0] != edges[1]])
     order = torch.randperm(num_nodes, generator=gen)
     train_end = int(split[0] * num_nodes)
     val_end = train_end + int(split[1] * num_nodes)
