@@ -126,7 +126,7 @@ def test_two_ranks_equal_one_process_over_two_epochs(norm, gmt):
     assert ("batch statistics" in record["kept_whole"]) if norm else record["kept_whole"] is None
 
 
-class NodeGat(torch.nn.Module):
+class NodeGin(torch.nn.Module):
     """A node-level model on batches of whole graphs (PyG's ``ppi.py``: one row per node,
     multi-label targets per node)."""
 
@@ -144,30 +144,31 @@ def node_level_epochs(dataset, batch_size, epochs):
     nodes) on graph batches; the parameters and the graphs of each batch."""
     torch.manual_seed(0)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)
-    model = NodeGat()
+    model = NodeGin()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     sizes = []
     for _ in range(epochs):
         for batch in loader:
-            optimizer.zero_grad()
-            target = F.one_hot(batch.y[batch.batch], 3).float()
-            loss = F.binary_cross_entropy_with_logits(model(batch.x, batch.edge_index), target)
-            loss.backward()
-            optimizer.step()
+            node_step(model, optimizer, batch)
             sizes.append(batch.num_graphs)
     return model.state_dict(), sizes
+
+
+def node_step(model, optimizer, batch) -> None:
+    """One step of a node-level loss: each node's graph label one-hot as 3 binary targets."""
+    optimizer.zero_grad()
+    target = F.one_hot(batch.y[batch.batch], 3).float()
+    F.binary_cross_entropy_with_logits(model(batch.x, batch.edge_index), target).backward()
+    optimizer.step()
 
 
 def node_level_in_order(dataset, batch_size):
     """`node_level_epochs`' steps, one process, over `dataset` in its order (no shuffle)."""
     torch.manual_seed(0)
-    model = NodeGat()
+    model = NodeGin()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for batch in DataLoader(dataset, batch_size=batch_size):
-        optimizer.zero_grad()
-        target = F.one_hot(batch.y[batch.batch], 3).float()
-        F.binary_cross_entropy_with_logits(model(batch.x, batch.edge_index), target).backward()
-        optimizer.step()
+        node_step(model, optimizer, batch)
     return model.state_dict()
 
 
@@ -238,7 +239,7 @@ def test_the_watch_judges_root_outputs_by_their_rows():
         loss(out, torch.zeros_like(out))   # a root without parameters: not judged
     assert watch.verdict([model, loss]).per_graph
     assert watch.verdict([loss]) is None   # no trained root ran: nothing seen
-    node_model = NodeGat()
+    node_model = NodeGin()
     with OutputWatch(batch) as watch:
         node_model(batch.x, batch.edge_index)
     assert not watch.verdict([node_model]).per_graph
