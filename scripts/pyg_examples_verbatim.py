@@ -15,10 +15,11 @@ process that runs it puts only this around it:
 
 * dataset stand-ins, so that nothing downloads (`verbatim_datasets`): ``Planetoid(root,
   name)`` reads the Cora / CiteSeer raw files bundled with gnnorch (PyG's own class and
-  processing, another root); ``TUDataset(root, 'PROTEINS' | 'PROTEINS_full')``,
-  ``PPI(root, split)``, ``Reddit(root)`` and ``Flickr(root)`` are synthetic sets of the same
-  shapes (Reddit and Flickr smaller), built by PyG's
-  ``InMemoryDataset`` with the caller's transform, pre-transform and filter;
+  processing, another root); ``TUDataset(root, 'PROTEINS' | 'PROTEINS_full' | 'MUTAG')``,
+  ``PPI(root, split)``, ``Reddit(root)``, ``Flickr(root)``, ``DBLP(root)``, ``IMDB(root)``,
+  ``MovieLens(root)``, ``OGB_MAG(root)`` and ``Entities(root, 'AIFB')`` are synthetic sets
+  of the same types and widths (the large ones smaller), built by PyG's ``InMemoryDataset``
+  with the caller's transform, pre-transform and filter;
 * where a script's default run takes minutes here, its epoch count lowered by a textual edit
   listed in `EXAMPLES` (and in the report); an edit that no longer matches exactly once is an
   error, not a silent change;
@@ -156,6 +157,41 @@ EXAMPLES: dict[str, Example] = {
                            **_epochs("range(1, 51)", "range(1, 4)", "50 epochs -> 3")),
     "shadow": Example("examples/shadow.py",
                       **_epochs("range(1, 51)", "range(1, 4)", "50 epochs -> 3")),
+    # Heterogeneous and multi-relational graphs (`verbatim_typed_datasets`).
+    "hgt_dblp": Example("examples/hetero/hgt_dblp.py",
+                        **_epochs("range(1, 101)", "range(1, 31)", "100 epochs -> 30")),
+    "hetero_conv_dblp": Example(
+        "examples/hetero/hetero_conv_dblp.py",
+        **_epochs("range(1, 101)", "range(1, 31)", "100 epochs -> 30")),
+    "han_imdb": Example("examples/hetero/han_imdb.py",
+                        **_epochs("range(1, 200)", "range(1, 31)", "199 epochs -> 30")),
+    "dmgi_unsup": Example("examples/hetero/dmgi_unsup.py",
+                          **_epochs("range(1, 1001)", "range(1, 101)", "1,000 epochs -> 100")),
+    "hetero_link_pred": Example(
+        "examples/hetero/hetero_link_pred.py",
+        **_epochs("range(1, 301)", "range(1, 51)", "300 epochs -> 50")),
+    "bipartite_sage": Example(
+        "examples/hetero/bipartite_sage.py",
+        **_epochs("range(1, 701)", "range(1, 51)", "700 epochs -> 50")),
+    "rgcn": Example("examples/rgcn.py"),
+    "to_hetero_mag": Example("examples/hetero/to_hetero_mag.py",
+                             **_epochs("range(1, 21)", "range(1, 4)", "20 epochs -> 3")),
+    "hierarchical_sage": Example("examples/hetero/hierarchical_sage.py",
+                                 **_epochs("range(1, 6)", "range(1, 3)", "5 epochs -> 2")),
+    # More graph-level loaders, and a torch DataLoader over node indices.
+    "mutag_gin": Example("examples/mutag_gin.py",
+                         **_epochs("'--epochs', type=int, default=100",
+                                   "'--epochs', type=int, default=20", "100 epochs -> 20")),
+    "proteins_topk_pool": Example(
+        "examples/proteins_topk_pool.py",
+        **_epochs("range(1, 201)", "range(1, 6)", "200 epochs -> 5")),
+    "proteins_gmt": Example("examples/proteins_gmt.py",
+                            **_epochs("range(1, 201)", "range(1, 6)", "200 epochs -> 5")),
+    "sign": Example("examples/sign.py",
+                    **_epochs("range(1, 201)", "range(1, 21)", "200 epochs -> 20")),
+    "graph_sage_unsup_ppi": Example("examples/graph_sage_unsup_ppi.py"),
+    "cluster_gcn_ppi": Example("examples/cluster_gcn_ppi.py",
+                               **_epochs("range(1, 201)", "range(1, 4)", "200 epochs -> 3")),
 }
 
 

@@ -16,6 +16,12 @@ data. Nothing is read from ``root``.
 * ``Reddit(root)`` and ``Flickr(root)``: `communities_like`, one graph of communities with the
   real set's features and classes (Reddit: 20,000 nodes instead of 232,965, 602 features, 41
   classes; Flickr: 10,000 instead of 89,250, 500 features, 7 classes) and its split masks.
+* ``TUDataset(root, 'MUTAG')``: `mutag_like`, 188 molecule-like graphs with atom and bond
+  labels one-hot.
+* ``DBLP(root)``, ``IMDB(root)``, ``MovieLens(root, model_name=...)``, ``OGB_MAG(root,
+  preprocess=...)`` (heterogeneous) and
+  ``Entities(root, 'AIFB')`` (typed edges): `verbatim_typed_datasets`, smaller graphs of the
+  real types, feature widths and classes.
 """
 from __future__ import annotations
 
@@ -27,7 +33,10 @@ if TYPE_CHECKING:
     import torch
     from torch_geometric.data import Data
 
-__all__ = ["communities_like", "install_stand_ins", "ppi_like", "proteins_like"]
+from verbatim_typed_datasets import (dblp_like, entities_like, imdb_like, mag_like,
+                                     movielens_like, same_class_picks)
+
+__all__ = ["communities_like", "install_stand_ins", "mutag_like", "ppi_like", "proteins_like"]
 
 PROTEINS_ATTRIBUTES = 29   # PROTEINS_full's continuous node attributes
 PPI_GRAPHS = {"train": 20, "val": 2, "test": 2}
@@ -100,6 +109,30 @@ def ppi_like(split: str, seed: int = 0) -> list:
     return graphs
 
 
+def mutag_like(num_graphs: int = 188, seed: int = 0) -> list:
+    """MUTAG-like graphs (real: 188 molecules of 10-28 atoms, 7 atom labels one-hot, 4 bond
+    labels one-hot on both directions of a bond, 125 of class 1): a ring with n // 6 chords
+    (class 1: twice as many), class 1 drawing atom label 2 and bond label 1 more often."""
+    import torch
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(seed)
+    graphs = []
+    for i in range(num_graphs):
+        y = int(i % 3 != 0)
+        n = int(torch.randint(10, 29, (1, ), generator=gen))
+        edges = _ring_with_chords(n, n // 6 * (1 + y), gen)
+        atoms = torch.tensor([0.5, 0.15, 0.1 + 0.15 * y, 0.1, 0.05, 0.05, 0.05])
+        bonds = torch.tensor([0.6, 0.1 + 0.2 * y, 0.2, 0.1])
+        x = torch.nn.functional.one_hot(
+            torch.multinomial(atoms, n, replacement=True, generator=gen), 7).float()
+        per_pair = torch.multinomial(bonds, n * n, replacement=True, generator=gen)
+        pair = torch.minimum(edges[0], edges[1]) * n + torch.maximum(edges[0], edges[1])
+        edge_attr = torch.nn.functional.one_hot(per_pair[pair], 4).float()
+        graphs.append(Data(x=x, edge_index=edges, edge_attr=edge_attr, y=torch.tensor([y])))
+    return graphs
+
+
 def communities_like(num_nodes: int, features: int, classes: int, degree: int,
                      split: tuple[float, float], seed: int = 0) -> Data:
     """One graph of `classes` communities: a node's class uniform, its features its class's
@@ -115,11 +148,7 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
     centroids = torch.randn(classes, features, generator=gen)
     x = 0.05 * centroids[y] + torch.randn(num_nodes, features, generator=gen)
     src = torch.arange(num_nodes).repeat_interleave(degree // 2)
-    by_class = y.argsort()
-    starts = torch.searchsorted(y[by_class], torch.arange(classes))
-    sizes = torch.bincount(y, minlength=classes)
-    within = by_class[starts[y[src]] + (torch.rand(src.numel(), generator=gen)
-                                        * sizes[y[src]]).long()]
+    within = same_class_picks(y, y[src], gen)
     anywhere = torch.randint(0, num_nodes, (src.numel(), ), generator=gen)
     dst = torch.where(torch.rand(src.numel(), generator=gen) < 0.5, within, anywhere)
     edges = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
@@ -136,8 +165,9 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
 
 
 def install_stand_ins(data_root: Path) -> None:
-    """Replace `Planetoid`, `TUDataset` and `PPI` in `torch_geometric.datasets` for this
-    process (the module docstring says with what)."""
+    """Replace `Planetoid`, `TUDataset`, `PPI`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
+    `MovieLens`, `OGB_MAG` and `Entities` in `torch_geometric.datasets` for this process (the
+    module docstring says with what)."""
     import torch_geometric.datasets as datasets
     from torch_geometric.data import InMemoryDataset
 
@@ -163,15 +193,19 @@ def install_stand_ins(data_root: Path) -> None:
                 graphs = [pre_transform(g) for g in graphs]
             self.data, self.slices = self.collate(graphs)
 
-    class ProteinsLike(Synthetic):
+    class TUDatasetLike(Synthetic):
         def __init__(self, root, name, transform=None, pre_transform=None, pre_filter=None,
                       use_node_attr=False, **kwargs):
-            if name not in ("PROTEINS", "PROTEINS_full"):
-                raise ValueError(f"no stand-in for TUDataset {name!r} (only 'PROTEINS', "
-                                 f"'PROTEINS_full')")
-            attributes = PROTEINS_ATTRIBUTES if name == "PROTEINS_full" and use_node_attr else 0
-            super().__init__(proteins_like(attributes=attributes), transform, pre_transform,
-                             pre_filter)
+            if name == "MUTAG":
+                graphs = mutag_like()
+            elif name in ("PROTEINS", "PROTEINS_full"):
+                attributes = (PROTEINS_ATTRIBUTES if name == "PROTEINS_full" and use_node_attr
+                              else 0)
+                graphs = proteins_like(attributes=attributes)
+            else:
+                raise ValueError(f"no stand-in for TUDataset {name!r} (only 'MUTAG', "
+                                 f"'PROTEINS', 'PROTEINS_full')")
+            super().__init__(graphs, transform, pre_transform, pre_filter)
 
     class PPILike(Synthetic):
         def __init__(self, root, split="train", transform=None, pre_transform=None,
@@ -188,8 +222,48 @@ def install_stand_ins(data_root: Path) -> None:
             graph = communities_like(10_000, 500, 7, 10, (0.50, 0.25), seed=1)
             super().__init__([graph], transform, pre_transform)
 
+    class EntitiesLike(Synthetic):
+        def __init__(self, root, name, hetero=False, transform=None, pre_transform=None,
+                     **kwargs):
+            if name.lower() != "aifb" or hetero:
+                raise ValueError(f"no stand-in for Entities {name!r} with hetero={hetero} "
+                                 f"(only 'AIFB', homogeneous)")
+            super().__init__([entities_like()], transform, pre_transform)
+
+        @property
+        def num_relations(self) -> int:
+            return int(self._data.edge_type.max()) + 1
+
+        @property
+        def num_classes(self) -> int:
+            return int(self._data.train_y.max()) + 1
+
+    def typed(name: str, build):
+        def __init__(self, root, transform=None, pre_transform=None, **kwargs):
+            Synthetic.__init__(self, [build()], transform, pre_transform)
+
+        return type(name, (Synthetic, ), {"__init__": __init__})
+
+    class MagLike(Synthetic):
+        def __init__(self, root, preprocess=None, transform=None, pre_transform=None,
+                     **kwargs):
+            if preprocess not in (None, "metapath2vec", "transe"):
+                raise ValueError(f"OGB_MAG preprocess must be None, 'metapath2vec' or "
+                                 f"'transe', got {preprocess!r}")
+            super().__init__([mag_like(embedded=preprocess is not None)], transform,
+                             pre_transform)
+
+        @property
+        def num_classes(self) -> int:   # as PyG's OGB_MAG: the papers' venues
+            return int(self._data["paper"].y.max()) + 1
+
+    datasets.OGB_MAG = MagLike
+    datasets.DBLP = typed("DBLPLike", dblp_like)
+    datasets.IMDB = typed("IMDBLike", imdb_like)
+    datasets.MovieLens = typed("MovieLensLike", movielens_like)
+    datasets.Entities = EntitiesLike
     datasets.Planetoid = bundled_planetoid
     datasets.Reddit = RedditLike
     datasets.Flickr = FlickrLike
-    datasets.TUDataset = ProteinsLike
+    datasets.TUDataset = TUDatasetLike
     datasets.PPI = PPILike

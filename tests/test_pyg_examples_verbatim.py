@@ -61,13 +61,17 @@ def test_failure_reasons_and_the_runtime_summary_are_read_from_stderr() -> None:
     assert verbatim.rewrite_lines(result) == ["rewrite: conv1 aggregate-first (270/270 calls)"]
 
 
+STAND_INS = ("Planetoid", "TUDataset", "PPI", "Reddit", "Flickr", "DBLP", "IMDB", "MovieLens",
+             "OGB_MAG", "Entities")
+
+
 def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
     import torch_geometric.datasets as datasets
     import torch_geometric.transforms as T
 
-    for name in ("Planetoid", "TUDataset", "PPI", "Reddit", "Flickr"):   # restored afterwards
+    for name in STAND_INS:   # restored afterwards
         monkeypatch.setattr(datasets, name, getattr(datasets, name))
     verbatim.install_stand_ins(tmp_path)
     cora = datasets.Planetoid("/nonexistent/data/Cora", "cora",
@@ -78,8 +82,16 @@ def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
                               pre_filter=lambda g: g.num_nodes <= 20)
     assert 0 < len(kept) < 600 and max(g.num_nodes for g in kept) <= 20
     assert kept.num_features == 3 and kept.num_classes == 2
-    with pytest.raises(ValueError, match="only 'PROTEINS'"):
-        datasets.TUDataset("/nonexistent", name="MUTAG")
+    with pytest.raises(ValueError, match="only 'MUTAG', 'PROTEINS'"):
+        datasets.TUDataset("/nonexistent", name="ENZYMES")
+    mutag = datasets.TUDataset("/nonexistent", name="MUTAG")
+    assert len(mutag) == 188 and mutag.num_features == 7 and mutag.num_classes == 2
+    assert mutag.num_edge_features == 4
+    molecule = mutag[0]
+    assert molecule.is_undirected() and molecule.x.sum(dim=-1).eq(1).all()
+    bond = {(int(s), int(d)): a for (s, d), a in zip(molecule.edge_index.t(),
+                                                      molecule.edge_attr.argmax(dim=-1))}
+    assert all(bond[(d, s)] == a for (s, d), a in bond.items())   # one label a bond
     full = datasets.TUDataset("/nonexistent", name="PROTEINS_full", use_node_attr=True)
     assert full.num_features == 29 + 3   # attributes first, then the one-hot labels
     assert full[0].x[:, -3:].sum(dim=-1).eq(1).all()
@@ -99,6 +111,59 @@ def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
                                                                                    2500)
     assert graph.is_undirected() and not graph.has_self_loops()
     assert graph.edge_index.is_contiguous()
+
+
+def _same_class_share(edges, src_labels, dst_labels) -> float:
+    return float((src_labels[edges[0]] == dst_labels[edges[1]]).float().mean())
+
+
+def test_typed_stand_ins_have_the_real_types_widths_and_planted_classes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.datasets as datasets
+    import torch_geometric.transforms as T
+
+    for name in STAND_INS:
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    verbatim.install_stand_ins(tmp_path)
+    dblp = datasets.DBLP("/nonexistent", transform=T.Constant(node_types="conference"))
+    graph = dblp[0]
+    assert graph.node_types == ["author", "paper", "term", "conference"]
+    assert {t: graph[t].num_features for t in graph.node_types} == {
+        "author": 334, "paper": 4231, "term": 50, "conference": 1}   # the caller's transform
+    assert int(graph["author"].y.max()) == 3 and int(graph["author"].train_mask.sum()) == 120
+    for (src, _, dst), store in graph.edge_items():   # both halves of a symmetric adjacency
+        forward = store.edge_index
+        assert forward.is_contiguous() and forward.size(1) == forward.unique(dim=1).size(1)
+        assert torch.equal(graph[dst, "to", src].edge_index.flip(0).unique(dim=1),
+                           forward.unique(dim=1))
+    imdb = datasets.IMDB("/nonexistent")[0]
+    assert {t: imdb[t].num_features for t in imdb.node_types} == {
+        "movie": 3066, "director": 3066, "actor": 3066}
+    assert set(imdb.edge_types) == {("movie", "to", "director"), ("director", "to", "movie"),
+                                    ("movie", "to", "actor"), ("actor", "to", "movie")}
+    mag = datasets.OGB_MAG("/nonexistent", preprocess="metapath2vec")
+    papers = mag[0]["paper"]
+    assert mag.num_classes == 349 and mag[0]["author"].x.size(1) == 128
+    assert not (papers.train_mask & papers.val_mask).any()
+    assert "x" not in datasets.OGB_MAG("/nonexistent")[0]["author"]   # no preprocess
+    cites = mag[0]["paper", "cites", "paper"].edge_index
+    assert _same_class_share(cites, papers.y, papers.y) > 0.5   # planted: 60 % + chance
+    ratings = datasets.MovieLens("/nonexistent", model_name="all-MiniLM-L6-v2")[0]
+    rates = ratings["user", "rates", "movie"]
+    assert ratings["movie"].x.size(1) == 404 and ratings["user"].num_nodes == 610
+    assert rates.edge_label.dtype == torch.long and 0 <= int(rates.edge_label.min())
+    assert int(rates.edge_label.max()) <= 5 and rates.time.numel() == rates.edge_label.numel()
+    aifb = datasets.Entities("/nonexistent", "AIFB")
+    data = aifb[0]
+    assert aifb.num_relations == 90 and aifb.num_classes == 4
+    assert (data.train_idx.numel(), data.test_idx.numel()) == (140, 36)
+    key = (data.num_nodes * 90 * data.edge_index[0] + 90 * data.edge_index[1] + data.edge_type)
+    assert bool((key[1:] > key[:-1]).all())   # sorted as PyG's Entities sorts, no repeats
+    with pytest.raises(ValueError, match="only 'AIFB'"):
+        datasets.Entities("/nonexistent", "BGS")
+    with pytest.raises(ValueError, match="OGB_MAG preprocess"):
+        datasets.OGB_MAG("/nonexistent", preprocess="node2vec")
 
 
 SCRIPT = """
