@@ -17,7 +17,8 @@ data. Nothing is read from ``root``.
   real set's features and classes (Reddit: 20,000 nodes instead of 232,965, 602 features, 41
   classes; Flickr: 10,000 instead of 89,250, 500 features, 7 classes) and its split masks.
 * ``TUDataset(root, 'MUTAG')``: `mutag_like`, 188 molecule-like graphs with atom and bond
-  labels one-hot.
+  labels one-hot; ``ZINC(root, subset=True, split)``: `zinc_like`, 2,000 / 200 / 200
+  molecule-like graphs with atom and bond types and a regression target.
 * ``DBLP(root)``, ``IMDB(root)``, ``MovieLens(root, model_name=...)``, ``OGB_MAG(root,
   preprocess=...)`` (heterogeneous) and
   ``Entities(root, 'AIFB')`` (typed edges): `verbatim_typed_datasets`, smaller graphs of the
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 from verbatim_typed_datasets import (dblp_like, entities_like, imdb_like, mag_like,
                                      movielens_like, same_class_picks)
 
-__all__ = ["communities_like", "install_stand_ins", "mutag_like", "ppi_like", "proteins_like"]
+__all__ = ["communities_like", "install_stand_ins", "mutag_like", "ppi_like", "proteins_like",
+           "zinc_like"]
 
 PROTEINS_ATTRIBUTES = 29   # PROTEINS_full's continuous node attributes
 PPI_GRAPHS = {"train": 20, "val": 2, "test": 2}
@@ -133,6 +135,39 @@ def mutag_like(num_graphs: int = 188, seed: int = 0) -> list:
     return graphs
 
 
+ZINC_GRAPHS = {"train": 2000, "val": 200, "test": 200}
+
+
+def zinc_like(split: str, seed: int = 0) -> list:
+    """ZINC-subset-like molecules of `split` (real: 10,000 / 1,000 / 1,000 graphs of 9-37
+    atoms; ``x`` one atom type in 0-20 as a [n, 1] long column, ``edge_attr`` a bond type in
+    1-3 on both directions of a bond, ``y`` a float): 2,000 / 200 / 200 graphs of 10-30 atoms,
+    a ring with n // 8 random chords, y = (#type 0 - #type 2) / 5 + #chords / 2 + #bonds of
+    type 3 / 10 + noise / 4."""
+    import torch
+    from torch_geometric.data import Data
+
+    if split not in ZINC_GRAPHS:
+        raise ValueError(f"ZINC split must be one of {sorted(ZINC_GRAPHS)}, got {split!r}")
+    gen = torch.Generator().manual_seed(seed + 1 + sorted(ZINC_GRAPHS).index(split))
+    atoms = torch.tensor([0.4, 0.15, 0.15] + [0.3 / 18] * 18)
+    graphs = []
+    for _ in range(ZINC_GRAPHS[split]):
+        n = int(torch.randint(10, 31, (1, ), generator=gen))
+        chords = int(torch.randint(0, n // 8 + 1, (1, ), generator=gen))
+        edges = _ring_with_chords(n, chords, gen)
+        x = torch.multinomial(atoms, n, replacement=True, generator=gen)
+        per_pair = 1 + torch.multinomial(torch.tensor([0.6, 0.3, 0.1]), n * n,
+                                         replacement=True, generator=gen)
+        bond = per_pair[torch.minimum(edges[0], edges[1]) * n
+                        + torch.maximum(edges[0], edges[1])]
+        y = (float((x == 0).sum() - (x == 2).sum()) / 5 + (edges.size(1) / 2 - n) / 2
+             + float((bond == 3).sum()) / 20 + float(torch.randn(1, generator=gen)) / 4)
+        graphs.append(Data(x=x.view(-1, 1), edge_index=edges, edge_attr=bond,
+                           y=torch.tensor([y])))
+    return graphs
+
+
 def communities_like(num_nodes: int, features: int, classes: int, degree: int,
                      split: tuple[float, float], seed: int = 0) -> Data:
     """One graph of `classes` communities: a node's class uniform, its features its class's
@@ -165,7 +200,7 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
 
 
 def install_stand_ins(data_root: Path) -> None:
-    """Replace `Planetoid`, `TUDataset`, `PPI`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
+    """Replace `Planetoid`, `TUDataset`, `PPI`, `ZINC`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
     `MovieLens`, `OGB_MAG` and `Entities` in `torch_geometric.datasets` for this process (the
     module docstring says with what)."""
     import torch_geometric.datasets as datasets
@@ -206,6 +241,13 @@ def install_stand_ins(data_root: Path) -> None:
                 raise ValueError(f"no stand-in for TUDataset {name!r} (only 'MUTAG', "
                                  f"'PROTEINS', 'PROTEINS_full')")
             super().__init__(graphs, transform, pre_transform, pre_filter)
+
+    class ZINCLike(Synthetic):
+        def __init__(self, root, subset=False, split="train", transform=None,
+                     pre_transform=None, pre_filter=None, **kwargs):
+            if not subset:
+                raise ValueError("no stand-in for the full ZINC (only subset=True)")
+            super().__init__(zinc_like(split), transform, pre_transform, pre_filter)
 
     class PPILike(Synthetic):
         def __init__(self, root, split="train", transform=None, pre_transform=None,
@@ -267,3 +309,4 @@ def install_stand_ins(data_root: Path) -> None:
     datasets.Flickr = FlickrLike
     datasets.TUDataset = TUDatasetLike
     datasets.PPI = PPILike
+    datasets.ZINC = ZINCLike

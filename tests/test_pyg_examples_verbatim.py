@@ -61,8 +61,8 @@ def test_failure_reasons_and_the_runtime_summary_are_read_from_stderr() -> None:
     assert verbatim.rewrite_lines(result) == ["rewrite: conv1 aggregate-first (270/270 calls)"]
 
 
-STAND_INS = ("Planetoid", "TUDataset", "PPI", "Reddit", "Flickr", "DBLP", "IMDB", "MovieLens",
-             "OGB_MAG", "Entities")
+STAND_INS = ("Planetoid", "TUDataset", "PPI", "ZINC", "Reddit", "Flickr", "DBLP", "IMDB",
+             "MovieLens", "OGB_MAG", "Entities")
 
 
 def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
@@ -104,6 +104,13 @@ def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
     assert not torch.equal(splits["val"][0].x, train[0].x)
     with pytest.raises(ValueError, match="PPI split"):
         datasets.PPI("/nonexistent", split="all")
+    zinc = datasets.ZINC("/nonexistent", subset=True, split="val")
+    molecule = zinc[0]
+    assert len(zinc) == 200 and molecule.x.shape == (molecule.num_nodes, 1)
+    assert int(zinc._data.x.max()) <= 20 and set(zinc._data.edge_attr.tolist()) <= {1, 2, 3}
+    assert zinc._data.y.dtype == torch.float and molecule.is_undirected()
+    with pytest.raises(ValueError, match="only subset=True"):
+        datasets.ZINC("/nonexistent", split="val")
     flickr = datasets.Flickr("/nonexistent")   # (Reddit: the same maker, larger)
     graph = flickr[0]
     assert flickr.num_features == 500 and flickr.num_classes == 7 and graph.num_nodes == 10_000
