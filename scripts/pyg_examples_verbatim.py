@@ -177,6 +177,7 @@ EXAMPLES: dict[str, Example] = {
         "examples/hetero/bipartite_sage.py",
         **_epochs("range(1, 701)", "range(1, 51)", "700 epochs -> 50")),
     "rgcn": Example("examples/rgcn.py"),
+    "rgat": Example("examples/rgat.py"),
     "temporal_link_pred": Example("examples/hetero/temporal_link_pred.py",
                                   **_epochs("range(1, 11)", "range(1, 4)", "10 epochs -> 3")),
     "to_hetero_mag": Example("examples/hetero/to_hetero_mag.py",

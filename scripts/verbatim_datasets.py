@@ -20,9 +20,8 @@ data. Nothing is read from ``root``.
   labels one-hot; ``ZINC(root, subset=True, split)``: `zinc_like`, 2,000 / 200 / 200
   molecule-like graphs with atom and bond types and a regression target.
 * ``DBLP(root)``, ``IMDB(root)``, ``MovieLens(root, model_name=...)``, ``OGB_MAG(root,
-  preprocess=...)`` (heterogeneous) and
-  ``Entities(root, 'AIFB')`` (typed edges): `verbatim_typed_datasets`, smaller graphs of the
-  real types, feature widths and classes.
+  preprocess=...)`` (heterogeneous) and ``Entities(root, 'AIFB')`` (typed edges):
+  `verbatim_typed_datasets`, smaller graphs of the real types, feature widths and classes.
 """
 from __future__ import annotations
 
