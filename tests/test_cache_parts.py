@@ -135,7 +135,7 @@ def test_refresher_calls_the_layer_through_the_given_unpatched_call():
 
 
 def test_manager_takes_the_unpatched_call_from_the_seam():
-    manager = CacheManager(CacheConfig(), seed=0)
+    manager = CacheManager(CacheConfig(), seed=lambda: 0)
     marker = object()
 
     def unpatched(layer, *args, **kwargs):

@@ -55,6 +55,70 @@ def test_two_ranks_equal_one_process_over_three_steps():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
 
 
+def sage_epochs(data, batch_size, epochs, orders=None, clip=None, drop_last=False):
+    """Full epochs of `sage_steps`' model (deterministic sampling, no dropout), optionally
+    clipping; `orders`: one seed order per epoch, fed unshuffled (the reference)."""
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 32, num_layers=2, out_channels=7)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    loader = None
+    for epoch in range(epochs):
+        if orders is not None:
+            loader = NeighborLoader(data, num_neighbors=[-1, -1], input_nodes=orders[epoch],
+                                    batch_size=batch_size, shuffle=False, drop_last=drop_last)
+        elif loader is None:
+            loader = NeighborLoader(data, num_neighbors=[-1, -1], input_nodes=data.train_mask,
+                                    batch_size=batch_size, shuffle=True, drop_last=drop_last)
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+    return model.state_dict()
+
+
+def _shard_orders(data, p, seed, epochs, batch_size):
+    """The seed order of each of the runtime's sharded epochs (its first training loader)."""
+    from gnnorch.intercept.loader import _loader_seed
+    from gnnorch.launch.context import RankContext
+    from gnnorch.launch.plan import CorePlan
+
+    ctx = RankContext(rank=0, world_size=p, plan=CorePlan(p, 0, 1), cores=None, seed=seed,
+                      seed_given=True)
+    sampler = ShardSampler(0, p, _loader_seed(ctx, 0), batch_size=batch_size)
+    train_idx = data.train_mask.nonzero().view(-1)
+    sampler.num_items = train_idx.numel()
+    return [train_idx[sampler.permutation(e)] for e in range(epochs)]
+
+
+@pytest.mark.parametrize("p, batch_size, epochs, clip, drop_last", [
+    (2, 21, 2, None, False),     # 11 + 10 seeds a step; the last batch of 14: 7 + 7
+    (2, 25, 1, 0.5, False),      # clipped by the weighted average's norm; last batch 15: 8 + 7
+    (2, 30, 1, None, True),      # the last batch of 20 dropped, as one process drops it
+    (2, 139, 2, None, False),    # 70 + 69; the last batch's one seed: rank 1 follows
+])
+def test_ranks_whose_batches_differ_train_what_one_process_trains(p, batch_size, epochs, clip,
+                                                                   drop_last):
+    data = cora()
+    seed = 99
+    runtime = gnnorch.Runtime(sage_epochs, processes=p, seed=seed, autotune=False,
+                              launch={"threads": 1})
+    got = runtime(data, batch_size, epochs, clip=clip, drop_last=drop_last)
+    ref = sage_epochs(data, batch_size, epochs, clip=clip, drop_last=drop_last,
+                      orders=_shard_orders(data, p, seed, epochs, batch_size))
+    for key, value in ref.items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=1e-4)
+    (record,) = runtime.last_run.stats[0]["sampler"]["loaders"]
+    if batch_size % p:
+        assert "gradients weighted by each rank's seeds" in record["uneven_batch"]
+    steps = -(-140 // batch_size) if not drop_last else 140 // batch_size
+    assert runtime.last_run.stats[0]["gradsync"]["steps"] == steps * epochs
+    seeds = sum(e["seeds"] for r in range(p) for e in runtime.last_run.epochs[r])
+    assert seeds == (140 if not drop_last else 140 // batch_size * batch_size) * epochs
+
+
 def test_one_step_full_batch_equals_vanilla():
     data = cora()
     got = gnnorch.Runtime(sage_steps, processes=2)(data, 140, 1)

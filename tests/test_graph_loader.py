@@ -190,19 +190,29 @@ def test_a_loss_over_nodes_of_graph_batches_keeps_epochs_whole():
             "the model returned one row per node (") in runtime.summary()
 
 
-@pytest.mark.parametrize("batch_size", [1, 3])
-def test_a_batch_size_the_ranks_do_not_divide_keeps_epochs_whole(batch_size):
-    # shards of ceil(b / 2) graphs would train batches of 2 or 4 graphs, not 1 or 3: fewer,
-    # larger steps than one process takes
+@pytest.mark.parametrize("batch_size", [1, 3, 5])
+def test_a_batch_size_the_ranks_do_not_divide_is_dealt_out_weighted(batch_size):
+    # 3 graphs a batch: 2 + 1 a step, gradients weighted 2:1; 5: 3 + 2, and the last batch's
+    # 2 graphs 1 + 1. A batch of 1 graph would leave rank 1 none of any batch: kept whole.
+    # Either way one process's training
     dataset = graphs(n=12)
     runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
     got = runtime(dataset, batch_size, 2)
-    want = gin_epochs(_orders(dataset, 2), batch_size, 1, False)
+    orders = _orders(dataset, 2)       # one process, epoch by epoch in the runtime's orders
+    loader, model, optimizer = gin_setup(orders[:12], batch_size, False)
+    for epoch in range(2):
+        train_epochs(DataLoader(orders[12 * epoch:12 * (epoch + 1)], batch_size), model,
+                     optimizer, 1)
+    want = model.state_dict()
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
-    assert [e["batches"] for e in runtime.last_run.epochs[0]] == [12 // batch_size] * 2
+    assert [e["batches"] for e in runtime.last_run.epochs[0]] == [-(-12 // batch_size)] * 2
+    assert sum(e["seeds"] for r in (0, 1) for e in runtime.last_run.epochs[r]) == 24
     [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
-    assert f"batch size {batch_size} is not a multiple of the 2 ranks" in record["kept_whole"]
+    if batch_size == 1:
+        assert "batch size 1 is smaller than the 2 ranks" in record["kept_whole"]
+    else:
+        assert record["kept_whole"] is None
 
 
 def gin_sizes_on_the_device_path(dataset, batch_size, epochs):
@@ -339,8 +349,8 @@ def test_training_epochs_are_sharded_and_evaluation_epochs_whole():
     runtime = gnnorch.Runtime(sizes_seen, processes=2, seed=SEED, verbose=False)
     train, evaluated = runtime(dataset, 20, 2)
     # the first epoch's first batch runs whole (before the model's first forward), its other
-    # 70 graphs sharded: 35 a rank in batches of ceil(20 / 2) = 10; the second epoch shards
-    # all 90 graphs: 45 a rank (the permutation padded to a multiple of 2)
+    # 70 graphs sharded: 35 a rank in batches of 20 / 2 = 10; the second epoch shards
+    # all 90 graphs: 45 a rank
     assert train == [20, 10, 10, 10, 5] + [10, 10, 10, 10, 5]
     assert evaluated == 90   # an evaluation epoch runs every graph in every rank
     epochs = runtime.last_run.epochs[0]

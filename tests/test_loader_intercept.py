@@ -55,10 +55,10 @@ def test_training_loader_sharded_evaluation_loader_whole(tmp_path):
     assert [e["seeds"] for e in epochs[1]] == [70, 70]
     train, evaluation = runtime.last_run.stats[0]["sampler"]["loaders"]
     assert "uneven_batch" not in train
-    # were its epochs sharded (it trains), two ranks would train 302 seeds a step, not 301
+    # were its epochs sharded (it trains), the ranks would take 151 and 150 of each batch
     assert evaluation["uneven_batch"] == ("batch size 301 is not a multiple of the 2 ranks: "
-                                          "sharded epochs train batches of 151 seeds a rank, "
-                                          "302 a step")
+                                          "sharded epochs deal each batch out as 151/150 "
+                                          "seeds, gradients weighted by each rank's seeds")
 
 
 def imbalanced_epochs(data, epochs=3):

@@ -132,14 +132,19 @@ def test_steps_of_a_two_node_world_equal_one_process_on_the_global_batch(tmp_pat
         assert len(a) == len(b) == 10 and not set(a) & set(b)
     for key, value in ranks[0]["state"].items():                 # ranks hold one model
         assert torch.equal(value, ranks[1]["state"][key]), key
-    # one process, fed the global batches in the order of the shuffle seeded by rank 0's
-    # torch seed (1000; rank 1's was 1001): same parameters after three steps
+    # one data seed on both ranks: the digest of the generator where the function, which
+    # seeds torch itself, built its loader (the ranks were seeded 1000 and 1001 before)
+    seeds = [got["data_seed"] for got in ranks]
+    assert seeds[0] == seeds[1] and seeds[0]["source"].startswith("torch's generator"), seeds
+    # one process, fed the global batches in the order of the shuffle that data seed gives:
+    # same parameters after three steps
     from gnnorch.intercept.loader import ShardSampler, _loader_seed
     from gnnorch.launch.context import RankContext
     from gnnorch.launch.plan import CorePlan
 
-    ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None, seed=1000)
-    sampler = ShardSampler(0, 2, _loader_seed(ctx, 0))
+    ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None,
+                      seed=seeds[0]["seed"], seed_given=True)
+    sampler = ShardSampler(0, 2, _loader_seed(ctx, 0), batch_size=20)
     train_idx = data.train_mask.nonzero().view(-1)
     sampler.num_items = train_idx.numel()
     order = train_idx[sampler.permutation(0)]
@@ -149,8 +154,10 @@ def test_steps_of_a_two_node_world_equal_one_process_on_the_global_batch(tmp_pat
         assert sorted(seeds) == sorted(ranks[0]["seeds"][step] + ranks[1]["seeds"][step])
     for key, value in ref_state.items():
         assert torch.allclose(ranks[0]["state"][key], value, atol=1e-5, rtol=1e-4), key
-    # and exactly what gnnorch's own two rank processes compute with that seed
-    own_state, own_seeds = gnnorch.Runtime(script.sage_steps, processes=2, seed=1000,
+    # and exactly what gnnorch's own two rank processes compute, from a caller seeded
+    # otherwise: the function's own seed decides
+    torch.manual_seed(5)
+    own_state, own_seeds = gnnorch.Runtime(script.sage_steps, processes=2,
                                            launch={"threads": 1, "bind": False})(data, 20, 3)
     assert own_seeds == ranks[0]["seeds"]
     for key, value in own_state.items():

@@ -23,15 +23,15 @@ def test_unshuffled_shard_sampler_is_sequential_until_sharded():
     assert not whole.sharded                             # PyG's order until an epoch trains
     assert list(whole) == list(range(11)) and list(whole) == list(range(11))
     parts = []
+    b = 4                                               # global batch; per rank 2
     for rank in range(2):
-        part = ShardSampler(rank, 2, seed=5, shuffle=False)
+        part = ShardSampler(rank, 2, seed=5, shuffle=False, batch_size=b)
         part.num_items, part.sharded = 11, True
         parts.append(list(part))
-    b = 4                                               # global batch; per rank 2
-    for k in range(3):
+    for k in range(3):                                  # the last batch: 8, 9, 10 (2 + 1)
         together = sorted(parts[0][2 * k:2 * k + 2] + parts[1][2 * k:2 * k + 2])
-        assert together == list(range(b * k, min(b * k + b, 11))) or k == 2
-    assert sorted(parts[0][4:] + parts[1][4:]) == [0, 8, 9, 10]   # wrap-around padding
+        assert together == list(range(b * k, min(b * k + b, 11)))
+    assert parts[0][4:] == [8, 10] and parts[1][4:] == [9]     # dealt, nothing padded
 
 
 def unshuffled_sage(data, epochs, batch_size=20):

@@ -124,8 +124,11 @@ class Runtime:
             three given: an error). Tuning runs only when it pays (`TuneConfig.max_overhead`):
             the default plan runs first as the real run and goes on untuned otherwise. Inside
             a torchrun world: off (True is an error).
-        seed: seed of the common per-epoch shuffling of training seeds (default:
-            ``torch.initial_seed()`` of the caller, so ``torch.manual_seed`` makes runs repeat).
+        seed: the run's data seed: the common per-epoch shuffle of sharded training seeds,
+            the ranks' and the device path's sampling streams, the cache's draws. Default: a
+            digest of torch's generator where the function builds its first loader, so a
+            ``torch.manual_seed`` before that, in the caller or in the function, makes runs
+            repeat (`gnnorch.intercept.data_seed`).
         verbose: progress bars while tuning, and one summary of each call on stderr (the
             plan, samplers, trimming, rewrites, cache / partition / data path, epoch times;
             `summary()` returns it whatever `verbose` is). Nothing is printed per batch.
@@ -306,7 +309,8 @@ class Runtime:
     def _request(self, args: tuple, kwargs: dict) -> Request:
         seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
         return Request(fn=self.train, args=args, kwargs=kwargs, options=self.run_options,
-                       launch=self.launch, seed=seed, device=self.device,
+                       launch=self.launch, seed=seed, seed_given=self.seed is not None,
+                       device=self.device,
                        topology=self.topology)
 
     def summary(self) -> str | None:

@@ -5,7 +5,9 @@ tests/test_torchrun.py (every rank runs this file; gnnorch joins torchrun's worl
 
 MODE "steps": three SGD steps of a dropout-free GraphSAGE with full neighbourhoods (only the
 seeds of each batch can differ from one process), each rank seeded differently before the
-call (the runtime must agree on rank 0's shuffle seed); writes rank<r>.pt, and at exit
+call (the ranks must agree on one shuffle: the function seeds torch itself, at its top, so
+the run's data seed is the digest of that state, `gnnorch.intercept.data_seed`); writes
+rank<r>.pt, and at exit
 exit<r>.txt: whether the process group was still initialised after gnnorch's exit handler.
 MODE "accuracy": examples/train_vanilla.py's `train` on Cora for each seed in ARGS with one
 Runtime (the process group stays initialised between calls); rank 0 writes accuracy.json.
@@ -101,12 +103,14 @@ def main():
     if mode == "steps":
         # runs after gnnorch's own exit handler (registered later): was its group destroyed?
         atexit.register(lambda: (out / f"exit{rank}.txt").write_text(str(dist.is_initialized())))
-        torch.manual_seed(1000 + rank)       # the runtime's seed must be rank 0's: 1000
+        torch.manual_seed(1000 + rank)       # (the function seeds itself: no effect on data)
         runtime = gnnorch.Runtime(sage_steps, launch={"threads": 1, "bind": False})
         state, seeds = runtime(data, 20, 3)
         torch.save({"state": state, "seeds": seeds, "plan": runtime.plan.as_tuple(),
                     "initialised": dist.is_initialized(), "world": dist.get_world_size(),
-                    "epochs": runtime.last_run.epochs}, out / f"rank{rank}.pt")
+                    "epochs": runtime.last_run.epochs,
+                    "data_seed": runtime.last_run.stats[rank]["data_seed"]},
+                   out / f"rank{rank}.pt")
     elif mode == "accuracy":
         example = load_vanilla_example()
         runtime = gnnorch.Runtime(example.train, launch={"threads": 1, "bind": False})

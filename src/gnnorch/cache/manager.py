@@ -62,14 +62,15 @@ class LoaderFacts(Protocol):
 
 
 class CacheManager:
-    """The cache of one rank's run (see the module docstring): `seed` and `rank` make its
-    random choices reproducible per rank, `distributed` makes activation agreed over ranks,
-    `trainer_cores` decides the refresh overlap."""
+    """The cache of one rank's run (see the module docstring): `seed` (the run's data seed,
+    read as a loader's cache is built: `intercept.data_seed` fixes it at the first loader) and
+    `rank` make its random choices reproducible per rank, `distributed` makes activation
+    agreed over ranks, `trainer_cores` decides the refresh overlap."""
 
-    def __init__(self, config: CacheConfig, *, seed: int, rank: int = 0,
+    def __init__(self, config: CacheConfig, *, seed: Callable[[], int], rank: int = 0,
                  distributed: bool = False, trainer_cores: int = 1) -> None:
         self.config = config
-        self.run_seed, self.rank = seed, rank
+        self.run_seed, self.rank = seed, rank   # (the run's data seed, read when used)
         self.distributed = distributed
         self.cores = trainer_cores
         self.steps = 0
@@ -99,7 +100,7 @@ class CacheManager:
 
     # -- environment ----------------------------------------------------------------------
     def seed(self, index: int) -> int:
-        return (self.run_seed * 1_000_003 + 7_777 + index * 101 + self.rank * 13) % 2 ** 62
+        return (self.run_seed() * 1_000_003 + 7_777 + index * 101 + self.rank * 13) % 2 ** 62
 
     def trainer_cores(self) -> int:
         return self.cores

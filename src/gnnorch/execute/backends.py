@@ -61,7 +61,8 @@ class InProcess(Backend):
         cores = request.cores(plan)
         process = RankProcess(rank=0, world_size=1, plan=plan,
                               cores=cores[0] if cores else None)
-        job = RankJob(request.options, request.seed, tuple(hooks), device=request.device)
+        job = RankJob(request.options, request.seed, tuple(hooks), device=request.device,
+                      seed_given=request.seed_given)
         start = time.perf_counter()
         with bound_for_call(process.cores, plan.threads):
             with OutputCapture() if muted(hooks) else contextlib.nullcontext():
@@ -81,7 +82,8 @@ class RankProcesses(Backend):
         log_dir.mkdir(parents=True, exist_ok=True)
         job = RankJob(request.options, request.seed, tuple(hooks),
                       decisions=_export_decisions(request, log_dir),
-                      rng_state=torch.get_rng_state(), device=request.device)
+                      rng_state=torch.get_rng_state(), device=request.device,
+                      seed_given=request.seed_given)
         token = secrets.token_hex(8)
         spec = LaunchSpec(plan=plan, cores=cores, log_dir=log_dir,
                           backend="nccl" if request.device == "cuda" else "gloo",

@@ -35,10 +35,12 @@ class RankJob:
     # is not sharded (a full-batch step, a link loader) draws what one process would draw
     rng_state: torch.Tensor | None = None
     device: str = "cpu"            # the run's training device (`Request.device`)
+    seed_given: bool = False       # `seed` is the user's ``Runtime(seed=)`` (`Request`)
 
     def context(self, process: RankProcess) -> RankContext:
         return RankContext(rank=process.rank, world_size=process.world_size, plan=process.plan,
-                           cores=process.cores, seed=self.seed, backend=process.backend,
+                           cores=process.cores, seed=self.seed, seed_given=self.seed_given,
+                           backend=process.backend,
                            options=self.options)
 
     def __call__(self, process: RankProcess, fn: Callable, args: tuple,

@@ -18,7 +18,8 @@ from ..run_options import RunOptions
 class Request:
     """One call of the user's function: `fn(*args, **kwargs)` with `options`, on `device`.
 
-    `seed` seeds the common per-epoch shuffle of training seeds; `launch` says how ranks are
+    `seed` is the run's seed (the data's where `seed_given`, else the fallback of
+    `intercept.data_seed`); `launch` says how ranks are
     laid out and started (binding to the cores `assign_cores` gives them on `topology`, None:
     this machine's; the log folder; the start-up and collective timeouts). Defaults are those
     of `RunOptions` and `LaunchConfig`, not repeated here; `bind`, `log_dir`,
@@ -31,6 +32,7 @@ class Request:
     options: RunOptions = dataclasses.field(default_factory=RunOptions)
     launch: LaunchConfig = dataclasses.field(default_factory=LaunchConfig)
     seed: int = 0
+    seed_given: bool = False     # `seed` is the user's ``Runtime(seed=)`` (`intercept.data_seed`)
     device: str = "cpu"
     topology: Topology | None = None
 

@@ -49,7 +49,7 @@ def run_in_world(plan: CorePlan, request: Request,
         seed, rng_state, token = world.agree(
             [request.seed, torch.get_rng_state(), secrets.token_hex(8)], process.comm_device)
     job = RankJob(request.options, seed, tuple(hooks), rng_state=rng_state,
-                  device=request.device)
+                  device=request.device, seed_given=request.seed_given)
     start = time.perf_counter()
     with bound_for_call(process.cores, plan.threads):
         value, ranks = _watched(job, process, request, hooks, token)

@@ -10,7 +10,8 @@ While a run has several ranks, ``clip_grad_norm_``'s total norm (torch's
 ``clip_grad._get_total_norm``, replaced through `compat.grad_clip.total_norm_replaced`) comes
 from a ``NORM`` round (`join`): the clipping ranks' gradients are averaged,
 ``gbar = (1/c) * sum_r g_r`` over the ``c`` ranks that clip (a follower -- a rank whose epoch
-or function ended -- sends zeros), and each clipping rank is told ``||gbar||``, computed by
+or function ended -- sends zeros; weighted by each rank's seeds where those differ, as the
+step's average is: `step_weight`), and each clipping rank is told ``||gbar||``, computed by
 torch's own function on the averaged tensors (averaged in the parameters' common dtype, as the
 step averages). Each rank then scales its own ``g_r`` by ``s = min(1, max_norm / ||gbar||)``,
 and the step's average of the scaled gradients is ``(1/c) * sum_r s * g_r = s * gbar``: the
@@ -31,6 +32,7 @@ import torch
 
 from .collectives import FlatCollectives, Optimizers
 from .join import Ask, Decision, Kind, Rounds
+from .step_weight import StepWeight, weigh
 
 __all__ = ["NormHost", "AveragedNorm"]
 
@@ -40,6 +42,7 @@ class NormHost(Protocol):
 
     collectives: FlatCollectives
     optimizers: Optimizers
+    weight: StepWeight       # this rank's weight in the average
 
     @property
     def rounds(self) -> Rounds: ...
@@ -76,7 +79,7 @@ class AveragedNorm:
             return original(grads, norm_type, error_if_nonfinite, foreach)
         host.join_if_ended()
         ask = host.ask(Kind.NORM, tensors=len(space), numel=sum(p.numel() for p in space),
-                       all_grads=len(mine) == len(space))
+                       all_grads=len(mine) == len(space), weight=host.weight.now())
         decision = host.rounds.round(ask)
         while decision.action != "norm":   # void: a rank asked for a broadcast meanwhile
             decision = host.rounds.round(ask)
@@ -111,6 +114,7 @@ class AveragedNorm:
         flat = torch.cat([
             (p.grad if clipping and i in mine else torch.zeros_like(p)).detach().reshape(-1)
             .to(device=device, dtype=dtype) for i, p in chosen])
+        weigh([flat], decision.scale(rounds.rank) if clipping else 1.0)   # as the step will
         with rounds.collective(f"the gradient average of {what}"):
             collectives.average([flat], contributors=len(decision.clippers))
         parts, offset = [], 0

@@ -179,7 +179,8 @@ class DevicePath:
         if fast and not sampler.use_pyg:   # pyg-lib draws from its own RNG
             where = structure_device(sampler) or (self.device if on_device
                                                   else torch.device("cpu"))
-            generator = SamplingGenerator(where, self.ctx.seed, self.ctx.rank, record.key)
+            generator = SamplingGenerator(where, self.ctx.data_seed, self.ctx.rank,
+                                          record.key)
         before = self.resident.bytes_copied
         if hetero:
             plan: GatherPlan | HeteroGatherPlan = HeteroGatherPlan(

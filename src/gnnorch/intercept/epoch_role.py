@@ -99,11 +99,10 @@ def cache_aside(state: LoaderState) -> str | None:
 
 def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | None:
     """Why a training epoch of a graph-level DataLoader starting now runs every graph in every
-    rank instead of being sharded, or None (it is sharded). Sharding gives each of p ranks
-    b / p graphs of every batch of b and averages their gradients with equal weights: one
-    process's gradient on the batch when (`graph_outputs` has the maths)
-    * p divides b (otherwise shards of ceil(b / p) graphs make global batches of
-      p * ceil(b / p), not b: more graphs a step and fewer steps an epoch);
+    rank instead of being sharded, or None (it is sharded). Sharding deals each batch of b
+    graphs out over the p ranks (`ShardSampler`) and averages their gradients weighted by
+    their graphs: one process's gradient on the batch when (`graph_outputs` has the maths)
+    * b >= p (otherwise some ranks would hold no graph of any batch and only follow);
     * the model computes each graph on its own: no BatchNorm, whose batch statistics are each
       shard's own (`trim.mixing.batch_statistics_modules`);
     * the model returns one row per graph (a loss over nodes weighs each shard's nodes by the
@@ -115,11 +114,9 @@ def kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> str | N
     if state.kind != "graph":
         return None
     size, ranks = state.global_batch_size, state.shard.world_size if state.shard else 1
-    if size is not None and int(size) % ranks:
-        per_rank = -(-int(size) // ranks)
-        return (f"its batch size {size} is not a multiple of the {ranks} ranks: shards of "
-                f"{per_rank} graph{'s' if per_rank != 1 else ''} would train batches of "
-                f"{per_rank * ranks} graphs, so every rank runs every graph")
+    if size is not None and int(size) < ranks:
+        return (f"its batch size {size} is smaller than the {ranks} ranks: some ranks would "
+                f"hold no graph of any batch, so every rank runs every graph")
     roots = list(optimizers.roots) if optimizers is not None else []
     if not roots:
         return ("no model has run a forward yet: an epoch before the first forward runs every "
@@ -148,12 +145,12 @@ def decided_after_first_batch(state: LoaderState, optimizers: OptimizerCount | N
     the rest of the permutation is sharded or whole as `kept_whole` decides when the user asks
     for the second batch. The two passes draw the positions one unsplit epoch draws, so the
     run still equals one process's. The device path draws the rest ahead only once that is
-    decided (`LoaderState.head_pending`). A batch size p does not divide is never sharded:
+    decided (`LoaderState.head_pending`). A batch size smaller than p is never sharded:
     no split."""
     if (state.kind != "graph" or state.shard is None or optimizers is None
             or state.global_batch_size is None or state.graph_outputs is not None):
         return False
-    return int(state.global_batch_size) % state.shard.world_size == 0
+    return int(state.global_batch_size) >= state.shard.world_size
 
 
 def set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> None:
@@ -166,4 +163,4 @@ def set_sharded(loader: NeighborLoader, state: LoaderState, training: bool) -> N
     batch_sampler = getattr(loader, "batch_sampler", None)
     if batch_sampler is not None and state.global_batch_size is not None:
         size = int(state.global_batch_size)
-        batch_sampler.batch_size = -(-size // shard.world_size) if training else size
+        batch_sampler.batch_size = shard.rank_batch_size() if training else size

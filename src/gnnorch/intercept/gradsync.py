@@ -10,10 +10,13 @@ module computes, also when ranks take different numbers of optimizer steps.
 * Before every optimizer step (global step pre-hook) the ranks meet in a round (`join`): the
   k-th step of every rank within a training epoch is averaged with the others' k-th step,
   g <- (1/c) * sum_{r stepping} g_r over the c ranks that step, in flat buckets per dtype and
-  device. A parameter whose gradient is None on some stepping ranks gets zeros there when any
-  has one; one without a gradient on every stepping rank keeps None everywhere. With equal
+  device; where the steppers trained different numbers of seeds since their last step (p does
+  not divide the batch size, an epoch's last batch), each is weighed by its seeds,
+  g <- sum_r w_r g_r / sum_r w_r (`step_weight`, `join.Decision.scale`). A parameter whose
+  gradient is None on some stepping ranks gets zeros there when any has one; one without a
+  gradient on every stepping rank keeps None everywhere. With equal
   per-rank batches of b/p seeds and a mean loss (c = p), the average is exactly the gradient of
-  the mean loss over the global batch of b seeds.
+  the mean loss over the global batch of b seeds; with unequal ones, the weighted average is.
 * Uneven ranks: a rank whose training epoch ended (its loop ran out or it left with `break`)
   joins before its next step; until every rank has ended that epoch it *follows* the others'
   steps: it contributes no gradient, receives the average and applies the same update (its own
@@ -53,6 +56,7 @@ from .collectives import FlatCollectives, Optimizers, hyper_slots, hyper_values
 from .join import Ask, Decision, Kind, Rounds
 from .lazy_init import LazyInitWatch
 from .procgroup import UserDistribution
+from .step_weight import StepWeight, weigh
 
 DEFAULT_BOUND = 1800.0   # seconds: torch's default collective timeout, when the group has none
 
@@ -60,6 +64,12 @@ DEFAULT_BOUND = 1800.0   # seconds: torch's default collective timeout, when the
 def _initialised(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return [t for t in tensors if not isinstance(t, (UninitializedParameter, UninitializedBuffer))]
 
+
+
+def _epochs_ended_in_context() -> int:
+    """Training epochs the active rank context records as ended (0 outside a run)."""
+    ctx = context.current()
+    return len(ctx.epochs) if ctx is not None else 0
 
 
 def _default_bound() -> float:
@@ -79,6 +89,7 @@ class GradientSynchronizer:
     def __init__(self, world_size: int, device: torch.device | None = None,
                  distribution: UserDistribution | None = None, *,
                  epochs_ended: Callable[[], int] | None = None,
+                 trained: Callable[[], tuple[int, int]] | None = None,
                  bound: float | None = None) -> None:
         self.world_size = world_size
         # once active, the user's code syncs
@@ -86,7 +97,8 @@ class GradientSynchronizer:
         # nccl reduces only device tensors: CPU tensors are staged through this device.
         self.comm_device = device
         self.collectives = FlatCollectives(world_size, device)
-        self.epochs_ended = epochs_ended
+        self.epochs_ended = epochs_ended or _epochs_ended_in_context
+        self.weight = StepWeight(trained)   # this rank's weight in a step's average
         self.bound = bound
         self._synced: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
         # Strong references: what is synced must not depend on garbage-collection timing, which
@@ -107,13 +119,10 @@ class GradientSynchronizer:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator["GradientSynchronizer"]:
-        if self.epochs_ended is None:
-            ctx = context.current()
-            self.epochs_ended = (lambda: len(ctx.epochs)) if ctx is not None else (lambda: 0)
         bound = self.bound if self.bound is not None else _default_bound()
         self._rounds = Rounds(dist.get_rank(), self.world_size, bound)
-        h1 = register_module_forward_pre_hook(self._on_forward)
-        h2 = register_optimizer_step_pre_hook(self._on_step)
+        hooks = [register_module_forward_pre_hook(self._on_forward),
+                 register_optimizer_step_pre_hook(self._on_step)]
         original_init = torch.optim.Optimizer.__init__
         sync = self
 
@@ -129,8 +138,8 @@ class GradientSynchronizer:
                     self._wait(Kind.FINAL)
         finally:
             torch.optim.Optimizer.__init__ = original_init
-            h1.remove()
-            h2.remove()
+            for hook in hooks:
+                hook.remove()
             self._lazy.close()
             self.stats["rounds"], self.stats["clip_norms"] = self._rounds.count, self._norms.rounds
             self._rounds.close()
@@ -157,9 +166,8 @@ class GradientSynchronizer:
     def _broadcast_round(self, tensors: list[torch.Tensor], what: str) -> bool:
         """Broadcast `tensors` from rank 0 if every rank asks for the same in this round;
         False (nothing sent) when the round is void."""
-        numel = sum(t.numel() for t in tensors)
         decision = self._rounds.round(self.ask(Kind.BROADCAST, tensors=len(tensors),
-                                                numel=numel))
+                                                numel=sum(t.numel() for t in tensors)))
         if decision.action != "broadcast":
             self.stats["void_broadcasts"] += 1
             return False
@@ -230,11 +238,13 @@ class GradientSynchronizer:
         ask = self.ask(Kind.STEP, optimizer=index, tensors=len(params),
                         numel=sum(p.numel() for p in params), buffers=len(buffers),
                         hypers=len(slots), all_grads=all(p.grad is not None for p in params),
-                        hyper_sum=sum(hyper_values(optimizer, slots)))
+                        hyper_sum=sum(hyper_values(optimizer, slots)),
+                        weight=self.weight.now())
         decision = self._rounds.round(ask)
         while decision.action != "step":   # void: a rank asked for a broadcast meanwhile
             decision = self._rounds.round(ask)
         self._step_collectives(optimizer, params, decision, stepping=True, buffers=buffers)
+        self.weight.stepped()
         self.steps += 1
         self._epoch_steps += 1
         self.stats["steps"] = self.steps
@@ -309,6 +319,7 @@ class GradientSynchronizer:
             if p.grad is None or not stepping:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
+        weigh(grads, decision.scale(rounds.rank) if stepping else 1.0)   # by its seeds
         with rounds.collective(f"the gradient average of {what}"):
             self.collectives.average_and_share(grads, len(decision.steppers), buffers,
                                                owner=self._rounds.rank == decision.source)

@@ -16,7 +16,8 @@ and takes the same `decide` decision without another message. A rank asks
 Decisions (the semantics; docs/reliability.md):
 
 * Some ranks ``STEP`` and none ``BROADCAST``: the steppers' gradients are averaged over the
-  steppers only, ``g = (1/c) * sum_{r stepping} g_r`` with ``c`` stepping ranks; every ``JOIN`` /
+  steppers only, ``g = (1/c) * sum_{r stepping} g_r`` with ``c`` stepping ranks (weighted by
+  each stepper's seeds where those differ: `Decision.scale`); every ``JOIN`` /
   ``FINAL`` rank *follows*: it contributes nothing, receives that average and applies the same
   optimizer update, so parameters, buffers and optimizer states stay identical on every rank.
   Steppers that disagree (different optimizers or tensors) cannot be averaged:
@@ -53,7 +54,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveError, UnevenRanksError
 
-FIELDS = 10
+FIELDS = 11
 # test-only (scripts/soak.py): each round starts after a random sleep of up to this many seconds
 SEAM_DELAY = float(os.environ.get("GNNORCH_SEAM_DELAY") or 0)
 _DELAYS = random.Random()
@@ -85,17 +86,19 @@ class Ask:
     epoch: int = 0
     step: int = 0
     hyper_sum: float = 0.0   # STEP: the sum of those hyper-parameters (do the ranks' differ?)
+    weight: int = -1         # STEP / NORM: seeds of the training batches since its last step
+    #                          (-1: no training batch since then, e.g. a full-batch step)
 
     def row(self) -> list[float]:
         return [float(self.kind), float(self.optimizer), float(self.tensors), float(self.numel),
                 float(self.buffers), float(self.hypers), float(self.all_grads),
-                float(self.epoch), float(self.step), float(self.hyper_sum)]
+                float(self.epoch), float(self.step), float(self.weight), float(self.hyper_sum)]
 
     @classmethod
     def from_row(cls, row: list[float]) -> "Ask":
         v = [int(round(x)) for x in row[:FIELDS - 1]]
         return cls(Kind(v[0]), v[1], v[2], v[3], v[4], v[5], bool(v[6]), v[7], v[8],
-                   float(row[FIELDS - 1]))
+                   float(row[FIELDS - 1]), v[9])
 
     def signature(self) -> tuple[int, ...]:
         return (self.optimizer, self.tensors, self.numel, self.buffers, self.hypers)
@@ -151,6 +154,23 @@ class Decision:
         """Whether every rank takes the source's hyper-parameters this step: some rank
         follows, or the steppers' differ (e.g. a scheduler stepped per batch on one rank only)."""
         return bool(self.followers) or len({self.asks[r].hyper_sum for r in self.steppers}) > 1
+
+    def scale(self, rank: int) -> float:
+        """The factor by which contributing rank `rank` multiplies its gradient before the
+        average over the c contributors (the steppers; the clipping ranks of a norm round), so
+        that the average weighs each contributor by the seeds it trained since its last step:
+        ``sum_r w_r g_r / W = (1/c) * sum_r (c w_r / W) g_r`` with ``W = sum_r w_r``. For a loss
+        that is a mean over the batch's seeds that is the gradient of the mean over all the
+        contributors' seeds, also when their batches differ in size (p does not divide the
+        batch size, or the epoch's last batch: `shard.ShardSampler`). 1 when every weight is
+        equal, or some contributor drew no training batch since its last step (weight -1: a
+        full-batch step): the plain average. A padding batch's weight is 0
+        (`shard.ShardSampler`): it adds nothing."""
+        ranks = self.clippers if self.action == "norm" else self.steppers
+        weights = [self.asks[r].weight for r in ranks]
+        if rank not in ranks or min(weights) < 0 or len(set(weights)) == 1 or not sum(weights):
+            return 1.0
+        return len(ranks) * self.asks[rank].weight / sum(weights)
 
     @property
     def flags_needed(self) -> bool:

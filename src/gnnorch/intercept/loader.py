@@ -21,10 +21,12 @@ builds is (`device_feed.PyGBatchesCopied`).
   a training epoch is decided when it starts, by what the user's code is doing: gradients are
   enabled and a model the layer seam has seen is in training mode (or, no model seen yet, an
   optimizer was built: `intercept.epoch_role` has the rule).
-  A training epoch is sharded: all ranks draw the same permutation (common seed), rank r takes
-  positions r, r+p, r+2p, ... in batches of ceil(b / p), so the k-th per-rank batches together
-  are exactly the k-th batch of b seeds that one process would draw from that permutation (when
-  p divides b), and all ranks run the same number of batches. Any other epoch (an evaluation
+  A training epoch is sharded: all ranks draw the same permutation (common seed), and each
+  global batch of b consecutive seeds of it is dealt out over the ranks (`ShardSampler`), so
+  the k-th per-rank batches together are exactly the k-th batch of b seeds that one process
+  would draw from that permutation; where p does not divide b the ranks' batches differ by
+  one seed and their gradients are weighted by their seeds (`join.Decision.scale`). Any other
+  epoch (an evaluation
   under `torch.no_grad()` or after `model.eval()`, e.g. PyG's `ogbn_train.py`, whose val/test
   loaders shuffle) runs every seed of the permutation in every rank with the user's batch size:
   metrics mean what they meant. A loader built with `shuffle=False` gets a `ShardSampler` of
@@ -73,6 +75,7 @@ from ..compat import pyg as compat_pyg
 from ..errors import GnnorchWarning
 from ..launch.context import EpochTimer, RankContext
 from .announce import announced, batch_graph, batch_transform, defers_features, layout_kind
+from .data_seed import DataSeed
 from .epoch_role import (OptimizerCount, cache_aside, decided_after_first_batch, epoch_trains,
                          set_sharded)
 from .feeds import DevicePathHook, LoaderState
@@ -97,7 +100,7 @@ _WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing
 
 
 def _loader_seed(ctx: RankContext, index: int) -> int:
-    return (ctx.seed * 1_000_003 + index * 7919) % (2 ** 62)
+    return (ctx.data_seed * 1_000_003 + index * 7919) % (2 ** 62)
 
 
 class _Originals:
@@ -124,7 +127,8 @@ class LoaderInterceptor:
     Its collaborators are passed in by `intercept.session`: the layer seam (batches are
     announced to it; its models tell whether an epoch trains), the historical-embedding cache
     (training loaders attach to it), the partitioned feature store and the device path (feeds,
-    `intercept.feeds`), and the user's own distribution (sharding steps aside when active).
+    `intercept.feeds`), the user's own distribution (sharding steps aside when active) and the
+    run's data seed (fixed as the first loader is built, `intercept.data_seed`).
     Per-loader state lives in `states`, keyed weakly by the loader: nothing is left on the
     user's object. Loaders built outside the installation pass through untouched."""
 
@@ -132,7 +136,8 @@ class LoaderInterceptor:
                  cache: CacheManager | None = None, partition: PartitionManager | None = None,
                  distribution: UserDistribution | None = None,
                  device_path: DevicePathHook | None = None,
-                 optimizers: OptimizerCount | None = None) -> None:
+                 optimizers: OptimizerCount | None = None,
+                 data_seed: DataSeed | None = None) -> None:
         from torch_geometric.loader import DataLoader, LinkNeighborLoader, NeighborLoader
 
         self.ctx = ctx
@@ -142,6 +147,7 @@ class LoaderInterceptor:
         self.distribution = distribution or UserDistribution()
         self.device_path = device_path
         self.optimizers = optimizers   # several ranks: whether an optimizer exists yet
+        self.data_seed = data_seed or DataSeed(ctx, distribution=self.distribution)
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
         self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link", DataLoader: "graph"}
@@ -192,6 +198,7 @@ class LoaderInterceptor:
     def _init(self, loader: NeighborLoader, kind: str, orig: _Originals, args: tuple,
               kwargs: dict) -> None:
         ctx = self.ctx
+        self.data_seed.fix()   # at the run's first loader (`intercept.data_seed`)
         if kind == "graph":   # batch_size / shuffle may come by position
             named = compat_pyg.graph_loader_keywords(orig.init, args, kwargs)
             if named is None:   # PyG's own __init__ reports the mistake, or runs as PyG's
@@ -233,11 +240,12 @@ class LoaderInterceptor:
             # an own sampler's draws: a seed per loader (construction order, as on every rank)
             index = state.index if own is None else -1 - len(self.states)
             state.shard = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, index),
-                                       shuffle=train, source=own)
+                                       shuffle=train, source=own, batch_size=batch_size,
+                                       drop_last=bool(kwargs.get("drop_last", False)))
             kwargs["shuffle"] = False
             kwargs["sampler"] = state.shard
             if batch_size is not None and train:
-                kwargs["batch_size"] = -(-int(batch_size) // ctx.world_size)
+                kwargs["batch_size"] = state.shard.rank_batch_size()
         orig.init(loader, *args, **kwargs)
         if state.shard is not None:
             state.shard.num_items = len(loader.dataset)
@@ -252,12 +260,12 @@ class LoaderInterceptor:
         self.states[loader] = state
         state.record = state.to_dict()
         if (state.shard is not None and state.kind != "graph" and batch_size is not None
-                and int(batch_size) % ctx.world_size):   # (graph-level: kept whole instead)
-            per_rank = -(-int(batch_size) // ctx.world_size)
+                and int(batch_size) % ctx.world_size):   # (graph-level: `kept_whole` says)
+            sizes = [state.shard.rank_batch_size(r) for r in range(ctx.world_size)]
             state.record["uneven_batch"] = (
                 f"batch size {batch_size} is not a multiple of the {ctx.world_size} ranks: "
-                f"sharded epochs train batches of {per_rank} seeds a rank, "
-                f"{per_rank * ctx.world_size} a step")
+                f"sharded epochs deal each batch out as {'/'.join(map(str, sizes))} seeds, "
+                f"gradients weighted by each rank's seeds")
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.record)
 
     def _built_before_run(self, loader: NeighborLoader) -> None:
@@ -338,8 +346,11 @@ class LoaderInterceptor:
         if not training:
             state.eval_epochs += 1
             return iterator
-        timer = timer or EpochTimer(ctx, state.index, state.epochs, total=batches_in(loader),
-                                    whole_in_every_rank=whole is not None)
+        if timer is None:
+            timer = EpochTimer(ctx, state.index, state.epochs, total=batches_in(loader),
+                               whole_in_every_rank=whole is not None)
+            if state.shard is not None and state.shard.sharded:
+                timer.padded = state.shard.padding()
         state.epochs += 1
         return timed(iterator, timer)
 

@@ -79,5 +79,5 @@ def rank_stream(ctx: RankContext, state: LoaderState, training: bool,
         return None
     if device is not None and device.served:   # its own per-rank generators already
         return None
-    return epoch_generator(ctx.seed, ctx.rank, state.index,
+    return epoch_generator(ctx.data_seed, ctx.rank, state.index,
                            state.epochs if epoch is None else epoch)

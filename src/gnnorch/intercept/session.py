@@ -10,8 +10,9 @@
     LayerSeam(trim, rewrites, hooks=[cache])
     DevicePathHook                         the GPU data path (issue 21; `_device_path`)
     GradientSynchronizer(world_size, comm_device, distribution)   (> 1 rank)
+    DataSeed(ctx, comm_device, distribution)   the run's data seed, fixed at its first loader
     LoaderInterceptor(ctx, layer_seam, cache, partition, distribution, device_path,
-                              optimizers=the synchroniser)
+                      optimizers=the synchroniser, data_seed)
 
 Everything is installed for the block and undone on exit, also when the user's function
 raises; each seam's statistics land in `ctx.stats`.
@@ -30,6 +31,7 @@ from ..launch import context
 from ..launch.context import RankContext
 from ..rewrite.decisions import (load_disk_decisions, save_disk_decisions, shared_cost_models,
                                  shared_decisions)
+from .data_seed import DataSeed
 from .feeds import DevicePathHook
 from .gradsync import GradientSynchronizer
 from .layers import LayerSeam
@@ -110,8 +112,9 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
         sync = (GradientSynchronizer(ctx.world_size, comm_device, distribution)
                 if ctx.distributed else None)
         loaders = LoaderInterceptor(ctx, layer_seam=layer_seam, cache=cache,
-                                            partition=partition, distribution=distribution,
-                                            device_path=path, optimizers=sync)
+                                    partition=partition, distribution=distribution,
+                                    device_path=path, optimizers=sync,
+                                    data_seed=DataSeed(ctx, comm_device, distribution))
         stack.enter_context(loaders.installed())
         if layer_seam is not None:
             stack.enter_context(layer_seam.installed())
@@ -141,8 +144,8 @@ def _cache(ctx: RankContext) -> CacheManager | None:
     from ..cache.manager import CacheManager
 
     cores = (len(ctx.cores.trainer_cpus) if ctx.cores is not None else int(ctx.plan.threads))
-    return CacheManager(config, seed=ctx.seed, rank=ctx.rank, distributed=ctx.distributed,
-                        trainer_cores=cores)
+    return CacheManager(config, seed=lambda: ctx.data_seed, rank=ctx.rank,
+                        distributed=ctx.distributed, trainer_cores=cores)
 
 
 def _layer_seam(ctx: RankContext, stack: contextlib.ExitStack,

@@ -2,7 +2,7 @@
 docstring; `intercept.loader` decides per epoch whether an epoch is sharded)."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch.utils.data import Sampler
@@ -20,33 +20,49 @@ def shardable_sampler(sampler: object) -> bool:
 
 
 class ShardSampler(Sampler[int]):
-    """Epoch-wise common permutation of range(n), padded by wrap-around to a multiple of p,
-    strided over ranks: rank r yields positions r, r+p, ...; every rank yields ceil(n / p).
-    With `sharded = False` (an evaluation epoch) every rank yields the whole unpadded
-    permutation instead.
+    """Epoch-wise common permutation of range(n), dealt out over p ranks batch by batch.
+
+    Dealing: the permutation's positions form the global batches of b consecutive positions
+    that one process would train (`batch_size` b, the user's; the last batch has the
+    m = n mod b left, or is dropped with `drop_last`, as one process drops it). In each global
+    batch, the position at offset o goes to rank o mod p. Rank r's per-rank batch of a full
+    global batch is therefore c_r = ceil((b - r) / p) positions (b // p, plus one for the
+    first b mod p ranks), and its loader's batch size is c_r (`rank_batch_size`): the k-th
+    per-rank batches of the ranks together are exactly the k-th global batch, every position
+    once. Where p does not divide b (or m) the ranks' batches differ by one seed, and the
+    gradient synchroniser weighs each rank's gradient by its batch's seeds
+    (`join.Decision.scale`), so that a mean loss averages as over the global batch. A rank
+    with no position in a batch (the last batch's m < p, or b < p) is dealt that batch's
+    first position once more, a padding batch of weight 0 (`padding`): every rank runs the
+    same number of batches, and the padding adds nothing to the average. Without a batch
+    size, b = p (plain striding).
+    With `sharded = False` (an evaluation epoch) every rank yields the whole permutation.
 
     `shuffle=False` (a loader the user built without shuffling) makes the permutation the
-    identity, every epoch: unsharded it yields 0, 1, ..., n-1 as PyG's SequentialSampler
-    does, and sharded the k-th per-rank batches of ceil(b / p) together are the k-th batch of
-    b consecutive seeds that one process would draw.
+    identity, every epoch: unsharded it yields 0, 1, ..., n-1 as PyG's SequentialSampler does.
 
     `source` (the loader's own ``sampler=``, e.g. PyG's ``ImbalancedSampler``) replaces the
     permutation: each epoch every rank draws it once with torch's global generator seeded
     from (seed, epoch), so that all ranks draw the same sequence of n = len(source) positions
-    (repeats allowed), which is then padded and strided as above.
+    (repeats allowed), which is then dealt out as above.
 
     `head` splits one epoch into two passes (`epoch_role.decided_after_first_batch`): set to
-    h, the next pass yields the first h positions of the epoch's permutation, unsharded, and
-    leaves the epoch open; the pass after it yields the rest, positions h..n-1, sharded (padded
-    and strided as above) or not, and closes the epoch. The two passes together draw the
-    epoch's positions in the order one unsplit pass would; `close_epoch` ends an epoch whose
-    second pass never ran."""
+    h (one global batch), the next pass yields the first h positions of the epoch's
+    permutation, unsharded, and leaves the epoch open; the pass after it yields the rest,
+    positions h..n-1, dealt out (as above, from position h) or not, and closes the epoch. The
+    two passes together draw the epoch's positions in the order one unsplit pass would;
+    `close_epoch` ends an epoch whose second pass never ran."""
 
     def __init__(self, rank: int, world_size: int, seed: int, shuffle: bool = True,
-                 source: Sampler | None = None) -> None:
+                 source: Sampler | None = None, batch_size: int | None = None,
+                 drop_last: bool = False) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         self.rank, self.world_size, self.seed = rank, world_size, seed
+        self.batch_size = int(batch_size) if batch_size is not None else world_size
+        self.drop_last = drop_last
         self.shuffle = shuffle and source is None
         self.source = source
         self.num_items = 0
@@ -60,13 +76,36 @@ class ShardSampler(Sampler[int]):
         """n: the positions one epoch draws."""
         return self.num_items if self.source is None else len(self.source)
 
+    def rank_batch_size(self, rank: int | None = None) -> int:
+        """c_r = ceil((b - r) / p): the positions rank r takes of a full global batch (at
+        least 1, for a loader's batch size, where b < p leaves rank r none)."""
+        r = self.rank if rank is None else rank
+        return max(1, -(-(self.batch_size - r) // self.world_size))
+
+    def _dealt_count(self, n: int, rank: int) -> int:
+        """How many positions rank `rank` is dealt of n (`drop_last` applied; padding
+        included)."""
+        full, m = divmod(n, self.batch_size)
+        last = 0 if self.drop_last or m == 0 else max(1, -(-(m - rank) // self.world_size))
+        return full * self.rank_batch_size(rank) + last
+
+    def padding(self, rank: int | None = None) -> Callable[[int], bool]:
+        """For the sharded pass about to start (the whole epoch, or the rest after a head):
+        whether rank `rank`'s k-th batch of it is a padding batch (the rank holds no position
+        of that global batch and is dealt its first position again: weight 0)."""
+        r = self.rank if rank is None else rank
+        remaining = self.items if self._rest is None else self._rest.numel()
+        full, m = divmod(remaining, self.batch_size)
+        every, last = r >= self.batch_size, (not self.drop_last and 0 < m <= r)
+        return lambda k: every or (last and k == full)
+
     def __len__(self) -> int:
         if self.head is not None:
             return min(self.head, self.items)
         remaining = self.items if self._rest is None else self._rest.numel()
         if not self.sharded:
             return remaining
-        return -(-remaining // self.world_size)
+        return self._dealt_count(remaining, self.rank)
 
     def close_epoch(self) -> None:
         """End the open epoch of a head pass whose second pass never ran (the user left the
@@ -76,8 +115,8 @@ class ShardSampler(Sampler[int]):
             self.epoch += 1
 
     def permutation(self, epoch: int) -> torch.Tensor:
-        """The padded global permutation of `epoch` (identical on every rank)."""
-        return self._padded(self._draw(epoch))
+        """The global permutation of `epoch` (identical on every rank), unpadded."""
+        return self._draw(epoch)
 
     def _draw(self, epoch: int) -> torch.Tensor:
         """The unpadded global permutation of `epoch`."""
@@ -92,14 +131,16 @@ class ShardSampler(Sampler[int]):
             perm = torch.arange(self.num_items)
         return perm
 
-    def _padded(self, perm: torch.Tensor) -> torch.Tensor:
-        """`perm` padded by wrap-around to a multiple of p."""
-        items = perm.numel()
-        total = -(-items // self.world_size) * self.world_size
-        if total > items > 0:
-            repeats = -(-total // items)
-            perm = perm.repeat(repeats)[:total]
-        return perm
+    def dealt(self, perm: torch.Tensor, rank: int | None = None) -> torch.Tensor:
+        """Rank `rank`'s positions of `perm` (the class docstring's dealing), in order."""
+        r, b = self.rank if rank is None else rank, self.batch_size
+        n = perm.numel()
+        if self.drop_last:
+            n = n // b * b
+        keep = torch.arange(n) % b % self.world_size == r
+        starts = torch.arange(0, n, b)
+        keep[starts[(n - starts).clamp(max=b) <= r]] = True   # padding: a batch's first
+        return perm[:n][keep]
 
     def __iter__(self) -> Iterator[int]:
         if self.head is not None:   # the open epoch's first positions, in every rank
@@ -109,6 +150,6 @@ class ShardSampler(Sampler[int]):
         perm = self._draw(self.epoch) if self._rest is None else self._rest
         self._rest = None
         self.epoch += 1
-        if not self.sharded:   # the whole draw, without the padding to a multiple of p
+        if not self.sharded:   # the whole draw
             return iter(perm.tolist())
-        return iter(self._padded(perm)[self.rank::self.world_size].tolist())
+        return iter(self.dealt(perm).tolist())

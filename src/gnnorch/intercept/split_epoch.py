@@ -55,6 +55,9 @@ def head_and_rest(loader: DataLoader, state: LoaderState, ctx: RankContext,
         judge()
         whole = noted_kept_whole(state, optimizers)
         set_sharded(loader, state, whole is None)
+        if whole is None:   # the rest's padding batches, after the head's one batch
+            rest = shard.padding()
+            timer.padded = lambda k: k >= 1 and rest(k - 1)
         timer.copies = ctx.world_size if whole is not None else 1
         timer.total = 1 + (batches_in(loader) or 0)
 

@@ -62,6 +62,7 @@ class RankContext:
     cores: RankCores | None
     seed: int
     backend: str | None = None
+    seed_given: bool = False       # `seed` is the user's ``Runtime(seed=)``
     options: RunOptions = dataclasses.field(default_factory=RunOptions)
     epochs: list[EpochRecord] = dataclasses.field(default_factory=list)
     # per-feature statistics for the report, JSON-serialisable (feature name -> dict)
@@ -74,6 +75,12 @@ class RankContext:
     # seam: trimming checks, rewrite probes); each is monotone
     one_off_meters: list[Callable[[], float]] = dataclasses.field(default_factory=list)
     _loaders_built: int = 0
+    _data_seed: int | None = None
+    # training batches this rank has drawn, and their seeds (each batch's own, a padding
+    # batch's none: `EpochTimer.add`); the gradient synchroniser weighs a step by the seeds
+    # drawn since the rank's last step
+    batches_trained: int = 0
+    seeds_trained: int = 0
 
     @property
     def distributed(self) -> bool:
@@ -92,6 +99,22 @@ class RankContext:
     def summary(self) -> dict:
         """What this rank reports back to the caller: epoch records and feature statistics."""
         return {"epochs": [e.to_dict() for e in self.epochs], "stats": self.stats}
+
+    @property
+    def data_seed(self) -> int:
+        """The seed of the run's data order and sampling streams, fixed where the first
+        loader is built (`intercept.data_seed`); the run's `seed` until then."""
+        return self.seed if self._data_seed is None else self._data_seed
+
+    @property
+    def data_seed_fixed(self) -> bool:
+        return self._data_seed is not None
+
+    def fix_data_seed(self, seed: int) -> None:
+        """Fix `data_seed` (once: a second value is a bug of the caller's)."""
+        if self._data_seed is not None and self._data_seed != seed:
+            raise RuntimeError(f"the run's data seed is fixed already ({self._data_seed})")
+        self._data_seed = int(seed)
 
     @property
     def loaders_built(self) -> int:
@@ -163,6 +186,7 @@ class EpochTimer:
     graph-level epoch kept whole, `epoch_role.kept_whole`). A rank then counts its share of
     each batch's b seeds, b // p plus one for the first b % p ranks, so that seeds summed over
     ranks (the tuner's probes, the report) are the b the run trained, never p * b.
+    A sharded epoch's padding batches (`padded`) count no seeds.
     """
 
     def __init__(self, ctx: RankContext, loader: int, epoch: int,
@@ -170,6 +194,8 @@ class EpochTimer:
         self.ctx, self.loader, self.epoch = ctx, loader, epoch
         self.total = total
         self.copies = ctx.world_size if whole_in_every_rank else 1
+        # which of the epoch's batches are a sharded epoch's padding (`ShardSampler.padding`)
+        self.padded: Callable[[int], bool] | None = None
         self.batches = 0
         self.seeds = 0
         self.start = time.perf_counter()
@@ -177,6 +203,10 @@ class EpochTimer:
         self.batch_seeds: list[int] = []
 
     def add(self, seeds: int) -> None:
+        if self.padded is not None and self.padded(self.batches):
+            seeds = 0   # a padding batch of a sharded epoch: no seed of its own
+        self.ctx.batches_trained += 1
+        self.ctx.seeds_trained += seeds   # the batch's own seeds (`RankContext`)
         if self.copies > 1:   # this rank's share of a batch every rank runs whole
             seeds = seeds // self.copies + (1 if self.ctx.rank < seeds % self.copies else 0)
         self.batches += 1

@@ -1,0 +1,101 @@
+"""The seed of a run's data: fixed where the user's function builds its first loader.
+
+What it seeds: the common permutation of sharded epochs (`shard.ShardSampler`), the ranks'
+sampling streams (`rank_streams`), the device path's sampling generators (`device.seeds`) and
+the historical-embedding cache's draws. One process on the host path draws none of these:
+there PyG's own order and sampling come from torch's global generator, as without gnnorch.
+
+Which value (`DataSeed.fix`, at the first loader built inside the run):
+
+* ``Runtime(seed=s)``: s.
+* Otherwise a digest of torch's CPU generator state at that moment (read, not advanced).
+  Whoever seeds torch before the first loader is built -- the caller, or the function itself,
+  as ``torch.manual_seed(0)`` at its top -- then repeats the data order exactly as the model's
+  initialisation and dropout repeat; a run that seeds nothing draws a new order each time,
+  as PyG does. (Before, the seed was ``torch.initial_seed()`` of the caller, so a function that
+  seeded only itself repeated its model but not its two-rank shard order.)
+
+Why the first loader, and once: every rank starts from the caller's generator state
+(`execute.rank.RankJob`) and, up to the first loader, runs the same code, so the ranks'
+digests are equal there. Afterwards they part: a sharded epoch's dropout draws as many numbers
+as the rank's batch has rows. Later loaders therefore derive their seeds from this one and
+their construction index, as before.
+
+With p > 1 ranks sharding (not a function that manages distribution itself,
+`procgroup.UserDistribution`), the ranks compare their digests at that first loader (one
+all-gather of one integer): sharding needs one permutation. Where they differ (a function that
+seeds each rank differently, e.g. ``torch.manual_seed(1000 + rank)``) every rank takes the run's
+seed, agreed when the ranks started, and rank 0 warns. ``stats[rank]["data_seed"]`` says which
+value was taken and why.
+"""
+from __future__ import annotations
+
+import hashlib
+import warnings
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+
+from ..errors import GnnorchWarning
+from .procgroup import UserDistribution
+
+if TYPE_CHECKING:
+    from ..launch.context import RankContext
+
+__all__ = ["DataSeed", "generator_digest"]
+
+SEED_RANGE = 2 ** 31   # as the run seed's (`Runtime._request`)
+
+
+def generator_digest() -> int:
+    """A digest in [0, 2**31) of torch's CPU generator state, which it leaves as it was."""
+    state = torch.get_rng_state().numpy().tobytes()
+    return int.from_bytes(hashlib.blake2b(state, digest_size=8).digest(), "little") % SEED_RANGE
+
+
+class DataSeed:
+    """Fixes ``ctx.data_seed`` once per run (the module docstring says which value).
+
+    `comm_device`: the device the ranks' collectives use (None: the CPU, gloo);
+    `distribution`: the user's own distribution, which ends sharding and so the need to
+    agree."""
+
+    def __init__(self, ctx: RankContext, comm_device: torch.device | None = None,
+                 distribution: UserDistribution | None = None) -> None:
+        self.ctx = ctx
+        self.comm_device = comm_device
+        self.distribution = distribution or UserDistribution()
+
+    def fix(self) -> int:
+        """The run's data seed, fixed at the first call (a loader being built)."""
+        ctx = self.ctx
+        if ctx.data_seed_fixed:
+            return ctx.data_seed
+        if ctx.seed_given:
+            seed, source = ctx.seed, "Runtime(seed=)"
+        else:
+            seed, source = generator_digest(), "torch's generator where the first loader was built"
+            if ctx.distributed and not self.distribution.active:
+                seeds = self._gathered(seed)
+                if len(set(seeds)) > 1:
+                    seed = ctx.seed
+                    source = ("the run's seed: the ranks' generators differed where the first "
+                              "loader was built")
+                    if ctx.rank == 0:
+                        warnings.warn(
+                            "gnnorch: the ranks' torch generators differ where the first loader "
+                            "is built (the function seeds each rank differently?), so the shard "
+                            "order cannot follow them: it follows the run's seed instead "
+                            "(Runtime(seed=...), default torch.initial_seed() of the caller).",
+                            GnnorchWarning, stacklevel=5)
+        ctx.fix_data_seed(seed)
+        ctx.stats["data_seed"] = {"seed": seed, "source": source}
+        return seed
+
+    def _gathered(self, value: int) -> list[int]:
+        """Every rank's `value`, in rank order (one all-gather on the default group)."""
+        own = torch.tensor([value], dtype=torch.long, device=self.comm_device)
+        out = [torch.empty_like(own) for _ in range(self.ctx.world_size)]
+        dist.all_gather(out, own)
+        return [int(t.item()) for t in out]

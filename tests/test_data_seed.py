@@ -1,0 +1,124 @@
+"""The run's data seed (`gnnorch.intercept.data_seed`): fixed where the function builds its
+first loader, so a function that seeds torch itself repeats its data order under the runtime
+(two ranks' shard order, the device path's sampling) as it repeats its initialisation; the
+ranks agree on it; ``Runtime(seed=)`` still decides when given."""
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import GraphSAGE
+
+import gnnorch
+from gnnorch.intercept.data_seed import generator_digest
+
+from helpers import cora
+
+pytestmark = pytest.mark.usefixtures("no_leftover_children")
+
+
+def test_the_digest_reads_the_generator_without_advancing_it():
+    torch.manual_seed(3)
+    first = generator_digest()
+    assert generator_digest() == first                      # read, not advanced
+    after = torch.rand(1)
+    torch.manual_seed(3)
+    assert torch.equal(torch.rand(1), after)                # the digest drew nothing
+    assert generator_digest() != first                      # the state moved on: another digest
+    torch.manual_seed(4)
+    assert generator_digest() != first
+    assert 0 <= first < 2 ** 31
+
+
+def seeded_inside(data, epochs, seed=7, rank_seeds=False):
+    """Seeds torch itself (optionally per rank), then trains a shuffled, sampled loader and
+    records the seed ids of every training batch."""
+    torch.manual_seed(seed + (dist.get_rank() if rank_seeds else 0))
+    loader = NeighborLoader(data, num_neighbors=[5, 5], input_nodes=data.train_mask,
+                            batch_size=20, shuffle=True)
+    model = GraphSAGE(data.num_features, 16, num_layers=2, out_channels=7)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    seen, losses = [], []
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+            seen.append(batch.n_id[:batch.batch_size].tolist())
+            losses.append(float(loss))
+    return {"seen": seen, "losses": losses}
+
+
+def _call(runtime, caller_seed, *args, **kwargs):
+    torch.manual_seed(caller_seed)          # the caller's state differs between the calls
+    return runtime(*args, **kwargs)
+
+
+def test_two_ranks_repeat_a_function_that_seeds_itself():
+    data = cora()
+    runtime = gnnorch.Runtime(seeded_inside, processes=2, autotune=False)
+    first = _call(runtime, 100, data, 2)
+    sources = {runtime.last_run.stats[r]["data_seed"]["source"] for r in range(2)}
+    seeds = {runtime.last_run.stats[r]["data_seed"]["seed"] for r in range(2)}
+    second = _call(runtime, 200, data, 2)
+    assert first == second                     # the same shard order, draws and losses
+    assert sources == {"torch's generator where the first loader was built"}
+    assert len(seeds) == 1                     # one seed for both ranks
+    other = runtime(data, 2, seed=8)           # the function's own seed changes the order
+    assert other["seen"] != first["seen"]
+
+
+def test_two_ranks_with_the_same_runtime_seed_repeat_whatever_the_function_does():
+    data = cora()
+    runtime = gnnorch.Runtime(seeded_inside, processes=2, autotune=False, seed=5)
+    first = runtime(data, 1, seed=7)
+    assert {runtime.last_run.stats[r]["data_seed"]["source"] for r in range(2)} == \
+        {"Runtime(seed=)"}
+    assert runtime.last_run.stats[0]["data_seed"]["seed"] == 5
+    second = runtime(data, 1, seed=8)          # another model seed, the same shard order
+    assert [sorted(s) for s in first["seen"]] == [sorted(s) for s in second["seen"]]
+
+
+def gathered(data, rank_seeds=False):
+    """Every rank's training seeds of one sharded epoch, gathered over the ranks: sorted."""
+    out = seeded_inside(data, 1, rank_seeds=rank_seeds)
+    mine = torch.tensor(sorted(s for batch in out["seen"] for s in batch), dtype=torch.long)
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([mine.numel()]))
+    parts = [torch.zeros(int(n), dtype=torch.long) for n in sizes]
+    dist.all_gather(parts, mine)
+    return torch.cat(parts).sort().values.tolist()
+
+
+def test_two_ranks_deal_out_one_permutation():
+    data = cora()
+    runtime = gnnorch.Runtime(gathered, processes=2, autotune=False)
+    got = _call(runtime, 3, data)
+    assert got == data.train_mask.nonzero().view(-1).tolist()   # each seed once
+
+
+def test_ranks_seeded_apart_take_the_run_seed_and_still_deal_out_one_permutation(capfd):
+    data = cora()
+    runtime = gnnorch.Runtime(gathered, processes=2, autotune=False)
+    got = _call(runtime, 11, data, rank_seeds=True)
+    assert got == data.train_mask.nonzero().view(-1).tolist()   # each seed once
+    for rank in range(2):
+        record = runtime.last_run.stats[rank]["data_seed"]
+        assert record["source"].startswith("the run's seed"), record
+        assert record["seed"] == 11                 # torch.initial_seed() of the caller
+    assert "the ranks' torch generators differ" in capfd.readouterr().err
+
+
+def test_one_process_on_the_device_path_repeats_a_function_that_seeds_itself():
+    # the device path samples from generators of its own, seeded from the data seed
+    data = cora()
+    runtime = gnnorch.Runtime(seeded_inside, processes=1, autotune=False, data_path="device")
+    first = _call(runtime, 100, data, 2)
+    record = runtime.last_run.stats[0]["data_seed"]
+    assert record["source"] == "torch's generator where the first loader was built"
+    second = _call(runtime, 200, data, 2)
+    assert first == second
+    assert runtime(data, 2, seed=8)["losses"] != first["losses"]
