@@ -93,18 +93,19 @@ def _shard_orders(data, p, seed, epochs, batch_size):
     return [train_idx[sampler.permutation(e)] for e in range(epochs)]
 
 
-@pytest.mark.parametrize("p, batch_size, epochs, clip, drop_last", [
-    (2, 21, 2, None, False),     # 11 + 10 seeds a step; the last batch of 14: 7 + 7
-    (2, 25, 1, 0.5, False),      # clipped by the weighted average's norm; last batch 15: 8 + 7
-    (2, 30, 1, None, True),      # the last batch of 20 dropped, as one process drops it
-    (2, 139, 2, None, False),    # 70 + 69; the last batch's one seed: rank 1 follows
+@pytest.mark.parametrize("p, batch_size, epochs, clip, drop_last, data_path", [
+    (2, 21, 2, None, False, None),     # 11 + 10 seeds a step; the last batch of 14: 7 + 7
+    (2, 25, 1, 0.5, False, None),      # clipped by the weighted average's norm; last: 8 + 7
+    (2, 30, 1, None, True, None),      # the last batch of 20 dropped, as one process drops it
+    (2, 139, 2, None, False, None),    # 70 + 69; the last batch's one seed: rank 1 pads
+    (2, 139, 2, None, False, "device"),   # the same, batches built by the device path
 ])
 def test_ranks_whose_batches_differ_train_what_one_process_trains(p, batch_size, epochs, clip,
-                                                                   drop_last):
+                                                                   drop_last, data_path):
     data = cora()
     seed = 99
     runtime = gnnorch.Runtime(sage_epochs, processes=p, seed=seed, autotune=False,
-                              launch={"threads": 1})
+                              launch={"threads": 1}, data_path=data_path)
     got = runtime(data, batch_size, epochs, clip=clip, drop_last=drop_last)
     ref = sage_epochs(data, batch_size, epochs, clip=clip, drop_last=drop_last,
                       orders=_shard_orders(data, p, seed, epochs, batch_size))
