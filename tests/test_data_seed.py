@@ -122,3 +122,23 @@ def test_one_process_on_the_device_path_repeats_a_function_that_seeds_itself():
     second = _call(runtime, 200, data, 2)
     assert first == second
     assert runtime(data, 2, seed=8)["losses"] != first["losses"]
+
+
+def a_loader_on_rank_zero_only(data):
+    if dist.get_rank() == 0:
+        NeighborLoader(data, num_neighbors=[5], input_nodes=data.train_mask, batch_size=16,
+                       shuffle=True)
+    return 1
+
+
+def test_a_loader_built_on_some_ranks_only_fails_the_run_saying_so():
+    from gnnorch.errors import CollectiveError
+
+    runtime = gnnorch.Runtime(a_loader_on_rank_zero_only, processes=2, autotune=False,
+                              launch={"threads": 1, "collective_timeout": 8})
+    with pytest.raises(CollectiveError, match="where each builds its first loader"):
+        runtime(cora())
+    # with the seed given, nothing is compared: the function runs as written
+    given = gnnorch.Runtime(a_loader_on_rank_zero_only, processes=2, autotune=False, seed=3,
+                            launch={"threads": 1, "collective_timeout": 8})
+    assert given(cora()) == 1

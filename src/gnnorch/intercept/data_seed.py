@@ -25,19 +25,23 @@ With p > 1 ranks sharding (not a function that manages distribution itself,
 `procgroup.UserDistribution`), the ranks compare their digests at that first loader (one
 all-gather of one integer): sharding needs one permutation. Where they differ (a function that
 seeds each rank differently, e.g. ``torch.manual_seed(1000 + rank)``) every rank takes the run's
-seed, agreed when the ranks started, and rank 0 warns. ``stats[rank]["data_seed"]`` says which
-value was taken and why.
+seed, agreed when the ranks started, and rank 0 warns. A function that builds its first loader
+on some ranks only cannot be sharded: the all-gather fails within the run's collective
+timeout with a `CollectiveError` saying so (``Runtime(seed=)`` compares nothing).
+``stats[rank]["data_seed"]`` says which value was taken and why.
 """
 from __future__ import annotations
 
 import hashlib
+import time
 import warnings
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from ..errors import GnnorchWarning
+from ..errors import CollectiveError, GnnorchWarning
+from .join import PROGRESS
 from .procgroup import UserDistribution
 
 if TYPE_CHECKING:
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["DataSeed", "generator_digest"]
 
 SEED_RANGE = 2 ** 31   # as the run seed's (`Runtime._request`)
+AGREEING = "comparing the ranks' data seeds where each builds its first loader"
 
 
 def generator_digest() -> int:
@@ -94,8 +99,20 @@ class DataSeed:
         return seed
 
     def _gathered(self, value: int) -> list[int]:
-        """Every rank's `value`, in rank order (one all-gather on the default group)."""
+        """Every rank's `value`, in rank order (one all-gather on the default group). Where
+        the watchdog looks (`join.PROGRESS`), this rank is seen waiting in it; a rank that
+        never comes (it builds no loader) fails the run with `CollectiveError` saying so."""
         own = torch.tensor([value], dtype=torch.long, device=self.comm_device)
         out = [torch.empty_like(own) for _ in range(self.ctx.world_size)]
-        dist.all_gather(out, own)
+        PROGRESS.doing, PROGRESS.since, PROGRESS.waiting = AGREEING, time.monotonic(), True
+        try:
+            dist.all_gather(out, own)
+        except (RuntimeError, dist.DistError) as exc:
+            raise CollectiveError(
+                f"rank {self.ctx.rank}: {AGREEING}: not every rank came (a loader built on "
+                f"some ranks only, after torch.distributed.get_rank(), cannot be sharded). "
+                f"Build the same loaders on every rank, or pass Runtime(seed=...), which "
+                f"needs no comparison ({type(exc).__name__}: {exc})") from exc
+        finally:
+            PROGRESS.waiting, PROGRESS.since = False, time.monotonic()
         return [int(t.item()) for t in out]
