@@ -22,13 +22,15 @@ as the rank's batch has rows. Later loaders therefore derive their seeds from th
 their construction index, as before.
 
 With p > 1 ranks sharding (not a function that manages distribution itself,
-`procgroup.UserDistribution`), the ranks compare their digests at that first loader (one
-all-gather of one integer): sharding needs one permutation. Where they differ (a function that
-seeds each rank differently, e.g. ``torch.manual_seed(1000 + rank)``) every rank takes the run's
-seed, agreed when the ranks started, and rank 0 warns. A function that builds its first loader
-on some ranks only cannot be sharded: the all-gather fails within the run's collective
-timeout with a `CollectiveError` saying so (``Runtime(seed=)`` compares nothing).
-``stats[rank]["data_seed"]`` says which value was taken and why.
+`procgroup.UserDistribution`), sharding needs one permutation: the ranks compare their digests
+(`DataSeed.shard_seed`, one all-gather of one integer) when the first training epoch of a
+loader that can be sharded starts, a point every rank reaches (a loader built or evaluated on
+some ranks only never asks). Where they differ (a function that seeds each rank differently,
+e.g. ``torch.manual_seed(1000 + rank)``) the shard permutations derive from the run's seed
+instead, agreed when the ranks started, and rank 0 warns. A loader *trained* on some ranks only
+cannot be sharded: the all-gather fails within the run's collective timeout with a
+`CollectiveError` saying so. ``stats[rank]["data_seed"]`` says which values were taken and
+why.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["DataSeed", "generator_digest"]
 
 SEED_RANGE = 2 ** 31   # as the run seed's (`Runtime._request`)
-AGREEING = "comparing the ranks' data seeds where each builds its first loader"
+AGREEING = "comparing the ranks' data seeds at the first training epoch of a sharded loader"
 
 
 def generator_digest() -> int:
@@ -60,7 +62,8 @@ def generator_digest() -> int:
 
 
 class DataSeed:
-    """Fixes ``ctx.data_seed`` once per run (the module docstring says which value).
+    """Fixes ``ctx.data_seed`` once per run, and the shard permutations' seed (the module
+    docstring says which values).
 
     `comm_device`: the device the ranks' collectives use (None: the CPU, gloo);
     `distribution`: the user's own distribution, which ends sharding and so the need to
@@ -72,8 +75,11 @@ class DataSeed:
         self.comm_device = comm_device
         self.distribution = distribution or UserDistribution()
 
+        self._shard_seed: int | None = None
+
     def fix(self) -> int:
-        """The run's data seed, fixed at the first call (a loader being built)."""
+        """The run's data seed, fixed at the first call (a loader being built); this rank's
+        own, not yet compared with the other ranks' (`shard_seed`)."""
         ctx = self.ctx
         if ctx.data_seed_fixed:
             return ctx.data_seed
@@ -81,27 +87,37 @@ class DataSeed:
             seed, source = ctx.seed, "Runtime(seed=)"
         else:
             seed, source = generator_digest(), "torch's generator where the first loader was built"
-            if ctx.distributed and not self.distribution.active:
-                seeds = self._gathered(seed)
-                if len(set(seeds)) > 1:
+        ctx.fix_data_seed(seed)
+        ctx.stats["data_seed"] = {"seed": seed, "source": source}
+        return seed
+
+    def shard_seed(self) -> int:
+        """The seed the shard permutations derive from: the data seed, compared over the ranks
+        at the first call (the first training epoch of a loader that can be sharded: every
+        rank trains it), or the run's seed where the ranks' differ."""
+        ctx = self.ctx
+        if self._shard_seed is None:
+            seed = self.fix()
+            if ctx.distributed and not ctx.seed_given and not self.distribution.active:
+                if len(set(self._gathered(seed))) > 1:
                     seed = ctx.seed
-                    source = ("the run's seed: the ranks' generators differed where the first "
-                              "loader was built")
+                    ctx.stats["data_seed"].update(
+                        shard_seed=seed, shard_source="the run's seed: the ranks' generators "
+                                                      "differed where the first loader was built")
                     if ctx.rank == 0:
                         warnings.warn(
                             "gnnorch: the ranks' torch generators differ where the first loader "
                             "is built (the function seeds each rank differently?), so the shard "
                             "order cannot follow them: it follows the run's seed instead "
                             "(Runtime(seed=...), default torch.initial_seed() of the caller).",
-                            GnnorchWarning, stacklevel=5)
-        ctx.fix_data_seed(seed)
-        ctx.stats["data_seed"] = {"seed": seed, "source": source}
-        return seed
+                            GnnorchWarning, stacklevel=6)
+            self._shard_seed = seed
+        return self._shard_seed
 
     def _gathered(self, value: int) -> list[int]:
         """Every rank's `value`, in rank order (one all-gather on the default group). Where
         the watchdog looks (`join.PROGRESS`), this rank is seen waiting in it; a rank that
-        never comes (it builds no loader) fails the run with `CollectiveError` saying so."""
+        never comes (it trains no such loader) fails the run with `CollectiveError`."""
         own = torch.tensor([value], dtype=torch.long, device=self.comm_device)
         out = [torch.empty_like(own) for _ in range(self.ctx.world_size)]
         PROGRESS.doing, PROGRESS.since, PROGRESS.waiting = AGREEING, time.monotonic(), True
@@ -109,10 +125,11 @@ class DataSeed:
             dist.all_gather(out, own)
         except (RuntimeError, dist.DistError) as exc:
             raise CollectiveError(
-                f"rank {self.ctx.rank}: {AGREEING}: not every rank came (a loader built on "
+                f"rank {self.ctx.rank}: {AGREEING}: not every rank came (a loader trained on "
                 f"some ranks only, after torch.distributed.get_rank(), cannot be sharded). "
-                f"Build the same loaders on every rank, or pass Runtime(seed=...), which "
-                f"needs no comparison ({type(exc).__name__}: {exc})") from exc
+                f"Train the same loaders on every rank, or call "
+                f"torch.distributed.init_process_group() to manage distribution yourself "
+                f"({type(exc).__name__}: {exc})") from exc
         finally:
             PROGRESS.waiting, PROGRESS.since = False, time.monotonic()
         return [int(t.item()) for t in out]

@@ -61,6 +61,7 @@ class LoaderState:
     promoted_at: int | None = None  # built with shuffle=False: epochs run before it trained
     record: dict | None = None     # its entry in the rank's sampler statistics
     shard: ShardSampler | None = None
+    shard_key: int = 0             # the index its shard seed derives from (`loader`)
     backend: str = "pyg"           # which sampler draws its batches
     backend_reason: str | None = None
     directional: bool = True       # hop layout meaningful (trimming possible)

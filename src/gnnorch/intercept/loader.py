@@ -99,8 +99,11 @@ __all__ = ["LoaderState", "LoaderInterceptor", "ShardSampler", "batch_graph"]
 _WORKER_ONLY_KWARGS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
 
 
-def _loader_seed(ctx: RankContext, index: int) -> int:
-    return (ctx.data_seed * 1_000_003 + index * 7919) % (2 ** 62)
+def _loader_seed(ctx: RankContext, index: int, base: int | None = None) -> int:
+    """The permutation seed of the loader of construction `index`, from `base` (default: the
+    run's data seed; the agreed shard seed once compared, `DataSeed.shard_seed`)."""
+    base = ctx.data_seed if base is None else base
+    return (base * 1_000_003 + index * 7919) % (2 ** 62)
 
 
 class _Originals:
@@ -148,6 +151,7 @@ class LoaderInterceptor:
         self.device_path = device_path
         self.optimizers = optimizers   # several ranks: whether an optimizer exists yet
         self.data_seed = data_seed or DataSeed(ctx, distribution=self.distribution)
+        self._shard_base: int | None = None   # the agreed shard seed, once compared
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
         self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link", DataLoader: "graph"}
@@ -239,7 +243,9 @@ class LoaderInterceptor:
         if shard:   # unshuffled or own sampler: unsharded until one of its epochs trains
             # an own sampler's draws: a seed per loader (construction order, as on every rank)
             index = state.index if own is None else -1 - len(self.states)
-            state.shard = ShardSampler(ctx.rank, ctx.world_size, _loader_seed(ctx, index),
+            state.shard_key = index
+            state.shard = ShardSampler(ctx.rank, ctx.world_size,
+                                       _loader_seed(ctx, index, self._shard_base),
                                        shuffle=train, source=own, batch_size=batch_size,
                                        drop_last=bool(kwargs.get("drop_last", False)))
             kwargs["shuffle"] = False
@@ -267,6 +273,17 @@ class LoaderInterceptor:
                 f"sharded epochs deal each batch out as {'/'.join(map(str, sizes))} seeds, "
                 f"gradients weighted by each rank's seeds")
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.record)
+
+    def _agree_shard_seed(self) -> None:
+        """At the first training epoch of a loader that can be sharded: the ranks' common
+        shard seed (`DataSeed.shard_seed`); where it is not this rank's data seed (the ranks'
+        differed), every shard sampler built so far is re-seeded from it (none has drawn a
+        sharded permutation yet: this is the first training epoch)."""
+        self._shard_base = self.data_seed.shard_seed()
+        if self._shard_base != self.ctx.data_seed:
+            for state in self.states.values():
+                if state.shard is not None:
+                    state.shard.seed = _loader_seed(self.ctx, state.shard_key, self._shard_base)
 
     def _built_before_run(self, loader: NeighborLoader) -> None:
         """A loader built before the call (passed in, or a global) runs as PyG runs it: none
@@ -307,6 +324,8 @@ class LoaderInterceptor:
             self._built_before_run(loader)
             return orig.iter(loader)
         training = epoch_trains(state, self.layer_seam, ctx, self.optimizers)
+        if training and state.shard is not None and self._shard_base is None:
+            self._agree_shard_seed()
         split = training and decided_after_first_batch(state, self.optimizers)
         whole = None
         state.head_pending = False   # (an earlier split epoch's iterator may never have run)
