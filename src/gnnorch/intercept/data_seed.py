@@ -27,7 +27,9 @@ With p > 1 ranks sharding (not a function that manages distribution itself,
 loader that can be sharded starts, a point every rank reaches (a loader built or evaluated on
 some ranks only never asks). Where they differ (a function that seeds each rank differently,
 e.g. ``torch.manual_seed(1000 + rank)``) the shard permutations derive from the run's seed
-instead, agreed when the ranks started, and rank 0 warns. A loader *trained* on some ranks only
+instead, agreed when the ranks started, and rank 0 warns; so they do, without a comparison,
+once the function manages distribution itself (loaders it built before its
+``init_process_group`` stay sharded). A loader *trained* on some ranks only
 cannot be sharded: the all-gather fails within the run's collective timeout with a
 `CollectiveError` saying so. ``stats[rank]["data_seed"]`` says which values were taken and
 why.
@@ -74,7 +76,6 @@ class DataSeed:
         self.ctx = ctx
         self.comm_device = comm_device
         self.distribution = distribution or UserDistribution()
-
         self._shard_seed: int | None = None
 
     def fix(self) -> int:
@@ -94,11 +95,18 @@ class DataSeed:
     def shard_seed(self) -> int:
         """The seed the shard permutations derive from: the data seed, compared over the ranks
         at the first call (the first training epoch of a loader that can be sharded: every
-        rank trains it), or the run's seed where the ranks' differ."""
+        rank trains it), or the run's seed where the ranks' differ, or where the function has
+        taken over distribution (a loader it built before `init_process_group` is still
+        sharded; its own collectives run on the group, so none of gnnorch's is added)."""
         ctx = self.ctx
         if self._shard_seed is None:
             seed = self.fix()
-            if ctx.distributed and not ctx.seed_given and not self.distribution.active:
+            if ctx.distributed and not ctx.seed_given and self.distribution.active:
+                seed = ctx.seed   # the user's collectives run on that group: none of ours
+                ctx.stats["data_seed"].update(
+                    shard_seed=seed, shard_source="the run's seed: the function manages "
+                                                  "distribution itself (nothing compared)")
+            elif ctx.distributed and not ctx.seed_given:
                 if len(set(self._gathered(seed))) > 1:
                     seed = ctx.seed
                     ctx.stats["data_seed"].update(
