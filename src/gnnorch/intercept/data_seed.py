@@ -92,6 +92,11 @@ class DataSeed:
         ctx.stats["data_seed"] = {"seed": seed, "source": source}
         return seed
 
+    @property
+    def agreed(self) -> int | None:
+        """The shard seed once `shard_seed` has compared it over the ranks, else None."""
+        return self._shard_seed
+
     def shard_seed(self) -> int:
         """The seed the shard permutations derive from: the data seed, compared over the ranks
         at the first call (the first training epoch of a loader that can be sharded: every

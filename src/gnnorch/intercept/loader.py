@@ -151,7 +151,6 @@ class LoaderInterceptor:
         self.device_path = device_path
         self.optimizers = optimizers   # several ranks: whether an optimizer exists yet
         self.data_seed = data_seed or DataSeed(ctx, distribution=self.distribution)
-        self._shard_base: int | None = None   # the agreed shard seed, once compared
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
         self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link", DataLoader: "graph"}
@@ -245,7 +244,7 @@ class LoaderInterceptor:
             index = state.index if own is None else -1 - len(self.states)
             state.shard_key = index
             state.shard = ShardSampler(ctx.rank, ctx.world_size,
-                                       _loader_seed(ctx, index, self._shard_base),
+                                       _loader_seed(ctx, index, self.data_seed.agreed),
                                        shuffle=train, source=own, batch_size=batch_size,
                                        drop_last=bool(kwargs.get("drop_last", False)))
             kwargs["shuffle"] = False
@@ -279,11 +278,11 @@ class LoaderInterceptor:
         shard seed (`DataSeed.shard_seed`); where it is not this rank's data seed (the ranks'
         differed), every shard sampler built so far is re-seeded from it (none has drawn a
         sharded permutation yet: this is the first training epoch)."""
-        self._shard_base = self.data_seed.shard_seed()
-        if self._shard_base != self.ctx.data_seed:
+        base = self.data_seed.shard_seed()
+        if base != self.ctx.data_seed:
             for state in self.states.values():
                 if state.shard is not None:
-                    state.shard.seed = _loader_seed(self.ctx, state.shard_key, self._shard_base)
+                    state.shard.seed = _loader_seed(self.ctx, state.shard_key, base)
 
     def _built_before_run(self, loader: NeighborLoader) -> None:
         """A loader built before the call (passed in, or a global) runs as PyG runs it: none
@@ -324,7 +323,7 @@ class LoaderInterceptor:
             self._built_before_run(loader)
             return orig.iter(loader)
         training = epoch_trains(state, self.layer_seam, ctx, self.optimizers)
-        if training and state.shard is not None and self._shard_base is None:
+        if training and state.shard is not None and self.data_seed.agreed is None:
             self._agree_shard_seed()
         split = training and decided_after_first_batch(state, self.optimizers)
         whole = None
