@@ -509,13 +509,57 @@ def test_an_iterable_dataset_is_not_sharded():
     def count(dataset):
         model = Gin()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        seen = 0
-        for batch in DataLoader(dataset, batch_size=4):
-            step(model, optimizer, batch)
-            seen += batch.num_graphs
+        seen, loader = 0, DataLoader(dataset, batch_size=4)
+        for _ in range(2):   # (the second epoch trains: the first ran before any forward)
+            for batch in loader:
+                step(model, optimizer, batch)
+                seen += batch.num_graphs
         return seen
 
-    assert gnnorch.Runtime(count, processes=2, verbose=False)(Stream()) == 12
+    runtime = gnnorch.Runtime(count, processes=2, verbose=False)
+    assert runtime(Stream()) == 24
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert record["kept_whole"].startswith("its dataset (Stream) has no length to deal out")
+    # every rank runs the 12 graphs: counted once over the ranks, for the tuner and report
+    assert [len(runtime.last_run.epochs[r]) for r in (0, 1)] == [1, 1]
+    assert sum(e["seeds"] for r in (0, 1) for e in runtime.last_run.epochs[r]) == 12
+
+
+def dynamic_batches(dataset, epochs):
+    """SGD over PyG's `DynamicBatchSampler` (batches of at most 100 nodes, shuffled, no
+    ``num_steps``: the loader has no length); the parameters and the graphs of each batch."""
+    from torch_geometric.loader import DynamicBatchSampler
+
+    torch.manual_seed(0)
+    loader = DataLoader(dataset, batch_sampler=DynamicBatchSampler(
+        dataset, max_num=100, mode="node", shuffle=True))
+    model = Gin()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    return model.state_dict(), train_epochs(loader, model, optimizer, epochs)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_batch_sampler_without_a_length_runs_whole_in_every_rank(processes):
+    # the batch sampler makes the batches (by nodes): nothing to deal out, so every rank runs
+    # them all, drawn alike from the function's seed: the run is one process's, and the
+    # epochs' graphs are counted once (a loader without a length used to fail at len())
+    dataset = graphs(n=40)
+    want, want_sizes = dynamic_batches(dataset, 2)
+    runtime = gnnorch.Runtime(dynamic_batches, processes=processes, verbose=False)
+    got, sizes = runtime(dataset, 2)
+    assert sizes == want_sizes
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-6), key
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    timed = [e for r in range(processes) for e in runtime.last_run.epochs[r]]
+    assert sum(e["seeds"] for e in timed) == 40 * len(runtime.last_run.epochs[0])
+    if processes == 2:
+        assert record["kept_whole"].startswith(
+            "its batch_sampler= (DynamicBatchSampler) makes the batches")
+        assert "(whole in every rank: its batch_sampler= (DynamicBatchSampler)" in \
+            runtime.summary()
+    else:
+        assert "kept_whole" not in record
 
 
 def cuda_losses(dataset, epochs):

@@ -62,6 +62,7 @@ class LoaderState:
     record: dict | None = None     # its entry in the rank's sampler statistics
     shard: ShardSampler | None = None
     shard_key: int = 0             # the index its shard seed derives from (`loader`)
+    unsharded: str | None = None   # several ranks, no shard: why every rank runs all of it
     backend: str = "pyg"           # which sampler draws its batches
     backend_reason: str | None = None
     directional: bool = True       # hop layout meaningful (trimming possible)

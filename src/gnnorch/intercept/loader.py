@@ -84,7 +84,7 @@ from .loader_pass import plan_workers, start_pass
 from .procgroup import UserDistribution
 from .rank_streams import rank_stream
 from .sampler_backend import choose_backend
-from .shard import ShardSampler, shardable_sampler
+from .shard import ShardSampler, sharded_by_user, whole_in_every_rank
 from .split_epoch import head_and_rest, noted_kept_whole
 from .timed_epochs import batches_in, timed
 
@@ -235,10 +235,13 @@ class LoaderInterceptor:
             measure = choose_backend(ctx.options.sampler, state, orig.init, args, kwargs,
                                      cached=self.cache is not None)
         own = kwargs.get("sampler")   # the user's sampler= (ImbalancedSampler, ...)
-        shard = (ctx.distributed and not self.distribution.active
-                 and (own is None or shardable_sampler(own))
-                 and kwargs.get("batch_sampler") is None
-                 and (kind != "graph" or _sized(args[0])))
+        if (ctx.distributed and not self.distribution.active
+                and not sharded_by_user(own, kwargs.get("batch_sampler"))):
+            state.unsharded = whole_in_every_rank(kind, args[0] if args else None, own,
+                                                  kwargs.get("batch_sampler"))
+            shard = state.unsharded is None
+        else:   # one rank, or the function shards its data itself
+            shard = False
         if shard:   # unshuffled or own sampler: unsharded until one of its epochs trains
             # an own sampler's draws: a seed per loader (construction order, as on every rank)
             index = state.index if own is None else -1 - len(self.states)
@@ -264,13 +267,9 @@ class LoaderInterceptor:
             measure(state.samples_on_device)
         self.states[loader] = state
         state.record = state.to_dict()
-        if (state.shard is not None and state.kind != "graph" and batch_size is not None
-                and int(batch_size) % ctx.world_size):   # (graph-level: `kept_whole` says)
-            sizes = [state.shard.rank_batch_size(r) for r in range(ctx.world_size)]
-            state.record["uneven_batch"] = (
-                f"batch size {batch_size} is not a multiple of the {ctx.world_size} ranks: "
-                f"sharded epochs deal each batch out as {'/'.join(map(str, sizes))} seeds, "
-                f"gradients weighted by each rank's seeds")
+        uneven = state.shard.uneven_batch() if state.shard is not None else None
+        if uneven is not None and state.kind != "graph":   # (graphs: `kept_whole` says)
+            state.record["uneven_batch"] = uneven
         ctx.stats.setdefault("sampler", {"loaders": []})["loaders"].append(state.record)
 
     def _agree_shard_seed(self) -> None:
@@ -335,6 +334,8 @@ class LoaderInterceptor:
         elif state.shard is not None:
             whole = noted_kept_whole(state, self.optimizers) if training else None
             set_sharded(loader, state, training and whole is None)
+        elif training and state.unsharded is not None:   # cannot be dealt out (`shard`)
+            whole = state.record["kept_whole"] = state.unsharded
         if (training and state.cache is None and self.cache is not None
                 and state.kind == "node"):  # first epoch (link batches are not cached)
             features = (self.device_path.feature_source(loader)
@@ -372,9 +373,3 @@ class LoaderInterceptor:
         state.epochs += 1
         return timed(iterator, timer)
 
-
-def _sized(dataset: object) -> bool:
-    """Whether a graph-level loader's dataset has a length to permute (not an iterable one)."""
-    from torch.utils.data import IterableDataset
-
-    return not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__")

@@ -7,16 +7,38 @@ from typing import Callable, Iterator
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["ShardSampler", "shardable_sampler"]
+__all__ = ["ShardSampler", "sharded_by_user", "whole_in_every_rank"]
 
 
-def shardable_sampler(sampler: object) -> bool:
-    """Whether a loader's own ``sampler=`` can be drawn once per epoch on every rank and
-    strided over them: any index sampler except ``DistributedSampler`` (the function shards
-    its data itself)."""
+def sharded_by_user(sampler: object, batch_sampler: object) -> bool:
+    """Whether a loader's own ``sampler=`` (or its ``batch_sampler=``'s sampler) is a
+    ``DistributedSampler``: the function shards its data itself, and each rank runs its part."""
     from torch.utils.data.distributed import DistributedSampler
 
-    return isinstance(sampler, Sampler) and not isinstance(sampler, DistributedSampler)
+    inner = getattr(batch_sampler, "sampler", None)
+    return isinstance(sampler, DistributedSampler) or isinstance(inner, DistributedSampler)
+
+
+def whole_in_every_rank(kind: str, dataset: object, sampler: object,
+                        batch_sampler: object) -> str | None:
+    """Why a loader built with these arguments (and not `sharded_by_user`) cannot be dealt
+    out over the ranks, so that every rank runs all of its batches; None when it can. Dealing
+    needs an index per item, drawn once per epoch on every rank (`ShardSampler`): a sized
+    dataset (graph-level loaders), an index ``Sampler`` as ``sampler=`` and no
+    ``batch_sampler=``, which makes the batches itself (PyG's ``DynamicBatchSampler``)."""
+    from torch.utils.data import IterableDataset
+
+    if batch_sampler is not None:
+        return (f"its batch_sampler= ({type(batch_sampler).__name__}) makes the batches, "
+                f"which cannot be dealt out: every rank runs every batch")
+    if sampler is not None and not isinstance(sampler, Sampler):
+        return (f"its sampler= ({type(sampler).__name__}) is not an index Sampler: every rank "
+                f"runs every batch")
+    if kind == "graph" and (isinstance(dataset, IterableDataset)
+                            or not hasattr(dataset, "__len__")):
+        return (f"its dataset ({type(dataset).__name__}) has no length to deal out: every "
+                f"rank runs every batch")
+    return None
 
 
 class ShardSampler(Sampler[int]):
@@ -81,6 +103,16 @@ class ShardSampler(Sampler[int]):
         least 1, for a loader's batch size, where b < p leaves rank r none)."""
         r = self.rank if rank is None else rank
         return max(1, -(-(self.batch_size - r) // self.world_size))
+
+    def uneven_batch(self) -> str | None:
+        """Where p does not divide b: how each batch is dealt out, in words (a loader's
+        record); else None."""
+        if self.batch_size % self.world_size == 0:
+            return None
+        sizes = "/".join(str(self.rank_batch_size(r)) for r in range(self.world_size))
+        return (f"batch size {self.batch_size} is not a multiple of the {self.world_size} "
+                f"ranks: sharded epochs deal each batch out as {sizes} seeds, gradients "
+                f"weighted by each rank's seeds")
 
     def _dealt_count(self, n: int, rank: int) -> int:
         """How many positions rank `rank` is dealt of n (`drop_last` applied; padding

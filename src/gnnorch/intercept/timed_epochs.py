@@ -40,10 +40,12 @@ def seeds_in(batch: Any) -> int:
 
 
 def batches_in(loader: NeighborLoader) -> int | None:
-    """Batches in one epoch of `loader` (None when it cannot tell, e.g. an iterable dataset)."""
+    """Batches in one epoch of `loader` (None when it cannot tell: an iterable dataset raises
+    TypeError, a batch sampler without a length, such as PyG's `DynamicBatchSampler` without
+    ``num_steps``, ValueError or NotImplementedError)."""
     try:
         return len(loader)
-    except TypeError:
+    except (TypeError, ValueError, NotImplementedError):
         return None
 
 
