@@ -22,6 +22,11 @@ data. Nothing is read from ``root``.
 * ``DBLP(root)``, ``IMDB(root)``, ``MovieLens(root, model_name=...)``, ``OGB_MAG(root,
   preprocess=...)`` (heterogeneous) and ``Entities(root, 'AIFB')`` (typed edges):
   `verbatim_typed_datasets`, smaller graphs of the real types, feature widths and classes.
+* ``TUDataset(root, 'COLORS-3' | 'TRIANGLES' | 'IMDB-BINARY')``, ``BitcoinOTC(root,
+  edge_window_size)``, ``LINKXDataset(root, 'Penn94')`` and ``RelLinkPredDataset(root,
+  'FB15k-237')``: `verbatim_more_datasets`, the real layouts and splits (COLORS-3 and
+  TRIANGLES with the real numbers of graphs, which the scripts slice by index), the others
+  smaller.
 """
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ if TYPE_CHECKING:
     import torch
     from torch_geometric.data import Data
 
+from verbatim_more_datasets import (bitcoin_otc_like, colors_like, fb15k_like,
+                                    imdb_binary_like, penn94_like, triangles_like)
 from verbatim_typed_datasets import (dblp_like, entities_like, imdb_like, mag_like,
                                      movielens_like, same_class_picks)
 
@@ -200,8 +207,8 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
 
 def install_stand_ins(data_root: Path) -> None:
     """Replace `Planetoid`, `TUDataset`, `PPI`, `ZINC`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
-    `MovieLens`, `OGB_MAG` and `Entities` in `torch_geometric.datasets` for this process (the
-    module docstring says with what)."""
+    `MovieLens`, `OGB_MAG`, `Entities`, `BitcoinOTC`, `LINKXDataset` and `RelLinkPredDataset`
+    in `torch_geometric.datasets` for this process (the module docstring says with what)."""
     import torch_geometric.datasets as datasets
     from torch_geometric.data import InMemoryDataset
 
@@ -236,9 +243,15 @@ def install_stand_ins(data_root: Path) -> None:
                 attributes = (PROTEINS_ATTRIBUTES if name == "PROTEINS_full" and use_node_attr
                               else 0)
                 graphs = proteins_like(attributes=attributes)
+            elif name in ("COLORS-3", "TRIANGLES"):
+                make = colors_like if name == "COLORS-3" else triangles_like
+                graphs = make(use_node_attr=use_node_attr)
+            elif name == "IMDB-BINARY":
+                graphs = imdb_binary_like()
             else:
                 raise ValueError(f"no stand-in for TUDataset {name!r} (only 'MUTAG', "
-                                 f"'PROTEINS', 'PROTEINS_full')")
+                                 f"'PROTEINS', 'PROTEINS_full', 'COLORS-3', 'TRIANGLES', "
+                                 f"'IMDB-BINARY')")
             super().__init__(graphs, transform, pre_transform, pre_filter)
 
     class ZINCLike(Synthetic):
@@ -298,6 +311,35 @@ def install_stand_ins(data_root: Path) -> None:
         def num_classes(self) -> int:   # as PyG's OGB_MAG: the papers' venues
             return int(self._data["paper"].y.max()) + 1
 
+    class BitcoinOTCLike(Synthetic):
+        def __init__(self, root, edge_window_size=10, transform=None, pre_transform=None,
+                     **kwargs):
+            super().__init__(bitcoin_otc_like(edge_window_size), transform, pre_transform)
+
+        @property
+        def num_nodes(self) -> int:   # as PyG's BitcoinOTC
+            return int(self._data.edge_index.max()) + 1
+
+    class LINKXLike(Synthetic):
+        def __init__(self, root, name, transform=None, pre_transform=None, **kwargs):
+            if name.lower() != "penn94":
+                raise ValueError(f"no stand-in for LINKXDataset {name!r} (only 'Penn94')")
+            super().__init__([penn94_like()], transform, pre_transform)
+
+    class RelLinkPredLike(Synthetic):
+        def __init__(self, root, name, transform=None, pre_transform=None, **kwargs):
+            if name != "FB15k-237":
+                raise ValueError(f"no stand-in for RelLinkPredDataset {name!r} (only "
+                                 f"'FB15k-237')")
+            super().__init__([fb15k_like()], transform, pre_transform)
+
+        @property
+        def num_relations(self) -> int:   # with the reverse relations, as PyG's
+            return int(self._data.edge_type.max()) + 1
+
+    datasets.BitcoinOTC = BitcoinOTCLike
+    datasets.LINKXDataset = LINKXLike
+    datasets.RelLinkPredDataset = RelLinkPredLike
     datasets.OGB_MAG = MagLike
     datasets.DBLP = typed("DBLPLike", dblp_like)
     datasets.IMDB = typed("IMDBLike", imdb_like)

@@ -173,6 +173,64 @@ def test_typed_stand_ins_have_the_real_types_widths_and_planted_classes(
         datasets.OGB_MAG("/nonexistent", preprocess="node2vec")
 
 
+def test_more_stand_ins_have_the_real_layouts_and_planted_labels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.datasets as datasets
+    from verbatim_more_datasets import colors_like, imdb_binary_like, triangles_like
+
+    for name in (*STAND_INS, "BitcoinOTC", "LINKXDataset", "RelLinkPredDataset"):
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    verbatim.install_stand_ins(tmp_path)
+    # COLORS-3 (fewer graphs here): attention, then 4 colours; y = the green nodes, a float
+    colors = colors_like(parts=((20, 4, 25), (5, 26, 40), (5, 26, 40)))
+    for graph in colors:
+        assert graph.x.shape == (graph.num_nodes, 5) and graph.y.dtype == torch.float
+        assert graph.x[:, 0].sum() == graph.y == graph.x[:, 2].sum() and graph.is_undirected()
+    assert colors[-1].x[:, 4].any()   # the fourth colour, in the last part only
+    assert not any(g.x[:, 4].any() for g in colors[:25])
+    assert colors_like(False, parts=((3, 4, 25), ))[0].x.size(1) == 0
+    # TRIANGLES: the node attribute counts a node's triangles; y = triangles - 1, in 0-9
+    for graph in triangles_like(parts=((30, 4, 25), (5, 26, 100))):
+        dense = torch.zeros(graph.num_nodes, graph.num_nodes)
+        dense[graph.edge_index[0], graph.edge_index[1]] = 1
+        assert torch.equal(graph.x[:, 0], (dense @ dense * dense).sum(dim=1) / 2)
+        assert int(graph.y) == int(graph.x.sum()) // 3 - 1 and 0 <= int(graph.y) <= 9
+        assert int(dense.sum(dim=1).max()) <= 14   # for the script's OneHotDegree(14)
+    ego = imdb_binary_like(num_graphs=40)
+    assert all("x" not in g and g.is_undirected() and g.num_nodes <= 136 for g in ego)
+    assert all(g.edge_index[1, g.edge_index[0] == 0].numel() == g.num_nodes - 1 for g in ego)
+    with pytest.raises(ValueError, match="'COLORS-3', 'TRIANGLES', 'IMDB-BINARY'"):
+        datasets.TUDataset("/nonexistent", name="COLORS-4")
+    bitcoin = datasets.BitcoinOTC("/nonexistent", edge_window_size=1)
+    ratings = torch.cat([g.edge_attr for g in bitcoin])
+    assert len(bitcoin) == 138 and bitcoin.num_nodes == bitcoin[0].num_nodes == 1200
+    assert ratings.numel() == 9000 and ratings.dtype == torch.long and not (ratings == 0).any()
+    assert 0.7 < float((ratings > 0).float().mean()) < 0.9 and ratings.abs().max() <= 10
+    assert len(datasets.BitcoinOTC("/nonexistent", edge_window_size=3)[2].edge_attr) > len(
+        bitcoin[2].edge_attr)   # a window holds the ratings of the steps before it too
+    penn = datasets.LINKXDataset("/nonexistent", name="Penn94")
+    data = penn[0]
+    assert penn.num_classes == 2 and int(data.y.min()) == -1 and data.is_undirected()
+    assert data.train_mask.shape == (5000, 5) and data.x.size(1) > 500
+    covered = data.train_mask | data.val_mask | data.test_mask
+    assert torch.equal(covered.all(dim=1), data.y >= 0)   # every labelled student, once
+    assert torch.equal(data.train_mask.int() + data.val_mask.int() + data.test_mask.int(),
+                       covered.int())
+    with pytest.raises(ValueError, match="only 'Penn94'"):
+        datasets.LINKXDataset("/nonexistent", name="genius")
+    fb = datasets.RelLinkPredDataset("/nonexistent", "FB15k-237")
+    kg = fb[0]
+    relations = int(kg.train_edge_type.max()) + 1
+    assert fb.num_relations == 2 * relations and kg.num_nodes == 1000
+    assert kg.edge_index.size(1) == 2 * kg.train_edge_index.size(1)
+    assert torch.equal(kg.edge_index[:, kg.edge_type >= relations],
+                       kg.train_edge_index.flip(0))   # the reverses, as PyG adds them
+    assert (kg.valid_edge_index.size(1), kg.test_edge_index.size(1)) == (50, 50)
+    with pytest.raises(ValueError, match="only 'FB15k-237'"):
+        datasets.RelLinkPredDataset("/nonexistent", "WN18RR")
+
+
 SCRIPT = """
 import os.path as osp
 import torch
