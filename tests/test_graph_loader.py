@@ -126,6 +126,45 @@ def test_two_ranks_equal_one_process_over_two_epochs(norm, gmt):
     assert ("batch statistics" in record["kept_whole"]) if norm else record["kept_whole"] is None
 
 
+class ScriptableGin(torch.nn.Module):
+    """`Gin` with its BatchNorm, written so that ``torch.jit.script`` compiles it (PyG's
+    ``jit/gin.py``): scripted, its submodules are ``RecursiveScriptModule``s, not
+    ``BatchNorm1d``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = GINConv(torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+            torch.nn.Linear(16, 16)))
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x, edge_index, batch):
+        return self.head(global_mean_pool(self.conv1(x, edge_index).relu(), batch))
+
+
+def scripted_epochs(dataset, batch_size, epochs, shuffle=True):
+    """`gin_epochs` of a scripted `ScriptableGin`; the parameters."""
+    torch.manual_seed(0)
+    loader = DataLoader(dataset, batch_size, shuffle)
+    model = torch.jit.script(ScriptableGin())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    train_epochs(loader, model, optimizer, epochs)
+    return {key: value.clone() for key, value in model.state_dict().items()}
+
+
+def test_a_scripted_models_batchnorm_keeps_epochs_whole():
+    # TorchScript hides the BatchNorm's class behind RecursiveScriptModule: it is found by the
+    # class it was scripted from, so the epochs run whole and the run is one process's
+    dataset = graphs()
+    runtime = gnnorch.Runtime(scripted_epochs, processes=2, seed=SEED, verbose=False)
+    got = runtime(dataset, 16, 2)
+    want = scripted_epochs(_orders(dataset, 2), 16, 1, False)
+    for key, value in want.items():
+        assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
+    [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
+    assert "conv1.nn.1 (BatchNorm1d)" in record["kept_whole"]
+
+
 class NodeGin(torch.nn.Module):
     """A node-level model on batches of whole graphs (PyG's ``ppi.py``: one row per node,
     multi-label targets per node)."""

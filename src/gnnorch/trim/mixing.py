@@ -39,8 +39,31 @@ def _pyg_mixing() -> list[tuple[type, bool]]:
     return found
 
 
+def _is_kind(module: torch.nn.Module, cls: type) -> bool:
+    """Whether `module` is a `cls`, or was one before ``torch.jit.script`` compiled it: a
+    scripted model's submodules are all ``RecursiveScriptModule``s, each naming the class it
+    was scripted from in ``original_name``, matched against the names of `cls` and of its
+    subclasses (a user's class that shares one of those names counts as mixing: the safe
+    side)."""
+    if isinstance(module, cls):
+        return True
+    return (isinstance(module, torch.jit.ScriptModule)
+            and getattr(module, "original_name", None) in _names(cls))
+
+
+def _names(cls: type) -> set[str]:
+    """The names of `cls` and of every subclass of it defined so far."""
+    seen, todo = set(), [cls]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(current.__subclasses__())
+    return {c.__name__ for c in seen}
+
+
 def _mixes(module: torch.nn.Module, cls: type, training_only: bool, any_mode: bool) -> bool:
-    if not isinstance(module, cls):
+    if not _is_kind(module, cls):
         return False
     if cls.__name__ == "LayerNorm" and cls.__module__.startswith("torch_geometric"):
         return getattr(module, "mode", "graph") == "graph"
@@ -72,7 +95,7 @@ def batch_mixing_modules(root: torch.nn.Module, any_mode: bool = False) -> list[
         if id(module) in layer_aggregations:
             continue
         if any(_mixes(module, cls, training_only, any_mode) for cls, training_only in kinds):
-            found.append(f"{name or '<model>'} ({type(module).__name__})")
+            found.append(f"{name or '<model>'} ({_class_name(module)})")
     return found
 
 
@@ -84,6 +107,13 @@ def batch_statistics_modules(root: torch.nn.Module) -> list[str]:
     it). Per-graph normalisation (GraphNorm, InstanceNorm, LayerNorm) is not listed."""
     kinds = [(cls, True) for cls, training_only in _torch_mixing() + _pyg_mixing()
              if training_only]
-    return [f"{name or '<model>'} ({type(module).__name__})"
+    return [f"{name or '<model>'} ({_class_name(module)})"
             for name, module in root.named_modules()
             if any(_mixes(module, cls, True, True) for cls, _ in kinds)]
+
+
+def _class_name(module: torch.nn.Module) -> str:
+    """The module's class name; a scripted module's, the class it was scripted from."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return str(getattr(module, "original_name", type(module).__name__))
+    return type(module).__name__
