@@ -148,3 +148,37 @@ def test_a_frozen_rank_fails_the_run_within_its_heartbeat_bound():
     # + two ranks' start-up on a loaded 2-core machine (measured up to ~25 s); rank 0 sleeps
     # 60 s, so a missed detection would end in a CollectiveError from its final round instead
     assert time.monotonic() - start < 6 + 3 + 40
+
+
+SCRIPTED_MAIN = """
+import torch
+import gnnorch
+
+
+class Net(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def train(x):
+    return torch.jit.script(Net())(x).sum().item()
+
+
+if __name__ == "__main__":
+    print("one process", gnnorch.Runtime(train, processes=1)(torch.ones(3)))
+    gnnorch.Runtime(train, processes=2)(torch.ones(3))
+"""
+
+
+def test_a_scripted_main_class_in_a_rank_says_why_its_source_is_missing(tmp_path):
+    # a class of the script's __main__ reaches the ranks by value, without its source: torch's
+    # OSError from inspect gets a note that says so and what to do
+    import subprocess
+
+    script = tmp_path / "scripted_main.py"
+    script.write_text(SCRIPTED_MAIN)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert "one process 6.0" in done.stdout
+    assert done.returncode != 0 and "OSError" in done.stderr
+    assert "reaches the rank processes by value, without its source file" in done.stderr

@@ -19,6 +19,7 @@ import json
 import multiprocessing
 import os
 import queue
+import re
 import secrets
 import signal
 import subprocess
@@ -38,6 +39,13 @@ from .start import RankHandle, RankStarter
 POLL_SECONDS = 0.2
 POSTED_GRACE_SECONDS = 3.0   # a posted failure waits this long for the rank's own error
 TERMINATE_GRACE_SECONDS = 3.0
+#: what ``inspect`` says when it cannot read a class's or a function's source
+_SOURCE_LOST = re.compile(r"source code|class definition|get source for|source access")
+SOURCE_HINT = (
+    "[gnnorch] a class or function defined in the script you ran (its __main__) reaches "
+    "the rank processes by value, without its source file, so `torch.jit.script` and "
+    "`inspect.getsource` cannot read it there. Define it in a module your script imports, "
+    "or run with processes=1 (one process keeps your __main__).")
 
 
 @dataclasses.dataclass
@@ -297,6 +305,8 @@ class RankGroup:
         note = f"[gnnorch] raised in rank {r.rank} of {len(self.ranks)}; the other ranks were stopped"
         if hasattr(exc, "add_note"):
             exc.add_note(note)
+            if isinstance(exc, OSError) and _SOURCE_LOST.search(message):
+                exc.add_note(SOURCE_HINT)
         exc.__cause__ = RemoteTraceback(f"traceback in rank {r.rank}:\n{text}")
         return exc
 
