@@ -84,7 +84,7 @@ from .loader_pass import plan_workers, start_pass
 from .procgroup import UserDistribution
 from .rank_streams import rank_stream
 from .sampler_backend import choose_backend
-from .shard import ShardSampler, sharded_by_user, whole_in_every_rank
+from .shard import ShardSampler, sharded_by_user, why_whole_in_every_rank
 from .split_epoch import head_and_rest, noted_kept_whole
 from .timed_epochs import batches_in, timed
 
@@ -237,8 +237,8 @@ class LoaderInterceptor:
         own = kwargs.get("sampler")   # the user's sampler= (ImbalancedSampler, ...)
         if (ctx.distributed and not self.distribution.active
                 and not sharded_by_user(own, kwargs.get("batch_sampler"))):
-            state.unsharded = whole_in_every_rank(kind, args[0] if args else None, own,
-                                                  kwargs.get("batch_sampler"))
+            state.unsharded = why_whole_in_every_rank(kind, args[0] if args else None, own,
+                                                      kwargs.get("batch_sampler"))
             shard = state.unsharded is None
         else:   # one rank, or the function shards its data itself
             shard = False

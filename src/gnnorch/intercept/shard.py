@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["ShardSampler", "sharded_by_user", "whole_in_every_rank"]
+__all__ = ["ShardSampler", "sharded_by_user", "why_whole_in_every_rank"]
 
 
 def sharded_by_user(sampler: object, batch_sampler: object) -> bool:
@@ -19,7 +19,7 @@ def sharded_by_user(sampler: object, batch_sampler: object) -> bool:
     return isinstance(sampler, DistributedSampler) or isinstance(inner, DistributedSampler)
 
 
-def whole_in_every_rank(kind: str, dataset: object, sampler: object,
+def why_whole_in_every_rank(kind: str, dataset: object, sampler: object,
                         batch_sampler: object) -> str | None:
     """Why a loader built with these arguments (and not `sharded_by_user`) cannot be dealt
     out over the ranks, so that every rank runs all of its batches; None when it can. Dealing
