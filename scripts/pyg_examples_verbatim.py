@@ -223,6 +223,12 @@ EXAMPLES: dict[str, Example] = {
         "examples/rgcn_link_pred.py",
         edits=(("range(1, 10001)", "range(1, 31)"), ("(epoch % 500) == 0", "(epoch % 10) == 0")),
         why="10,000 epochs -> 30, evaluated every 10 instead of 500"),
+    # A temporal event stream through a stateful memory, and a torch DataLoader of edge
+    # indices over a full-graph recommender (`verbatim_interaction_datasets`).
+    "tgn": Example("examples/tgn.py",
+                   **_epochs("range(1, 51)", "range(1, 4)", "50 epochs -> 3")),
+    "lightgcn": Example("examples/lightgcn.py",
+                        **_epochs("range(1, 101)", "range(1, 6)", "100 epochs -> 5")),
 }
 
 

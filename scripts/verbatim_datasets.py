@@ -27,6 +27,9 @@ data. Nothing is read from ``root``.
   'FB15k-237')``: `verbatim_more_datasets`, the real layouts and splits (COLORS-3 and
   TRIANGLES with the real numbers of graphs, which the scripts slice by index), the others
   smaller.
+* ``JODIEDataset(root, 'wikipedia')`` (a ``TemporalData`` event stream) and
+  ``AmazonBook(root)`` (a bipartite rating graph): `verbatim_interaction_datasets`, smaller,
+  with a taste planted in who picks what.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     import torch
     from torch_geometric.data import Data
 
+from verbatim_interaction_datasets import amazon_book_like, jodie_like
 from verbatim_more_datasets import (bitcoin_otc_like, colors_like, fb15k_like,
                                     imdb_binary_like, penn94_like, triangles_like)
 from verbatim_typed_datasets import (dblp_like, entities_like, imdb_like, mag_like,
@@ -207,8 +211,9 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
 
 def install_stand_ins(data_root: Path) -> None:
     """Replace `Planetoid`, `TUDataset`, `PPI`, `ZINC`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
-    `MovieLens`, `OGB_MAG`, `Entities`, `BitcoinOTC`, `LINKXDataset` and `RelLinkPredDataset`
-    in `torch_geometric.datasets` for this process (the module docstring says with what)."""
+    `MovieLens`, `OGB_MAG`, `Entities`, `BitcoinOTC`, `LINKXDataset`, `RelLinkPredDataset`,
+    `JODIEDataset` and `AmazonBook` in `torch_geometric.datasets` for this process (the module
+    docstring says with what)."""
     import torch_geometric.datasets as datasets
     from torch_geometric.data import InMemoryDataset
 
@@ -337,6 +342,14 @@ def install_stand_ins(data_root: Path) -> None:
         def num_relations(self) -> int:   # with the reverse relations, as PyG's
             return int(self._data.edge_type.max()) + 1
 
+    class JODIELike(Synthetic):
+        def __init__(self, root, name, transform=None, pre_transform=None, **kwargs):
+            if name.lower() != "wikipedia":
+                raise ValueError(f"no stand-in for JODIEDataset {name!r} (only 'wikipedia')")
+            super().__init__([jodie_like()], transform, pre_transform)
+
+    datasets.JODIEDataset = JODIELike
+    datasets.AmazonBook = typed("AmazonBookLike", amazon_book_like)
     datasets.BitcoinOTC = BitcoinOTCLike
     datasets.LINKXDataset = LINKXLike
     datasets.RelLinkPredDataset = RelLinkPredLike

@@ -260,3 +260,40 @@ def test_clip_grad_norm_clips_the_averaged_gradient_as_one_process(tmp_path, imp
     for key, value in want.items():
         assert torch.equal(s0[key], s1[key]), key
         assert torch.allclose(s0[key], value, atol=1e-6, rtol=1e-5), key
+
+
+def train_given(model, opt, x, y, steps, out_dir):
+    """Trains the model and optimizer it is handed on every batch in every rank."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    torch.save(model.state_dict(), f"{out_dir}/rank{rank}.pt")
+
+
+def _momentum_model(x, y):
+    """A model with a BatchNorm and an SGD optimizer that has momentum state already."""
+    model = make_model(3, batch_norm=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    return model, opt
+
+
+def test_a_model_and_optimizer_passed_in_train_as_in_one_process(tmp_path):
+    """Arguments reach the ranks through shared memory. A model, its buffers and an
+    optimizer's state that every rank shared would take every rank's in-place update (p
+    updates a step, racing): each rank but 0 trains its own copy, and rank 0 the caller's
+    own, so that the caller's model ends trained as one process leaves it."""
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32, ))
+    model, opt = _momentum_model(x, y)
+    gnnorch.Runtime(train_given, processes=2)(model, opt, x, y, 4, str(tmp_path))
+    want_model, want_opt = _momentum_model(x, y)
+    train_given(want_model, want_opt, x, y, 4, str(tmp_path / ".."))
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    for key, value in want_model.state_dict().items():
+        assert torch.equal(r0[key], r1[key]), key
+        assert torch.allclose(r0[key], value, atol=1e-6, rtol=1e-5), key
+        assert torch.equal(model.state_dict()[key], r0[key]), key   # the caller's, trained

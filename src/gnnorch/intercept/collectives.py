@@ -5,7 +5,8 @@ average and one rank's values in one all-reduce, `average_and_share`), in bucket
 `BUCKET_BYTES` per (dtype, device), staged through `comm_device` when the group reduces device
 tensors only (nccl). Every rank builds the same buckets from the same list, so the collectives
 match. `Optimizers`: the run's optimizers in construction order, the index by which rounds
-name them (`intercept.join`). `hyper_slots` / `hyper_values` / `adopt_hypers` read and write
+name them (`intercept.join`), and their parameters in an order the same on every rank
+(`param_order`). `hyper_slots` / `hyper_values` / `adopt_hypers` read and write
 the numeric hyper-parameters of an optimizer's param groups (``lr``, ``betas``, ...) in a
 fixed order, so a following rank can take the stepping rank's values (`intercept.join`).
 """
@@ -16,6 +17,8 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 from torch.nn.parameter import is_lazy
+
+from .param_order import ParameterOrder
 
 BUCKET_BYTES = 25 * 1024 * 1024
 
@@ -43,16 +46,21 @@ def buckets(tensors: list[torch.Tensor], limit: int = BUCKET_BYTES) -> Iterator[
 class Optimizers:
     """The optimizers of one rank's run, in the order they were built (or first stepped, for
     one built before the run's hooks): the same order on every rank, so an index names the
-    same optimizer everywhere."""
+    same optimizer everywhere. Their parameters are listed in `order` (`param_order`), the
+    same on every rank whatever the collection an optimizer was built from."""
 
     def __init__(self) -> None:
         self._built: list[torch.optim.Optimizer] = []
+        self._unordered: set[int] = set()   # ids of those built from a set
+        self.order = ParameterOrder()
 
     def __len__(self) -> int:
         return len(self._built)
 
-    def add(self, optimizer: torch.optim.Optimizer) -> None:
+    def add(self, optimizer: torch.optim.Optimizer, unordered: bool = False) -> None:
         self._built.append(optimizer)
+        if unordered:
+            self._unordered.add(id(optimizer))
 
     def get(self, index: int) -> torch.optim.Optimizer | None:
         return self._built[index] if 0 <= index < len(self._built) else None
@@ -65,16 +73,31 @@ class Optimizers:
         self._built.append(optimizer)
         return len(self._built) - 1
 
-    @staticmethod
-    def params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-        """`optimizer`'s parameters that hold data, in group order. A lazy parameter that no
+    def unordered(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether `optimizer` was built from an unordered collection (`param_order`)."""
+        return id(optimizer) in self._unordered
+
+    def shareable(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """The parameters of a new `optimizer` that can be broadcast now, in `order`: all of
+        them, or of one built from an unordered collection those that have a number (a
+        module registered them in this rank); the others are broadcast when their module
+        first runs forward, or at the first step."""
+        if not self.unordered(optimizer):
+            return self.params(optimizer)
+        numbered = [p for group in optimizer.param_groups for p in group["params"]
+                    if not is_lazy(p) and self.order.number(p) is not None]
+        return sorted(numbered, key=self.order.number)
+
+    def params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """`optimizer`'s parameters that hold data, in `order`. A lazy parameter that no
         forward has materialised yet (`UninitializedParameter`: a `LazyLinear`, or PyG's
         ``in_channels=-1``, never called) has neither data nor gradient, and the optimizer
         skips it; it joins this list once a forward gives it a shape (PyTorch turns the same
         object into a `Parameter`). Every rank runs the same model, so the list is the same
         in every rank; where it is not, the step rounds' signatures disagree (`join`)."""
-        return [p for group in optimizer.param_groups for p in group["params"]
-                if not is_lazy(p)]
+        return self.order.sorted([p for group in optimizer.param_groups
+                                  for p in group["params"] if not is_lazy(p)],
+                                 self.unordered(optimizer))
 
     def parameters(self) -> list[torch.Tensor]:
         """Every parameter of every optimizer, once each, in construction order."""

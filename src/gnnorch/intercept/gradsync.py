@@ -17,6 +17,8 @@ module computes, also when ranks take different numbers of optimizer steps.
   gradient on every stepping rank keeps None everywhere. With equal
   per-rank batches of b/p seeds and a mean loss (c = p), the average is exactly the gradient of
   the mean loss over the global batch of b seeds; with unequal ones, the weighted average is.
+  Ranks pair their tensors in an order that is the same on every rank (`param_order`), also
+  for an optimizer built from a ``set`` of parameters, whose own order is not.
 * Uneven ranks: a rank whose training epoch ended (its loop ran out or it left with `break`)
   joins before its next step; until every rank has ended that epoch it *follows* the others'
   steps: it contributes no gradient, receives the average and applies the same update (its own
@@ -55,6 +57,7 @@ from .clipnorm import AveragedNorm
 from .collectives import FlatCollectives, Optimizers, hyper_slots, hyper_values
 from .join import Ask, Decision, Kind, Rounds
 from .lazy_init import LazyInitWatch
+from .param_order import unordered
 from .procgroup import UserDistribution
 from .step_weight import StepWeight, weigh
 
@@ -128,11 +131,12 @@ class GradientSynchronizer:
 
         def __init__(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
             original_init(optimizer, *args, **kwargs)
-            sync._on_optimizer(optimizer)
+            sync._on_optimizer(optimizer, unordered(args, kwargs))
 
         torch.optim.Optimizer.__init__ = __init__
         try:
-            with total_norm_replaced(self._norms.total_norm):   # clip_grad_norm_ (clipnorm)
+            with total_norm_replaced(self._norms.total_norm), \
+                    self.optimizers.order.installed():   # clip_grad_norm_ (clipnorm), param_order
                 yield self
                 if not self._user_managed():   # the function returned: follow until all have
                     self._wait(Kind.FINAL)
@@ -184,7 +188,10 @@ class GradientSynchronizer:
     def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling():  # compiled regions: the eager outer call broadcasts
             return None
-        if module in self._synced or self._following or self._user_managed():
+        if module in self._synced or self._user_managed():
+            return None
+        self.optimizers.order.note(module.parameters())   # the module tree's order
+        if self._following:
             return None
         params = [p for p in _initialised(module.parameters())
                   if id(p) not in self._broadcast_params]  # e.g. already at optimizer build
@@ -202,14 +209,14 @@ class GradientSynchronizer:
             self._lazy.watch(module)
         return None
 
-    def _on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+    def _on_optimizer(self, optimizer: torch.optim.Optimizer, unordered: bool) -> None:
         """A new optimizer: its (initialised) parameters are broadcast from rank 0 now, before
         any forward, so that models whose forward runs compiled (`model.compile()`, where no
-        eager forward pre-hook fires) also start equal on every rank."""
+        eager forward pre-hook fires) also start equal on every rank (of a set: `shareable`)."""
         if self._following or self._user_managed():
             return
-        self.optimizers.add(optimizer)
-        fresh = [p for p in _initialised(self.optimizers.params(optimizer))
+        self.optimizers.add(optimizer, unordered)
+        fresh = [p for p in _initialised(self.optimizers.shareable(optimizer))
                  if id(p) not in self._broadcast_params]
         if fresh:
             self._broadcast_round(fresh, f"{type(optimizer).__name__}'s parameters")
@@ -234,7 +241,7 @@ class GradientSynchronizer:
             self._broadcast_params.update((id(p), p) for p in late)
         self.join_if_ended()
         slots = hyper_slots(optimizer)
-        buffers = self._buffers()
+        buffers = _float_buffers(self.roots)
         ask = self.ask(Kind.STEP, optimizer=index, tensors=len(params),
                         numel=sum(p.numel() for p in params), buffers=len(buffers),
                         hypers=len(slots), all_grads=all(p.grad is not None for p in params),
@@ -296,7 +303,7 @@ class GradientSynchronizer:
         one all-reduce a bucket (`average_and_share`), then the source's hyper-parameters."""
         rounds = self._rounds
         what = decision.asks[decision.source].where()
-        buffers = self._buffers() if buffers is None else buffers
+        buffers = _float_buffers(self.roots) if buffers is None else buffers
         if decision.followers:   # followers check they hold the same optimizer, then adopt
             mine = (Ask(Kind.STEP, self.optimizers.index(optimizer), len(params),
                         sum(p.numel() for p in params), len(buffers),
@@ -326,9 +333,11 @@ class GradientSynchronizer:
             if decision.adopt_hypers:
                 self.collectives.adopt_hypers(optimizer, decision.source)
 
-    def _buffers(self) -> list[torch.Tensor]:
-        return [b for module in self.roots for b in _initialised(module.buffers())
-                if b.is_floating_point()]
+
+def _float_buffers(roots: list[torch.nn.Module]) -> list[torch.Tensor]:
+    """The floating-point buffers of the synced root modules (a step shares the source's)."""
+    return [b for module in roots for b in _initialised(module.buffers())
+            if b.is_floating_point()]
 
 
 def _check_step(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict,

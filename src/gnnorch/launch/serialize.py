@@ -4,7 +4,11 @@ Payloads (function, args, kwargs) are pickled with cloudpickle, so functions and
 `__main__`, inside other functions, or as lambdas travel by value (no `__main__` import in the
 ranks, hence no `if __name__ == "__main__":` guard needed), combined with torch's multiprocessing
 reductions, so CPU tensor storages move to shared memory once and every rank maps the same pages
-instead of receiving a copy. Results travel back by value (plain cloudpickle): the caller must own
+instead of receiving a copy -- except what the ranks change in place as they train: the
+parameters and buffers of modules and the state of optimizers. Those reach rank 0 shared like
+the rest, so that it trains the caller's own model as one process would, and every other rank
+by value, a copy of its own (`_PrivateStatePickler`): shared, every rank's optimizer step would
+land in the same memory, p updates a step. Results travel back by value (plain cloudpickle): the caller must own
 them after the ranks exit. cloudpickle's class tracking maps a `__main__` class sent to a rank and
 returned from it back to the caller's original class, so `isinstance` still holds.
 """
@@ -28,6 +32,39 @@ class _SharedMemoryPickler(cloudpickle.Pickler):
     # ForkingPickler's table holds torch's reducers (tensor -> shared-memory file descriptor);
     # `gnnorch.compat` finds it (without it tensors travel by value: copied, not shared).
     dispatch_table = ChainMap(compat_processes.forking_reducers(), cloudpickle.Pickler.dispatch_table)
+
+
+class _PrivateStatePickler(_SharedMemoryPickler):
+    """A rank's payload whose modules' parameters and buffers and optimizers' state tensors
+    travel by value; every other tensor through shared memory. A module or optimizer is met
+    before the tensors it holds (they are in its pickled state), so marking them there finds
+    them; a parameter met first (an optimizer's ``param_groups`` before its model) is one by
+    its type."""
+
+    def __init__(self, file: io.BytesIO, protocol: int) -> None:
+        super().__init__(file, protocol=protocol)
+        self._private: dict[int, torch.Tensor] = {}   # id -> tensor (alive while pickling)
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.nn.Module):
+            for _, t in (*obj.named_parameters(recurse=False),
+                         *obj.named_buffers(recurse=False)):
+                self._private[id(t)] = t
+        elif isinstance(obj, torch.optim.Optimizer):
+            for state in obj.state.values():
+                for t in state.values():
+                    if isinstance(t, torch.Tensor):
+                        self._private[id(t)] = t
+        elif isinstance(obj, torch.Tensor) and (isinstance(obj, torch.nn.Parameter)
+                                                or self._private.get(id(obj)) is obj):
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            return _tensor_from_bytes, (buf.getvalue(), )
+        return super().reducer_override(obj)
+
+
+def _tensor_from_bytes(data: bytes) -> torch.Tensor:
+    return torch.load(io.BytesIO(data), weights_only=False)
 
 
 _FIX_HINT = (
@@ -58,8 +95,9 @@ class _TensorCounter(cloudpickle.Pickler):
 
 
 def dumps_payloads(fn: Any, args: tuple, kwargs: dict, ranks: int) -> list[bytes]:
-    """(fn, args, kwargs) pickled once for each of `ranks` rank processes; tensors go to
-    shared memory, not into the bytes.
+    """(fn, args, kwargs) pickled once for each of `ranks` rank processes, the i-th for rank
+    i; tensors go to shared memory, not into the bytes, but for rank 0 only the state that
+    training changes in place (module docstring).
 
     One pickle per rank: under torch's default ``file_descriptor`` sharing strategy a pickle
     carries descriptor handles that can be received once, and every shared storage holds a
@@ -75,15 +113,18 @@ def dumps_payloads(fn: Any, args: tuple, kwargs: dict, ranks: int) -> list[bytes
         pass
     by_name = counter.tensors > MANY_TENSORS
     with compat_processes.storages_shared_by_name() if by_name else contextlib.nullcontext():
-        return [dumps_payload(fn, args, kwargs) for _ in range(ranks)]
+        return [dumps_payload(fn, args, kwargs, private_state=rank > 0)
+                for rank in range(ranks)]
 
 
-def dumps_payload(fn: Any, args: tuple, kwargs: dict) -> bytes:
+def dumps_payload(fn: Any, args: tuple, kwargs: dict, private_state: bool = False) -> bytes:
     """Pickle (fn, args, kwargs) for one rank (see `dumps_payloads`); tensors go to shared
-    memory under the current sharing strategy, not into the bytes."""
+    memory under the current sharing strategy, not into the bytes, but with `private_state`
+    those of modules and optimizers travel by value (`_PrivateStatePickler`)."""
     buf = io.BytesIO()
+    pickler = _PrivateStatePickler if private_state else _SharedMemoryPickler
     try:
-        _SharedMemoryPickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((fn, args, kwargs))
+        pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((fn, args, kwargs))
     except Exception as err:  # noqa: BLE001 - any pickling failure gets the same guidance
         raise SerializationError(
             f"cannot send {_culprit(fn, args, kwargs)} to the rank processes: "
