@@ -297,3 +297,23 @@ def test_a_model_and_optimizer_passed_in_train_as_in_one_process(tmp_path):
         assert torch.equal(r0[key], r1[key]), key
         assert torch.allclose(r0[key], value, atol=1e-6, rtol=1e-5), key
         assert torch.equal(model.state_dict()[key], r0[key]), key   # the caller's, trained
+
+
+def train_free_tensor(emb, x, steps):
+    """Trains a tensor it is handed that no module holds."""
+    opt = torch.optim.SGD([emb], lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        (x @ emb).pow(2).mean().backward()
+        opt.step()
+    return emb.detach().clone()
+
+
+def test_a_tensor_that_requires_grad_passed_in_trains_as_in_one_process():
+    torch.manual_seed(0)
+    x = torch.randn(16, 4)
+    emb = torch.randn(4, 3, requires_grad=True)
+    want = train_free_tensor(emb.detach().clone().requires_grad_(), x, 5)
+    got = gnnorch.Runtime(train_free_tensor, processes=2)(emb, x, 5)
+    assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
+    assert torch.equal(emb.detach(), got)   # the caller's tensor, trained by rank 0

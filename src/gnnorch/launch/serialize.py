@@ -38,8 +38,9 @@ class _PrivateStatePickler(_SharedMemoryPickler):
     """A rank's payload whose modules' parameters and buffers and optimizers' state tensors
     travel by value; every other tensor through shared memory. A module or optimizer is met
     before the tensors it holds (they are in its pickled state), so marking them there finds
-    them; a parameter met first (an optimizer's ``param_groups`` before its model) is one by
-    its type."""
+    them; a parameter met first (an optimizer's ``param_groups`` before its model), or a
+    tensor trained without a module (``torch.randn(n, d, requires_grad=True)``), is one
+    because it requires a gradient."""
 
     def __init__(self, file: io.BytesIO, protocol: int) -> None:
         super().__init__(file, protocol=protocol)
@@ -55,7 +56,7 @@ class _PrivateStatePickler(_SharedMemoryPickler):
                 for t in state.values():
                     if isinstance(t, torch.Tensor):
                         self._private[id(t)] = t
-        elif isinstance(obj, torch.Tensor) and (isinstance(obj, torch.nn.Parameter)
+        elif isinstance(obj, torch.Tensor) and (obj.requires_grad   # a parameter, or one
                                                 or self._private.get(id(obj)) is obj):
             buf = io.BytesIO()
             torch.save(obj, buf)
