@@ -109,7 +109,8 @@ class RankGroup:
     def run(self, runner: Callable, fn: Callable, args: tuple, kwargs: dict) -> LaunchResult:
         """Rank 0's value, every rank's summary and the wall seconds. `runner` travels by
         value (cloudpickle); `fn`, `args`, `kwargs` as the user's payload (tensors through
-        shared memory)."""
+        shared memory, but a model's and an optimizer's state a copy in ranks other than 0:
+        `serialize.dumps_payloads`)."""
         import torch.distributed as dist
 
         start = time.perf_counter()
