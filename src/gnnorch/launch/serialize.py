@@ -5,12 +5,13 @@ Payloads (function, args, kwargs) are pickled with cloudpickle, so functions and
 ranks, hence no `if __name__ == "__main__":` guard needed), combined with torch's multiprocessing
 reductions, so CPU tensor storages move to shared memory once and every rank maps the same pages
 instead of receiving a copy -- except what the ranks change in place as they train: the
-parameters and buffers of modules and the state of optimizers. Those reach rank 0 shared like
-the rest, so that it trains the caller's own model as one process would, and every other rank
-by value, a copy of its own (`_PrivateStatePickler`): shared, every rank's optimizer step would
-land in the same memory, p updates a step. Results travel back by value (plain cloudpickle): the caller must own
-them after the ranks exit. cloudpickle's class tracking maps a `__main__` class sent to a rank and
-returned from it back to the caller's original class, so `isinstance` still holds.
+parameters and buffers of modules, the state of optimizers, tensors that require a gradient.
+Those reach rank 0 shared like the rest, so that it trains the caller's own model as one
+process would, and every other rank by value, a copy of its own (`_PrivateStatePickler`):
+shared, every rank's optimizer step would land in the same memory, p updates a step.
+Results travel back by value (plain cloudpickle): the caller must own them after the ranks
+exit. cloudpickle's class tracking maps a `__main__` class sent to a rank and returned from it
+back to the caller's original class, so `isinstance` still holds.
 """
 from __future__ import annotations
 
@@ -97,8 +98,8 @@ class _TensorCounter(cloudpickle.Pickler):
 
 def dumps_payloads(fn: Any, args: tuple, kwargs: dict, ranks: int) -> list[bytes]:
     """(fn, args, kwargs) pickled once for each of `ranks` rank processes, the i-th for rank
-    i; tensors go to shared memory, not into the bytes, but for rank 0 only the state that
-    training changes in place (module docstring).
+    i; tensors go to shared memory, not into the bytes, except that the state training changes
+    in place is a copy in every rank but 0 (module docstring).
 
     One pickle per rank: under torch's default ``file_descriptor`` sharing strategy a pickle
     carries descriptor handles that can be received once, and every shared storage holds a
