@@ -1,5 +1,7 @@
 """Multi-process gradients equal single-process ones; parameters and buffers stay identical."""
 
+import warnings
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -289,7 +291,9 @@ def test_a_model_and_optimizer_passed_in_train_as_in_one_process(tmp_path):
     torch.manual_seed(0)
     x, y = torch.randn(32, 6), torch.randint(0, 3, (32, ))
     model, opt = _momentum_model(x, y)
-    gnnorch.Runtime(train_given, processes=2)(model, opt, x, y, 4, str(tmp_path))
+    with warnings.catch_warnings():   # the model is not shared: no in-place change to warn of
+        warnings.filterwarnings("error", message=".*in place", category=gnnorch.GnnorchWarning)
+        gnnorch.Runtime(train_given, processes=2)(model, opt, x, y, 4, str(tmp_path))
     want_model, want_opt = _momentum_model(x, y)
     train_given(want_model, want_opt, x, y, 4, str(tmp_path / ".."))
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
@@ -317,3 +321,16 @@ def test_a_tensor_that_requires_grad_passed_in_trains_as_in_one_process():
     got = gnnorch.Runtime(train_free_tensor, processes=2)(emb, x, 5)
     assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
     assert torch.equal(emb.detach(), got)   # the caller's tensor, trained by rank 0
+
+
+def halve_in_place(x):
+    x /= 2
+    return x.clone()
+
+
+def test_an_argument_changed_in_place_warns_that_every_rank_changed_it():
+    """Data arguments stay shared between the ranks: an in-place change happens once per
+    rank (here x / 4 instead of x / 2), which gnnorch cannot undo but says."""
+    x = torch.ones(4, 3)
+    with pytest.warns(gnnorch.GnnorchWarning, match=r"in place \(float32 \[4, 3\]\).*2 times"):
+        gnnorch.Runtime(halve_in_place, processes=2)(x)

@@ -20,10 +20,12 @@ import contextlib
 import os
 import secrets
 import time
+import warnings
 from typing import Any, Sequence
 
 import torch
 
+from ..errors import GnnorchWarning
 from ..launch.context import RankProcess, bound_for_call
 from ..launch.plan import CorePlan
 from ..launch.supervisor import LaunchSpec, RankGroup
@@ -98,7 +100,24 @@ class RankProcesses(Backend):
                                       request.options, result.summaries)
         for rank_stats in info.stats.values():
             rank_stats["launch"] = {"rank_start": result.rank_start}
+        _warn_if_arguments_changed(info, plan.processes)
         return result.value, info
+
+
+def _warn_if_arguments_changed(info: RunInfo, processes: int) -> None:
+    """Warn when a rank changed in place a tensor of the arguments that every rank shares
+    (`launch.serialize`): each of the `processes` ranks made that change in the same memory."""
+    changed = next((s["arguments_changed_in_place"] for s in info.stats.values()
+                    if s.get("arguments_changed_in_place")), None)
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5
+                                          else "")
+        warnings.warn(GnnorchWarning(
+            f"the function changed {len(changed)} tensor(s) of its arguments in place "
+            f"({shown}). The {processes} ranks share their arguments' memory, so each rank made "
+            f"that change in it: an in-place update such as `data.x /= 2` happened "
+            f"{processes} times, and the run may differ from one process's. Change a copy "
+            f"(`data.x = data.x / 2`), or use processes=1."), stacklevel=2)
 
 
 class ExistingWorld(Backend):

@@ -12,12 +12,18 @@ shared, every rank's optimizer step would land in the same memory, p updates a s
 Results travel back by value (plain cloudpickle): the caller must own them after the ranks
 exit. cloudpickle's class tracking maps a `__main__` class sent to a rank and returned from it
 back to the caller's original class, so `isinstance` still holds.
+
+What stays shared, the function must not change in place: every rank would make the change
+in the same memory (``data.x /= 2`` halving it p times). Ranks other than 0 keep the tensors
+they received through shared memory (weakly) with their version counters on arrival;
+`changed_in_place` names those whose counter moved, for the caller to warn.
 """
 from __future__ import annotations
 
 import contextlib
 import io
 import pickle
+import weakref
 from collections import ChainMap
 from typing import Any
 
@@ -25,6 +31,7 @@ import cloudpickle
 import torch
 
 from ..compat import processes as compat_processes
+from ..compat.torch import tensor_version
 from ..errors import SerializationError
 
 
@@ -62,11 +69,35 @@ class _PrivateStatePickler(_SharedMemoryPickler):
             buf = io.BytesIO()
             torch.save(obj, buf)
             return _tensor_from_bytes, (buf.getvalue(), )
+        elif isinstance(obj, torch.Tensor) and type(obj) in self.dispatch_table:
+            rebuild, args = self.dispatch_table[type(obj)](obj)[:2]
+            return _received_shared, (rebuild, args)
         return super().reducer_override(obj)
 
 
 def _tensor_from_bytes(data: bytes) -> torch.Tensor:
     return torch.load(io.BytesIO(data), weights_only=False)
+
+
+#: the tensors this rank received through shared memory, and their versions on arrival
+_RECEIVED: list[tuple[weakref.ref, int | None]] = []
+
+
+def _received_shared(rebuild: Any, args: tuple) -> torch.Tensor:
+    tensor = rebuild(*args)
+    _RECEIVED.append((weakref.ref(tensor), tensor_version(tensor)))
+    return tensor
+
+
+def changed_in_place() -> list[str]:
+    """The tensors this rank received through shared memory (a rank other than 0) that were
+    changed in place since, still alive: ``"float32 [2708, 1433]"`` each."""
+    changed = []
+    for ref, version in _RECEIVED:
+        tensor = ref()
+        if tensor is not None and version is not None and tensor_version(tensor) != version:
+            changed.append(f"{str(tensor.dtype).replace('torch.', '')} {list(tensor.shape)}")
+    return changed
 
 
 _FIX_HINT = (

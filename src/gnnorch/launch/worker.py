@@ -116,6 +116,9 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
         process = RankProcess(rank=rank, world_size=world, plan=plan, cores=cores,
                               backend=spec["backend"], comm_device=comm_device)
         result, summary = runner(process, fn, args, kwargs)
+        changed = serialize.changed_in_place()
+        if changed:   # shared with every rank: each made the change (`serialize`)
+            summary["stats"]["arguments_changed_in_place"] = changed
         _seam_delay()
         if rank == 0:
             conn.send(("result", serialize.dumps_result(result), summary))
