@@ -229,6 +229,19 @@ EXAMPLES: dict[str, Example] = {
                    **_epochs("range(1, 51)", "range(1, 4)", "50 epochs -> 3")),
     "lightgcn": Example("examples/lightgcn.py",
                         **_epochs("range(1, 101)", "range(1, 6)", "100 epochs -> 5")),
+    # An explainer over a synthetic motif graph, a directed heterophilous graph, an edge
+    # network over complete molecule graphs, and news propagation trees
+    # (`verbatim_more_datasets`, `verbatim_molecule_datasets`).
+    "gnn_explainer_ba_shapes": Example(
+        "examples/explain/gnn_explainer_ba_shapes.py",
+        edits=(("range(400, data.num_nodes, 5)", "range(400, data.num_nodes, 50)"), ),
+        why="explains 6 nodes instead of 60 per explanation type (2,000 epochs kept)"),
+    "dir_gnn": Example("examples/dir_gnn.py",
+                       **_epochs("'--epochs', type=int, default=1000",
+                                 "'--epochs', type=int, default=100", "1,000 epochs -> 100")),
+    "qm9_nn_conv": Example("examples/qm9_nn_conv.py",
+                           **_epochs("range(1, 301)", "range(1, 4)", "300 epochs -> 3")),
+    "upfd": Example("examples/upfd.py"),
 }
 
 

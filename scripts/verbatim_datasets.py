@@ -30,6 +30,12 @@ data. Nothing is read from ``root``.
 * ``JODIEDataset(root, 'wikipedia')`` (a ``TemporalData`` event stream) and
   ``AmazonBook(root)`` (a bipartite rating graph): `verbatim_interaction_datasets`, smaller,
   with a taste planted in who picks what.
+* ``WikipediaNetwork(root, 'chameleon')`` (geom-gcn's preprocessing: directed links, ten
+  split masks): `verbatim_more_datasets`, of the real size.
+* ``QM9(root)`` (molecules with positions and 19 targets) and ``UPFD(root, name, feature,
+  split)`` (news propagation trees, 'politifact' or 'gossipcop', any of the four features):
+  `verbatim_molecule_datasets`, QM9 with 22,000 smaller molecules (the script slices off
+  20,000 for test and validation), politifact of the real size, gossipcop smaller.
 """
 from __future__ import annotations
 
@@ -42,7 +48,8 @@ if TYPE_CHECKING:
     from torch_geometric.data import Data
 
 from verbatim_interaction_datasets import amazon_book_like, jodie_like
-from verbatim_more_datasets import (bitcoin_otc_like, colors_like, fb15k_like,
+from verbatim_molecule_datasets import qm9_like, upfd_like
+from verbatim_more_datasets import (bitcoin_otc_like, chameleon_like, colors_like, fb15k_like,
                                     imdb_binary_like, penn94_like, triangles_like)
 from verbatim_typed_datasets import (dblp_like, entities_like, imdb_like, mag_like,
                                      movielens_like, same_class_picks)
@@ -212,8 +219,8 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
 def install_stand_ins(data_root: Path) -> None:
     """Replace `Planetoid`, `TUDataset`, `PPI`, `ZINC`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
     `MovieLens`, `OGB_MAG`, `Entities`, `BitcoinOTC`, `LINKXDataset`, `RelLinkPredDataset`,
-    `JODIEDataset` and `AmazonBook` in `torch_geometric.datasets` for this process (the module
-    docstring says with what)."""
+    `JODIEDataset`, `AmazonBook`, `WikipediaNetwork`, `QM9` and `UPFD` in
+    `torch_geometric.datasets` for this process (the module docstring says with what)."""
     import torch_geometric.datasets as datasets
     from torch_geometric.data import InMemoryDataset
 
@@ -348,6 +355,29 @@ def install_stand_ins(data_root: Path) -> None:
                 raise ValueError(f"no stand-in for JODIEDataset {name!r} (only 'wikipedia')")
             super().__init__([jodie_like()], transform, pre_transform)
 
+    class WikipediaNetworkLike(Synthetic):
+        def __init__(self, root, name, geom_gcn_preprocess=True, transform=None,
+                     pre_transform=None, **kwargs):
+            if name.lower() != "chameleon" or not geom_gcn_preprocess:
+                raise ValueError(f"no stand-in for WikipediaNetwork {name!r} with "
+                                 f"geom_gcn_preprocess={geom_gcn_preprocess} (only "
+                                 f"'chameleon', preprocessed)")
+            super().__init__([chameleon_like()], transform, pre_transform)
+
+    class QM9Like(Synthetic):
+        def __init__(self, root, transform=None, pre_transform=None, pre_filter=None,
+                     **kwargs):
+            super().__init__(qm9_like(), transform, pre_transform, pre_filter)
+
+    class UPFDLike(Synthetic):
+        def __init__(self, root, name, feature, split="train", transform=None,
+                     pre_transform=None, pre_filter=None, **kwargs):
+            super().__init__(upfd_like(name, feature, split), transform, pre_transform,
+                             pre_filter)
+
+    datasets.WikipediaNetwork = WikipediaNetworkLike
+    datasets.QM9 = QM9Like
+    datasets.UPFD = UPFDLike
     datasets.JODIEDataset = JODIELike
     datasets.AmazonBook = typed("AmazonBookLike", amazon_book_like)
     datasets.BitcoinOTC = BitcoinOTCLike

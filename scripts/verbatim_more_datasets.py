@@ -1,13 +1,14 @@
 """More offline stand-ins for `pyg_examples_verbatim.py`: the synthetic TU sets of Knyazev et
 al. (``COLORS-3``, ``TRIANGLES``), a social one (``IMDB-BINARY``), a signed temporal graph
-(``BitcoinOTC``), a non-homophilous one (``LINKXDataset('Penn94')``) and a knowledge graph
+(``BitcoinOTC``), two non-homophilous ones (``LINKXDataset('Penn94')``, and
+``WikipediaNetwork('chameleon')``, directed) and a knowledge graph
 (``RelLinkPredDataset('FB15k-237')``), of the real sets' layouts, splits and feature widths,
 most of them smaller. `verbatim_datasets` installs them.
 
 Each label is planted so that a GNN can learn it (counts of coloured nodes or of triangles, a
 class that shapes a graph's cliques, a rating sign that follows a node's standing, a class that
-shows in features and neighbours, a relation that pairs clusters of entities off): a runtime
-that broke message passing would show it in the printed metrics.
+shows in features and neighbours, or in where a node's links go, a relation that pairs clusters
+of entities off): a runtime that broke message passing would show it in the printed metrics.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 from verbatim_typed_datasets import same_class_picks
 
-__all__ = ["bitcoin_otc_like", "colors_like", "fb15k_like", "imdb_binary_like", "penn94_like",
+__all__ = ["bitcoin_otc_like", "chameleon_like", "colors_like", "fb15k_like", "imdb_binary_like", "penn94_like",
            "triangles_like"]
 
 
@@ -249,6 +250,53 @@ def penn94_like(seed: int = 0) -> Data:
         masks["test"][order[ends[1]:], split] = True
     return Data(x=x, edge_index=edges, y=y, train_mask=masks["train"], val_mask=masks["val"],
                 test_mask=masks["test"])
+
+
+CHAMELEON_SPLIT = (1092, 729, 456)   # each geom-gcn split: train / val / test nodes
+
+
+def chameleon_like(seed: int = 0) -> Data:
+    """Chameleon-like, as ``WikipediaNetwork(root, 'chameleon', geom_gcn_preprocess=True)``
+    (real: 2,277 Wikipedia pages, 36,101 directed links, coalesced; ``x`` 2,325 binary noun
+    features, float; ``y`` the page's monthly traffic in 5 classes, long; masks [nodes, 10] of
+    the ten geom-gcn splits, each 1,092 / 729 / 456 pages): the same sizes and layout, classes
+    uniform. Every word is on with probability 0.01, and each of the page's class's block of
+    465 also with probability 0.02 (about 32 on, 14 of them its class's); pages link out by
+    a heavy-tailed activity, with probability 0.5 to a page of the next class ((c + 1) mod 5),
+    else to any page by a heavy-tailed popularity: heterophilous (few links join a class),
+    but a page's out-links tell its class, which DirGNN's default (alpha 1: out-links only)
+    reads."""
+    import torch
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(seed)
+    n, links, words, classes = 2277, 36_101, 2325, 5
+    y = torch.randint(0, classes, (n, ), generator=gen)
+    block = words // classes
+    own = (torch.arange(words)[None, :] // block) == y[:, None]
+    x = ((torch.rand(n, words, generator=gen) < 0.01)
+         | (own & (torch.rand(n, words, generator=gen) < 0.02))).float()
+    activity = torch.rand(n, generator=gen) ** -0.6
+    popularity = torch.rand(n, generator=gen) ** -0.8
+    draws = 2 * links
+    src = torch.multinomial(activity, draws, replacement=True, generator=gen)
+    next_class = same_class_picks(y, (y[src] + 1) % classes, gen)
+    anywhere = torch.multinomial(popularity, draws, replacement=True, generator=gen)
+    dst = torch.where(torch.rand(draws, generator=gen) < 0.5, next_class, anywhere)
+    key = src * n + dst
+    unique, inverse = key.unique(return_inverse=True)
+    first = torch.full((unique.numel(), ), draws).scatter_reduce(
+        0, inverse, torch.arange(draws), "amin")
+    first = first[src[first] != dst[first]].sort().values[:links]   # the first distinct links
+    order = (src[first] * n + dst[first]).argsort()   # coalesced: sorted by (row, col)
+    edge_index = torch.stack([src[first][order], dst[first][order]])
+    masks = {name: torch.zeros(n, 10, dtype=torch.bool) for name in ("train", "val", "test")}
+    for split in range(10):
+        parts = torch.randperm(n, generator=gen).split(list(CHAMELEON_SPLIT))
+        for name, part in zip(masks, parts):
+            masks[name][part, split] = True
+    return Data(x=x, edge_index=edge_index, y=y, train_mask=masks["train"],
+                val_mask=masks["val"], test_mask=masks["test"])
 
 
 def fb15k_like(entities: int = 1000, relations: int = 4, clusters: int = 50,
