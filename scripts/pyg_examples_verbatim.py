@@ -19,9 +19,11 @@ process that runs it puts only this around it:
   'COLORS-3' | 'TRIANGLES' | 'IMDB-BINARY')``, ``PPI(root, split)``, ``ZINC(root,
   subset=True, split)``, ``Reddit(root)``, ``Flickr(root)``, ``DBLP(root)``, ``IMDB(root)``,
   ``MovieLens(root)``, ``OGB_MAG(root)``, ``Entities(root, 'AIFB')``, ``BitcoinOTC(root)``,
-  ``LINKXDataset(root, 'Penn94')`` and ``RelLinkPredDataset(root, 'FB15k-237')`` are
-  synthetic sets of the same types and widths (the large ones smaller), built by PyG's
-  ``InMemoryDataset`` with the caller's transform, pre-transform and filter;
+  ``LINKXDataset(root, 'Penn94')``, ``RelLinkPredDataset(root, 'FB15k-237')``,
+  ``JODIEDataset(root, 'wikipedia')``, ``AmazonBook(root)``, ``WikipediaNetwork(root,
+  'chameleon')``, ``QM9(root)`` and ``UPFD(root, name, feature, split)`` are synthetic sets
+  of the same types and widths (the large ones smaller), built by PyG's ``InMemoryDataset``
+  with the caller's transform, pre-transform and filter;
 * where a script's default run takes minutes here, its epoch count lowered by a textual edit
   listed in `EXAMPLES` (and in the report); an edit that no longer matches exactly once is an
   error, not a silent change;

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 from verbatim_typed_datasets import same_class_picks
 
-__all__ = ["bitcoin_otc_like", "chameleon_like", "colors_like", "fb15k_like", "imdb_binary_like", "penn94_like",
-           "triangles_like"]
+__all__ = ["bitcoin_otc_like", "chameleon_like", "colors_like", "fb15k_like", "imdb_binary_like",
+           "penn94_like", "triangles_like"]
 
 
 def _random_graphs(n: int, count: int, gen: torch.Generator) -> torch.Tensor:

@@ -231,6 +231,75 @@ def test_more_stand_ins_have_the_real_layouts_and_planted_labels(
         datasets.RelLinkPredDataset("/nonexistent", "WN18RR")
 
 
+def test_molecule_and_directed_stand_ins_have_the_real_layouts_and_planted_labels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.datasets as datasets
+    import torch_geometric.transforms as T
+    from verbatim_molecule_datasets import ATOMIC_NUMBER, ELECTRONEGATIVITY, qm9_like, upfd_like
+
+    for name in (*STAND_INS, "WikipediaNetwork", "QM9", "UPFD"):
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    verbatim.install_stand_ins(tmp_path)
+    # chameleon: the real sizes, directed and coalesced links, ten splits of 1,092 / 729 / 456
+    wiki = datasets.WikipediaNetwork("/nonexistent", "chameleon", geom_gcn_preprocess=True,
+                                     transform=T.NormalizeFeatures())
+    page = wiki[0]
+    assert (page.num_nodes, page.num_features, wiki.num_classes) == (2277, 2325, 5)
+    edges = page.edge_index
+    assert edges.size(1) == 36_101 and not page.is_undirected() and not page.has_self_loops()
+    key = edges[0] * page.num_nodes + edges[1]
+    assert bool((key[1:] > key[:-1]).all())   # coalesced: sorted, no repeats
+    assert page.x.sum(dim=-1).max() <= 1.0 + 1e-6   # the caller's transform applied
+    for mask, size in zip((page.train_mask, page.val_mask, page.test_mask), (1092, 729, 456)):
+        assert mask.shape == (2277, 10) and mask.dtype == torch.bool
+        assert mask.sum(dim=0).eq(size).all()
+    assert (page.train_mask.int() + page.val_mask.int() + page.test_mask.int()).eq(1).all()
+    assert _same_class_share(edges, (page.y + 1) % 5, page.y) > 0.5   # out-links: the class
+    assert _same_class_share(edges, page.y, page.y) < 0.2       # heterophilous
+    with pytest.raises(ValueError, match="only 'chameleon'"):
+        datasets.WikipediaNetwork("/nonexistent", "squirrel")
+    # QM9 (fewer molecules here; the installed class builds 22,000): layout and dtypes, and
+    # the planted dipole of bond-polarity charges
+    assert datasets.QM9.__name__ == "QM9Like"
+    molecules = qm9_like(num_graphs=200)
+    for i, mol in enumerate(molecules):
+        n = mol.num_nodes
+        assert mol.x.shape == (n, 11) and mol.edge_attr.shape == (mol.edge_index.size(1), 4)
+        assert mol.y.shape == (1, 19) and mol.pos.shape == (n, 3) and mol.idx == i
+        assert mol.z.dtype == torch.long and mol.x.dtype == mol.pos.dtype == torch.float
+        assert torch.equal(mol.x[:, :5].sum(dim=1), torch.ones(n))
+        assert torch.equal(mol.z, torch.tensor(ATOMIC_NUMBER)[mol.x[:, :5].argmax(dim=1)])
+        assert torch.equal(mol.x[:, 5], mol.z.float())
+        assert mol.edge_index.size(1) == 2 * (n - 1) and mol.is_undirected()   # a tree
+        row, col = mol.edge_index
+        assert bool((row * n + col).diff().gt(0).all())
+        chi = torch.tensor(ELECTRONEGATIVITY)[mol.x[:, :5].argmax(dim=1)]
+        charge = 0.25 * torch.zeros(n).index_add_(0, row, chi[col] - chi[row])
+        dipole = 4.803 * (charge[:, None] * mol.pos).sum(dim=0).norm()
+        assert float(mol.y[0, 0]) == pytest.approx(float(dipole), abs=1e-4)
+    targets = torch.cat([mol.y for mol in molecules])
+    assert targets.std(dim=0).gt(0).all()   # the script normalises every column
+    # UPFD: politifact's splits, trees rooted at the news, fake cascades deeper
+    splits = {s: datasets.UPFD("/nonexistent", "politifact", "spacy", s, T.ToUndirected())
+              for s in ("train", "val", "test")}
+    assert {s: len(d) for s, d in splits.items()} == {"train": 62, "val": 31, "test": 221}
+    train = splits["train"]
+    assert train.num_features == 300 and train.num_classes == 2 and train[0].is_undirected()
+    trees = upfd_like("politifact", "profile", "test")
+    roots = {0: [], 1: []}
+    for tree in trees:
+        parent, child = tree.edge_index
+        assert tree.x.size(1) == 10 and bool((parent < child).all())
+        assert torch.equal(child.sort().values, torch.arange(1, tree.num_nodes))   # a tree
+        roots[int(tree.y)].append(float((parent == 0).float().mean()))
+    assert sum(roots[0]) / len(roots[0]) > sum(roots[1]) / len(roots[1]) + 0.2
+    content, profile = (upfd_like("politifact", f, "val")[0] for f in ("content", "profile"))
+    assert torch.equal(content.x, torch.cat([splits["val"][0].x, profile.x], dim=1))
+    with pytest.raises(ValueError, match="UPFD feature"):
+        datasets.UPFD("/nonexistent", "politifact", "glove")
+
+
 SCRIPT = """
 import os.path as osp
 import torch
