@@ -310,6 +310,15 @@ def install_stand_ins(data_root: Path) -> None:
 
         return type(name, (Synthetic, ), {"__init__": __init__})
 
+    def named(real: str, only: str, build):
+        """A stand-in for `real`(root, name), whose only name (any case) is `only`."""
+        def __init__(self, root, name, transform=None, pre_transform=None, **kwargs):
+            if name.lower() != only.lower():
+                raise ValueError(f"no stand-in for {real} {name!r} (only {only!r})")
+            Synthetic.__init__(self, [build()], transform, pre_transform)
+
+        return type(f"{real}Like", (Synthetic, ), {"__init__": __init__})
+
     class MagLike(Synthetic):
         def __init__(self, root, preprocess=None, transform=None, pre_transform=None,
                      **kwargs):
@@ -332,12 +341,6 @@ def install_stand_ins(data_root: Path) -> None:
         def num_nodes(self) -> int:   # as PyG's BitcoinOTC
             return int(self._data.edge_index.max()) + 1
 
-    class LINKXLike(Synthetic):
-        def __init__(self, root, name, transform=None, pre_transform=None, **kwargs):
-            if name.lower() != "penn94":
-                raise ValueError(f"no stand-in for LINKXDataset {name!r} (only 'Penn94')")
-            super().__init__([penn94_like()], transform, pre_transform)
-
     class RelLinkPredLike(Synthetic):
         def __init__(self, root, name, transform=None, pre_transform=None, **kwargs):
             if name != "FB15k-237":
@@ -348,12 +351,6 @@ def install_stand_ins(data_root: Path) -> None:
         @property
         def num_relations(self) -> int:   # with the reverse relations, as PyG's
             return int(self._data.edge_type.max()) + 1
-
-    class JODIELike(Synthetic):
-        def __init__(self, root, name, transform=None, pre_transform=None, **kwargs):
-            if name.lower() != "wikipedia":
-                raise ValueError(f"no stand-in for JODIEDataset {name!r} (only 'wikipedia')")
-            super().__init__([jodie_like()], transform, pre_transform)
 
     class WikipediaNetworkLike(Synthetic):
         def __init__(self, root, name, geom_gcn_preprocess=True, transform=None,
@@ -378,10 +375,10 @@ def install_stand_ins(data_root: Path) -> None:
     datasets.WikipediaNetwork = WikipediaNetworkLike
     datasets.QM9 = QM9Like
     datasets.UPFD = UPFDLike
-    datasets.JODIEDataset = JODIELike
+    datasets.JODIEDataset = named("JODIEDataset", "wikipedia", jodie_like)
     datasets.AmazonBook = typed("AmazonBookLike", amazon_book_like)
     datasets.BitcoinOTC = BitcoinOTCLike
-    datasets.LINKXDataset = LINKXLike
+    datasets.LINKXDataset = named("LINKXDataset", "Penn94", penn94_like)
     datasets.RelLinkPredDataset = RelLinkPredLike
     datasets.OGB_MAG = MagLike
     datasets.DBLP = typed("DBLPLike", dblp_like)

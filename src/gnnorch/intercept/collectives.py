@@ -84,8 +84,7 @@ class Optimizers:
         first runs forward, or at the first step."""
         if not self.unordered(optimizer):
             return self.params(optimizer)
-        numbered = [p for group in optimizer.param_groups for p in group["params"]
-                    if not is_lazy(p) and self.order.number(p) is not None]
+        numbered = [p for p in _with_data(optimizer) if self.order.number(p) is not None]
         return sorted(numbered, key=self.order.number)
 
     def params(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -95,13 +94,16 @@ class Optimizers:
         skips it; it joins this list once a forward gives it a shape (PyTorch turns the same
         object into a `Parameter`). Every rank runs the same model, so the list is the same
         in every rank; where it is not, the step rounds' signatures disagree (`join`)."""
-        return self.order.sorted([p for group in optimizer.param_groups
-                                  for p in group["params"] if not is_lazy(p)],
-                                 self.unordered(optimizer))
+        return self.order.sorted(_with_data(optimizer), self.unordered(optimizer))
 
     def parameters(self) -> list[torch.Tensor]:
         """Every parameter of every optimizer, once each, in construction order."""
         return list({id(p): p for o in self._built for p in self.params(o)}.values())
+
+
+def _with_data(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """`optimizer`'s parameters in group order, less the lazy ones (`Optimizers.params`)."""
+    return [p for group in optimizer.param_groups for p in group["params"] if not is_lazy(p)]
 
 
 def hyper_slots(optimizer: torch.optim.Optimizer) -> list[tuple[int, str, int]]:
