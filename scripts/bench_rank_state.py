@@ -72,6 +72,10 @@ def train_given(model, opt, data, out_dir: str | None) -> dict:
     return fit(model, opt, data, out_dir)
 
 
+def train_listed_set(model, data, out_dir: str | None) -> dict:
+    return fit(model, torch.optim.Adam(list(set(model.parameters())), lr=0.01), data, out_dir)
+
+
 def _given(data):
     model = build(data)
     return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -83,22 +87,26 @@ def _diff(a: dict, b: dict) -> float:
 
 def run_case(case: str, data) -> dict:
     torch.set_num_threads(1)
-    one = (train_built(data, "list", None) if case != "model_argument"
-           else train_given(*_given(data), data, None))
+    one = (train_given(*_given(data), data, None) if case == "model_argument"
+           else train_built(data, "list", None))
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        runtime = gnnorch.Runtime(train_built if case != "model_argument" else train_given,
-                                  processes=2)
+        function = {"model_argument": train_given,
+                    "model_argument_listed_set": train_listed_set}.get(case, train_built)
+        runtime = gnnorch.Runtime(function, processes=2)
         if case == "model_argument":
             model, opt = _given(data)
             runtime(model, opt, data, tmp)
+        elif case == "model_argument_listed_set":
+            model = build(data)
+            runtime(model, data, tmp)
         else:
             runtime(data, "set" if case == "set_optimizer" else "list", tmp)
         seconds = time.perf_counter() - start
         r0, r1 = (torch.load(f"{tmp}/rank{r}.pt") for r in (0, 1))
     row = {"rank0_vs_one_process": _diff(r0, one), "rank0_vs_rank1": _diff(r0, r1),
            "seconds": round(seconds, 2)}
-    if case == "model_argument":
+    if case.startswith("model_argument"):
         row["caller_model_vs_one_process"] = _diff(model.state_dict(), one)
     return row
 
@@ -111,7 +119,7 @@ def main() -> None:
     data = load_planetoid("Cora")
     results = {}
     for case, repeats in (("set_optimizer", args.repeats), ("list_optimizer", 1),
-                          ("model_argument", 2)):
+                          ("model_argument", 2), ("model_argument_listed_set", args.repeats)):
         results[case] = [run_case(case, data) for _ in range(repeats)]
         for row in results[case]:
             print(case, row, flush=True)

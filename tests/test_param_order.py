@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 import gnnorch
-from gnnorch.intercept.param_order import ParameterOrder
+from gnnorch.intercept.param_order import ParameterOrder, parameters_in
 
 
 class RankOrderedSet(Set):
@@ -46,7 +46,8 @@ def train_whole(x, y, steps, out_dir, container, model=None, clip=None):
     (then it came pickled from the caller)."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     model = make_model(100 + rank) if model is None else model
-    params = {"list": list, "set": set, "rank_ordered": RankOrderedSet}[container](
+    params = {"list": list, "set": set, "rank_ordered": RankOrderedSet,
+              "list_of_rank_ordered": lambda ps: list(RankOrderedSet(ps))}[container](
         model.parameters())
     opt = torch.optim.SGD(params, lr=0.5, momentum=0.9)
     for step in range(steps):
@@ -109,6 +110,18 @@ def test_a_model_built_by_the_caller_and_a_set_ordered_optimizer(tmp_path):
     assert_as_one_process(tmp_path, reference(x, y, 4))
 
 
+def test_a_model_passed_in_and_a_list_made_from_a_set(tmp_path):
+    """``Adam(list(set(model.parameters())))`` over a model built before the run: the list
+    hides the set, and nothing numbers the pickled model's parameters before the optimizer is
+    built, unless the rank numbers its arguments' parameters when the run starts (in argument
+    order, then the module tree's)."""
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32, ))
+    gnnorch.Runtime(train_whole, processes=2)(x, y, 4, str(tmp_path), "list_of_rank_ordered",
+                                              model=make_model(100))
+    assert_as_one_process(tmp_path, reference(x, y, 4))
+
+
 def test_order_follows_registration_then_first_forward_then_a_list():
     order = ParameterOrder()
     with order.installed():
@@ -130,3 +143,18 @@ def test_free_tensors_of_a_set_are_told_apart_by_shape_or_refused():
     c, d = torch.nn.Parameter(torch.zeros(5)), torch.nn.Parameter(torch.ones(5))
     with pytest.raises(NotImplementedError, match="set of parameters"):
         order.sorted([c, d], unordered=True)
+
+
+def test_the_arguments_parameters_in_structure_order():
+    class Config:
+        def __init__(self, model):
+            self.name, self.model = "run", model
+
+    a, b, c = (torch.nn.Linear(2, 2) for _ in range(3))
+    free = torch.zeros(3, requires_grad=True)
+    found = list(parameters_in([(Config(a), torch.zeros(2), {"m": b, "s": {c}}), {"w": free}]))
+    assert [id(p) for p in found] == [id(p) for p in [a.weight, a.bias, b.weight, b.bias, free]]
+    order = ParameterOrder()
+    order.note_arguments((Config(b),), {"first": a})
+    assert order.sorted([a.bias, a.weight, b.bias, b.weight], unordered=False) == [
+        b.weight, b.bias, a.weight, a.bias]

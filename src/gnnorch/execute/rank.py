@@ -81,7 +81,7 @@ def run_session(ctx: RankContext, fn: Callable, args: tuple, kwargs: dict,
     fn's value, or None when a hook says the exception that ended it was its normal end."""
     prepare_all(hooks, ctx)
     try:
-        with session(ctx, comm_device, device):
+        with session(ctx, comm_device, device, arguments=(args, kwargs)):
             value = fn(*args, **kwargs)
     except BaseException as exc:
         if finish_all(hooks, ctx, exc):

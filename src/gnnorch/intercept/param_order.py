@@ -9,6 +9,9 @@ one rank's weight is averaged with another layer's weight of the same shape -- n
 updates, and ranks that drift apart.
 
 Invariant: each parameter gets a number the first time this rank
+* finds it in the run's arguments when the run starts (`note_arguments`: argument order, then
+  each module's tree; a model built before the run reaches the ranks pickled, and
+  ``Adam(list(set(model.parameters())))`` hides the set behind a list), or else
 * registers it on a module (``register_module_parameter_registration_hook``: the order in
   which the program builds its modules, the same on every rank), or else
 * sees it in a root module's first forward (``module.parameters()``: the module tree's order;
@@ -32,7 +35,43 @@ from typing import Any, Iterable, Iterator
 import torch
 from torch.nn.modules.module import register_module_parameter_registration_hook
 
-__all__ = ["ParameterOrder", "unordered"]
+__all__ = ["ParameterOrder", "parameters_in", "unordered"]
+
+_WALK_DEPTH = 4        # containers and plain objects within arguments: a model in a config
+_WALK_OBJECTS = 10_000  # objects visited at most: a list of 100K graphs is not walked whole
+
+
+def parameters_in(objects: Iterable[Any]) -> Iterator[torch.Tensor]:
+    """The parameters `objects` hold, in an order that depends only on their structure (the
+    same on every rank, whose arguments are copies of the caller's): each module's
+    ``parameters()``; a free tensor that requires a gradient; the items of a list or tuple and
+    a dict's values, in order; a plain object's attributes, in definition order, down to
+    `_WALK_DEPTH` levels and `_WALK_OBJECTS` objects (the same on every rank: the same
+    structure). Unordered collections (sets) are skipped: their order is not the same on every
+    rank."""
+    seen: set[int] = set()
+
+    def walk(obj: Any, depth: int) -> Iterator[torch.Tensor]:
+        if id(obj) in seen or depth > _WALK_DEPTH or len(seen) >= _WALK_OBJECTS:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.nn.Module):
+            yield from obj.parameters()
+        elif isinstance(obj, torch.Tensor):
+            if obj.requires_grad and obj.is_leaf:
+                yield obj
+        elif isinstance(obj, (list, tuple)):
+            for item in obj:
+                yield from walk(item, depth + 1)
+        elif isinstance(obj, dict):
+            for item in obj.values():
+                yield from walk(item, depth + 1)
+        elif isinstance(getattr(obj, "__dict__", None), dict) and not isinstance(obj, type):
+            for item in vars(obj).values():
+                yield from walk(item, depth + 1)
+
+    for obj in objects:
+        yield from walk(obj, 0)
 
 
 def unordered(args: tuple, kwargs: dict) -> bool:
@@ -62,6 +101,11 @@ class ParameterOrder:
     def _registered(self, module: torch.nn.Module, name: str, param: Any) -> None:
         if param is not None:
             self.note([param])
+
+    def note_arguments(self, args: tuple, kwargs: dict) -> None:
+        """Number the parameters of the run's arguments (`parameters_in`), before the
+        function builds anything."""
+        self.note(parameters_in([args, kwargs]))
 
     def number(self, param: torch.Tensor) -> int | None:
         entry = self._numbers.get(id(param))

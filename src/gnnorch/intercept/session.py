@@ -73,13 +73,15 @@ def active() -> Seams | None:
 @contextlib.contextmanager
 def session(ctx: RankContext, comm_device: torch.device | None = None,
             device: torch.device | None = None,
-            device_path: DevicePathFactory | None = None) -> Iterator[RankContext]:
+            device_path: DevicePathFactory | None = None,
+            arguments: tuple[tuple, dict] = ((), {})) -> Iterator[RankContext]:
     """Activate `ctx` and install the run's seams (the module docstring): NeighborLoader always
     (with the partitioned feature store and the device path when they are on), MessagePassing
     when a layer feature is on (trim, rewrite, cache), gradient synchronisation with > 1 rank.
     `comm_device`: the device collectives use (None: CPU / gloo); `device`: the device the
     rank trains on (None: the CPU); `device_path` builds the GPU data path instead of
-    `_device_path`."""
+    `_device_path`; `arguments`: the function's (args, kwargs), whose parameters the ranks
+    pair first (`param_order.ParameterOrder.note_arguments`)."""
     global _ACTIVE
     from ..launch.allocator import heap_usage, tune_allocator
 
@@ -111,6 +113,8 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
             stack.callback(path.close)
         sync = (GradientSynchronizer(ctx.world_size, comm_device, distribution)
                 if ctx.distributed else None)
+        if sync is not None:   # a model passed in: numbered before the function builds more
+            sync.optimizers.order.note_arguments(*arguments)
         loaders = LoaderInterceptor(ctx, layer_seam=layer_seam, cache=cache,
                                     partition=partition, distribution=distribution,
                                     device_path=path, optimizers=sync,
