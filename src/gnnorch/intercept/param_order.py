@@ -104,8 +104,15 @@ class ParameterOrder:
 
     def note_arguments(self, args: tuple, kwargs: dict) -> None:
         """Number the parameters of the run's arguments (`parameters_in`), before the
-        function builds anything."""
-        self.note(parameters_in([args, kwargs]))
+        function builds anything. An argument whose attributes cannot be read leaves the
+        walk as it got: what it missed is numbered as before (registration, forward, list)."""
+        found = []
+        try:
+            for param in parameters_in([args, kwargs]):
+                found.append(param)
+        except Exception:   # e.g. a property that raises: the same on every rank, as the walk
+            pass
+        self.note(found)
 
     def number(self, param: torch.Tensor) -> int | None:
         entry = self._numbers.get(id(param))
