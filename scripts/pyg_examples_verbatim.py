@@ -16,20 +16,30 @@ process that runs it puts only this around it:
 * dataset stand-ins, so that nothing downloads (`verbatim_datasets`): ``Planetoid(root,
   name)`` reads the Cora / CiteSeer raw files bundled with gnnorch (PyG's own class and
   processing, another root); ``TUDataset(root, 'PROTEINS' | 'PROTEINS_full' | 'MUTAG' |
-  'COLORS-3' | 'TRIANGLES' | 'IMDB-BINARY')``, ``PPI(root, split)``, ``ZINC(root,
+  'COLORS-3' | 'TRIANGLES' | 'IMDB-BINARY' | 'ENZYMES')``, ``PPI(root, split)``, ``ZINC(root,
   subset=True, split)``, ``Reddit(root)``, ``Flickr(root)``, ``DBLP(root)``, ``IMDB(root)``,
   ``MovieLens(root)``, ``OGB_MAG(root)``, ``Entities(root, 'AIFB')``, ``BitcoinOTC(root)``,
   ``LINKXDataset(root, 'Penn94')``, ``RelLinkPredDataset(root, 'FB15k-237')``,
   ``JODIEDataset(root, 'wikipedia')``, ``AmazonBook(root)``, ``WikipediaNetwork(root,
-  'chameleon')``, ``QM9(root)`` and ``UPFD(root, name, feature, split)`` are synthetic sets
-  of the same types and widths (the large ones smaller), built by PyG's ``InMemoryDataset``
-  with the caller's transform, pre-transform and filter;
+  'chameleon')``, ``QM9(root)``, ``UPFD(root, name, feature, split)``, ``AMiner(root)``,
+  ``GDELT(root, split)``, ``ICEWS18(root, split)`` and ``GraphLandDataset(root,
+  'tolokers-2', split)`` are synthetic sets of the same types and widths (the large ones
+  smaller), built by PyG's ``InMemoryDataset`` with the caller's transform, pre-transform and
+  filter (the event sets and GraphLand by PyG's own classes' processing, of made-up raw
+  data);
 * where a script's default run takes minutes here, its epoch count lowered by a textual edit
   listed in `EXAMPLES` (and in the report); an edit that no longer matches exactly once is an
   error, not a silent change;
+* an offline ``ogb`` package in ``sys.modules`` (`verbatim_more_examples_datasets.install_ogb`):
+  ``PygNodePropPredDataset('ogbn-arxiv')``, ``PygGraphPropPredDataset('ogbg-molhiv')``
+  (synthetic, smaller), their ``Evaluator`` (ogb's metrics: accuracy, ROC-AUC by sklearn) and
+  ``AtomEncoder`` / ``BondEncoder``;
+* where a script has required arguments (no defaults), the arguments listed in `EXAMPLES`
+  (``argv``, and in the report);
 * ``random``, ``numpy`` and ``torch`` seeded with 0, ``PYTHONHASHSEED=0`` (string hashing,
-  hence set order, fixed), ``sys.argv = [file]`` (the script's defaults), and the file run
-  by ``runpy.run_path(file, run_name="__main__")``; in a runtime mode, as
+  hence set order, fixed), ``sys.argv = [file]`` (the script's defaults; ``[file, *argv]``
+  where it has ``argv``), and the file run by ``runpy.run_path(file,
+  run_name="__main__")``; in a runtime mode, as
   ``gnnorch.Runtime(run, **options)()`` after ``torch.manual_seed(0)`` in the caller too, whose
   seed is the run's (the order in which p > 1 ranks shard a training loader's epochs: a
   script's own seeding runs inside the ranks, too late for it).
@@ -66,6 +76,7 @@ sys.path.insert(0, str(HERE))
 
 from pyg_tests_under_runtime import DEFAULT_MIRROR, pick_ref, probe_versions  # noqa: E402
 from verbatim_datasets import install_stand_ins  # noqa: E402
+from verbatim_more_examples_datasets import install_ogb  # noqa: E402
 
 DEFAULT_PYTHON = REPO / ".venv" / "bin" / "python"
 #: Runtime options of each mode (``vanilla`` runs the file directly).
@@ -82,11 +93,14 @@ NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 @dataclass(frozen=True)
 class Example:
-    """One PyG example file; `edits`: (old, new) textual replacements, each matching once."""
+    """One PyG example file; `edits`: (old, new) textual replacements, each matching once;
+    `argv`: the command-line arguments it runs with (for a script whose arguments have no
+    defaults), none unless given."""
 
     path: str
     edits: tuple[tuple[str, str], ...] = ()
     why: str = ""
+    argv: tuple[str, ...] = ()
 
 
 def _epochs(old: str, new: str, why: str) -> dict:
@@ -244,11 +258,28 @@ EXAMPLES: dict[str, Example] = {
     "qm9_nn_conv": Example("examples/qm9_nn_conv.py",
                            **_epochs("range(1, 301)", "range(1, 4)", "300 epochs -> 3")),
     "upfd": Example("examples/upfd.py"),
+    # Metapath random walks over a bibliographic graph, a WL kernel's histograms into a
+    # LinearSVC, a recurrent event network over a temporal knowledge graph (DataLoaders of
+    # events with workers), and GraphLand's full-graph GCN (`verbatim_more_examples_datasets`).
+    "metapath2vec": Example("examples/hetero/metapath2vec.py"),
+    "wl_kernel": Example("examples/wl_kernel.py"),
+    "renet": Example("examples/renet.py",
+                     **_epochs("range(1, 21)", "range(1, 5)", "20 epochs -> 4")),
+    # --name and --split are required (no defaults): the smallest set, the first split.
+    "graphland": Example("examples/graphland.py",
+                         argv=("--name", "tolokers-2", "--split", "RL")),
+    # OGB's sets through an offline `ogb` package (`verbatim_more_examples_datasets.install_ogb`):
+    # label propagation and a masked-label transformer on arxiv, EGC on molhiv.
+    "label_prop": Example("examples/label_prop.py"),
+    "unimp_arxiv": Example("examples/unimp_arxiv.py",   # 0.3-1.7 s an epoch here
+                           **_epochs("range(1, 501)", "range(1, 101)", "500 epochs -> 100")),
+    "egc": Example("examples/egc.py"),
 }
 
 
 # -- the child: one example in one mode --------------------------------------------------------
-def run_child(file: Path, options: dict | None, data_root: Path) -> None:
+def run_child(file: Path, options: dict | None, data_root: Path,
+              argv: list[str] | tuple[str, ...] = ()) -> None:
     import random
     import runpy
 
@@ -257,10 +288,11 @@ def run_child(file: Path, options: dict | None, data_root: Path) -> None:
 
     def run() -> None:   # in each of the runtime's ranks: stand-ins installed there too
         install_stand_ins(data_root)
+        install_ogb(data_root)
         random.seed(0)
         np.random.seed(0)
         torch.manual_seed(0)
-        sys.argv = [str(file)]
+        sys.argv = [str(file), *argv]
         runpy.run_path(str(file), run_name="__main__")
 
     if options is None:
@@ -317,10 +349,11 @@ def extract(mirror: Path, ref: str, example: Example, dest: Path) -> Path:
     return out
 
 
-def run_mode(args: argparse.Namespace, file: Path, mode: str, data_root: Path) -> dict:
+def run_mode(args: argparse.Namespace, file: Path, mode: str, data_root: Path,
+             argv: tuple[str, ...] = ()) -> dict:
     options = None if mode.startswith("vanilla") else {**MODE_OPTIONS[mode], **args.options}
     cmd = [args.python, __file__, "--child", str(file), "--data-root", str(data_root),
-           "--child-options", json.dumps(options)]
+           "--child-options", json.dumps(options), "--child-argv", json.dumps(list(argv))]
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(   # + the
         p for p in (str(args.gnnorch_src or ""), str(HERE),                       # stand-ins
                     os.environ.get("PYTHONPATH", "")) if p)}
@@ -346,11 +379,13 @@ def run_mode(args: argparse.Namespace, file: Path, mode: str, data_root: Path) -
 
 
 def study(args: argparse.Namespace, name: str, file: Path, data_root: Path) -> dict:
-    runs = {mode: run_mode(args, file, mode, data_root)
+    argv = EXAMPLES[name].argv
+    runs = {mode: run_mode(args, file, mode, data_root, argv)
             for mode in ("vanilla", "vanilla-again", *args.modes)}
     reference = runs["vanilla"]
     result = {"example": name, "path": EXAMPLES[name].path, "edits": EXAMPLES[name].why,
-              "seconds": {m: r["seconds"] for m, r in runs.items()}, "runs": runs}
+              "argv": list(argv), "seconds": {m: r["seconds"] for m, r in runs.items()},
+              "runs": runs}
     if reference["status"] != "ok":
         return result
     lines = kept_lines(reference["stdout"])
@@ -408,7 +443,9 @@ def markdown(report: dict) -> str:
             cells = [_cell(r["verdicts"][m], r["seconds"][m]) for m in modes]
         rewrites = "; ".join(sorted({line.removeprefix("rewrite: ") for line in rewrite_lines(r)
                                      if line}))
-        out.append(f"| `{r['example']}` | {r['edits'] or '-'} | {r['seconds']['vanilla']} | "
+        changes = "; ".join(filter(None, (f"args `{' '.join(r['argv'])}`" if r.get("argv")
+                                          else "", r["edits"])))
+        out.append(f"| `{r['example']}` | {changes or '-'} | {r['seconds']['vanilla']} | "
                    + " | ".join(cells) + f" | {rewrites or '-'} |")
     return "\n".join(out) + "\n"
 
@@ -453,6 +490,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "in order (an example in a later file replaces its earlier result)")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--child-options", type=json.loads, help=argparse.SUPPRESS)
+    p.add_argument("--child-argv", type=json.loads, default=[], help=argparse.SUPPRESS)
     p.add_argument("--data-root", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     unknown = [name for name in args.examples if name not in EXAMPLES]
@@ -476,7 +514,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        run_child(args.child, args.child_options, args.data_root)
+        run_child(args.child, args.child_options, args.data_root, args.child_argv)
         return 0
     if args.report:
         reports = [json.loads(path.read_text()) for path in args.report]

@@ -36,10 +36,26 @@ data. Nothing is read from ``root``.
   split)`` (news propagation trees, 'politifact' or 'gossipcop', any of the four features):
   `verbatim_molecule_datasets`, QM9 with 22,000 smaller molecules (the script slices off
   20,000 for test and validation), politifact of the real size, gossipcop smaller.
+* ``AMiner(root)`` (authors, papers and venues, areas of the labelled authors),
+  ``TUDataset(root, 'ENZYMES', use_node_attr=...)`` (600 graphs of 6 classes, 3 one-hot node
+  labels, after 18 attributes with ``use_node_attr``), ``GDELT(root, split)`` and
+  ``ICEWS18(root, split)`` (events of a temporal knowledge graph) and
+  ``GraphLandDataset(root, 'tolokers-2', split)``: `verbatim_more_examples_datasets`. The
+  event sets and GraphLand are PyG's own classes with only their raw data made up, so their
+  processing runs as on the real files (the events' pre-transform, e.g.
+  ``RENet.pre_transform``, over the whole stream once a process, as under one real root);
+  AMiner and ENZYMES are built as PyG's processing leaves them; AMiner, the events and
+  tolokers-2's edges smaller.
+
+An offline ``ogb`` package (the 'ogbn-arxiv' and 'ogbg-molhiv' sets, ogb's evaluators and
+encoders) is not installed here but by `pyg_examples_verbatim`'s child process
+(`verbatim_more_examples_datasets.install_ogb`): it goes into ``sys.modules``.
 """
 from __future__ import annotations
 
+import itertools
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +65,8 @@ if TYPE_CHECKING:
 
 from verbatim_interaction_datasets import amazon_book_like, jodie_like
 from verbatim_molecule_datasets import qm9_like, upfd_like
+from verbatim_more_examples_datasets import (ENZYMES_ATTRIBUTES, EVENT_SETS, aminer_like,
+                                             enzymes_like, events_like, tolokers_like)
 from verbatim_more_datasets import (bitcoin_otc_like, chameleon_like, colors_like, fb15k_like,
                                     imdb_binary_like, penn94_like, triangles_like)
 from verbatim_typed_datasets import (dblp_like, entities_like, imdb_like, mag_like,
@@ -219,10 +237,14 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
 def install_stand_ins(data_root: Path) -> None:
     """Replace `Planetoid`, `TUDataset`, `PPI`, `ZINC`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
     `MovieLens`, `OGB_MAG`, `Entities`, `BitcoinOTC`, `LINKXDataset`, `RelLinkPredDataset`,
-    `JODIEDataset`, `AmazonBook`, `WikipediaNetwork`, `QM9` and `UPFD` in
-    `torch_geometric.datasets` for this process (the module docstring says with what)."""
+    `JODIEDataset`, `AmazonBook`, `WikipediaNetwork`, `QM9`, `UPFD`, `AMiner`, `GDELT`,
+    `ICEWS18` and `GraphLandDataset` in `torch_geometric.datasets` for this process (the
+    module docstring says with what)."""
     import torch_geometric.datasets as datasets
     from torch_geometric.data import InMemoryDataset
+    from torch_geometric.datasets.gdelt import GDELT as RealGDELT
+    from torch_geometric.datasets.graphland import GraphLandDataset as RealGraphLand
+    from torch_geometric.datasets.icews import ICEWS18 as RealICEWS18
 
     from gnnorch.datasets import load_planetoid
 
@@ -260,10 +282,12 @@ def install_stand_ins(data_root: Path) -> None:
                 graphs = make(use_node_attr=use_node_attr)
             elif name == "IMDB-BINARY":
                 graphs = imdb_binary_like()
+            elif name == "ENZYMES":
+                graphs = enzymes_like(attributes=ENZYMES_ATTRIBUTES if use_node_attr else 0)
             else:
                 raise ValueError(f"no stand-in for TUDataset {name!r} (only 'MUTAG', "
                                  f"'PROTEINS', 'PROTEINS_full', 'COLORS-3', 'TRIANGLES', "
-                                 f"'IMDB-BINARY')")
+                                 f"'IMDB-BINARY', 'ENZYMES')")
             super().__init__(graphs, transform, pre_transform, pre_filter)
 
     class ZINCLike(Synthetic):
@@ -372,6 +396,61 @@ def install_stand_ins(data_root: Path) -> None:
             super().__init__(upfd_like(name, feature, split), transform, pre_transform,
                              pre_filter)
 
+    roots: dict[str, Path] = {}
+
+    def own_root(name: str) -> Path:
+        """A root of this process's own for `name`, the same for each of its datasets (a
+        train and a test split share one processing, as under the real root): a fresh
+        directory, so that no run reads what an earlier process of the same id left."""
+        if name not in roots:
+            (data_root / "stand-ins").mkdir(parents=True, exist_ok=True)
+            roots[name] = Path(tempfile.mkdtemp(prefix=f"{name}-{os.getpid()}-",
+                                                dir=data_root / "stand-ins"))
+        return roots[name]
+
+    def event_set(real: type) -> type:
+        """PyG's `real` event set (GDELT, ICEWS18) with its raw files replaced by
+        `events_like` and its split ends by the stand-in's: its own processing (the caller's
+        pre-transform over the whole stream, then the splits) runs once a process, the first
+        split asked for saving all three, as under a real root."""
+        name = real.__name__
+
+        def __init__(self, root, split="train", transform=None, pre_transform=None,
+                     pre_filter=None, **kwargs):
+            real.__init__(self, str(own_root(name)), split, transform, pre_transform,
+                          pre_filter)
+
+        def download(self) -> None:   # nothing to fetch: `process_events` makes the events
+            pass
+
+        def process_events(self):
+            return events_like(name)
+
+        ends = list(itertools.accumulate((0, *EVENT_SETS[name]["split"])))
+        return type(f"{name}Like", (real, ), {
+            "__init__": __init__, "download": download, "process_events": process_events,
+            "splits": ends})
+
+    class GraphLandLike(RealGraphLand):
+        """PyG's GraphLandDataset with its raw files replaced by `tolokers_like`: its own
+        processing (imputation, feature transforms, masks, ``ToUndirected``) runs on them."""
+
+        def __init__(self, root, name, split, **kwargs):
+            if name != "tolokers-2":
+                raise ValueError(f"no stand-in for GraphLandDataset {name!r} (only "
+                                 f"'tolokers-2')")
+            super().__init__(str(own_root("GraphLandDataset")), name, split, **kwargs)
+
+        def download(self) -> None:   # nothing to fetch: `_get_raw_data` makes the data
+            pass
+
+        def _get_raw_data(self) -> dict:
+            return tolokers_like(self.split[:2])
+
+    datasets.AMiner = typed("AMinerLike", aminer_like)
+    datasets.GDELT = event_set(RealGDELT)
+    datasets.ICEWS18 = event_set(RealICEWS18)
+    datasets.GraphLandDataset = GraphLandLike
     datasets.WikipediaNetwork = WikipediaNetworkLike
     datasets.QM9 = QM9Like
     datasets.UPFD = UPFDLike

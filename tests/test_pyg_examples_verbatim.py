@@ -83,7 +83,7 @@ def test_stand_ins_read_the_bundled_cora_and_build_proteins_like_graphs(
     assert 0 < len(kept) < 600 and max(g.num_nodes for g in kept) <= 20
     assert kept.num_features == 3 and kept.num_classes == 2
     with pytest.raises(ValueError, match="only 'MUTAG', 'PROTEINS'"):
-        datasets.TUDataset("/nonexistent", name="ENZYMES")
+        datasets.TUDataset("/nonexistent", name="NCI1")
     mutag = datasets.TUDataset("/nonexistent", name="MUTAG")
     assert len(mutag) == 188 and mutag.num_features == 7 and mutag.num_classes == 2
     assert mutag.num_edge_features == 4
@@ -298,6 +298,216 @@ def test_molecule_and_directed_stand_ins_have_the_real_layouts_and_planted_label
     assert torch.equal(content.x, torch.cat([splits["val"][0].x, profile.x], dim=1))
     with pytest.raises(ValueError, match="UPFD feature"):
         datasets.UPFD("/nonexistent", "politifact", "glove")
+
+
+ALL_STAND_INS = (*STAND_INS, "BitcoinOTC", "LINKXDataset", "RelLinkPredDataset", "JODIEDataset",
+                 "AmazonBook", "WikipediaNetwork", "QM9", "UPFD", "AMiner", "GDELT", "ICEWS18",
+                 "GraphLandDataset")
+
+
+def test_aminer_and_enzymes_stand_ins_have_the_real_layouts_and_planted_labels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.datasets as datasets
+    from verbatim_more_examples_datasets import enzymes_like
+
+    for name in ALL_STAND_INS:
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    verbatim.install_stand_ins(tmp_path)
+    # AMiner: PyG's node and edge types, in its order; labelled authors; areas planted
+    graph = datasets.AMiner("/nonexistent")[0]
+    assert graph.node_types == ["author", "venue", "paper"]
+    assert graph.edge_types == [("paper", "written_by", "author"),
+                                ("author", "writes", "paper"),
+                                ("paper", "published_in", "venue"),
+                                ("venue", "publishes", "paper")]
+    authors, venues = graph["author"], graph["venue"]
+    assert (authors.num_nodes, venues.num_nodes, graph["paper"].num_nodes) == (1024, 16, 2000)
+    assert authors.y.dtype == authors.y_index.dtype == torch.long
+    assert authors.y.shape == authors.y_index.shape and int(authors.y.max()) == 7
+    assert venues.y.numel() == 8 and torch.equal(venues.y, venues.y_index % 8)
+    written = graph["paper", "written_by", "author"].edge_index
+    key = written[0] * 1024 + written[1]
+    assert bool((key[1:] > key[:-1]).all())   # coalesced: sorted by paper, no repeats
+    assert torch.equal(graph["author", "writes", "paper"].edge_index, written.flip(0))
+    assert torch.bincount(written[1], minlength=1024).min() >= 1   # every author writes
+    published = graph["paper", "published_in", "venue"].edge_index
+    assert torch.equal(published[0], torch.arange(2000))   # one venue a paper
+    area = torch.empty(1024, dtype=torch.long)
+    area[authors.y_index] = authors.y
+    assert float((published[1][written[0]] % 8 == area[written[1]]).float().mean()) > 0.85
+    # ENZYMES: 600 graphs, 100 a class, 3 node labels one-hot (18 attributes before them)
+    enzymes = datasets.TUDataset("/nonexistent", name="ENZYMES")
+    assert len(enzymes) == 600 and enzymes.num_features == 3 and enzymes.num_classes == 6
+    assert torch.equal(torch.bincount(enzymes._data.y), torch.full((6, ), 100))
+    assert enzymes._data.x.sum(dim=-1).eq(1).all()
+    assert 28 < enzymes._data.x.size(0) / 600 < 38   # real: 32.6 nodes a graph
+    assert all(g.is_undirected() and not g.has_self_loops() for g in enzymes[:20])
+    with_attributes = enzymes_like(num_graphs=12, attributes=18)
+    assert with_attributes[0].x.size(1) == 21
+    assert with_attributes[0].x[:, -3:].sum(dim=-1).eq(1).all()
+
+
+def test_event_stand_ins_run_pygs_own_processing_and_pre_transform_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.datasets as datasets
+    from verbatim_more_examples_datasets import EVENT_SETS, events_like
+
+    for name in ALL_STAND_INS:
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    # GDELT's events: in time order, entities numbered by first appearance, partners planted
+    events = events_like("GDELT")
+    assert events.shape == (sum(EVENT_SETS["GDELT"]["split"]), 4)
+    assert bool((events[:, 3].diff() >= 0).all()) and int(events[:, 3].max()) < 150
+    assert int(events[:, [0, 2]].max()) < 7691 and int(events[:, 1].max()) < 240
+    first = torch.full((7691, ), events.numel())
+    first.scatter_reduce_(0, events[:, [0, 2]].flatten(), torch.arange(2 * len(events)),
+                          "amin")
+    seen = first[first < events.numel()]
+    assert bool((seen.diff() > 0).all())
+    pairs = events[:, 0] * 240 + events[:, 1]   # a subject's usual partners repeat
+    repeats = 1 - (pairs * 7691 + events[:, 2]).unique().numel() / len(events)
+    shuffled = 1 - (pairs * 7691 + events[torch.randperm(len(events)), 2]).unique().numel() / (
+        len(events))
+    assert repeats > 0.15 and shuffled < 0.05
+    # The class (fewer events here): PyG's processing, the pre-transform run once over the
+    # whole stream, the test split read from what the train split's processing saved
+    monkeypatch.setitem(EVENT_SETS, "GDELT", {**EVENT_SETS["GDELT"], "split": (150, 20, 30),
+                                              "steps": 4})
+    verbatim.install_stand_ins(tmp_path)
+    from torch_geometric.nn.models.re_net import RENet
+
+    history, calls = RENet.pre_transform(10), []
+
+    def pre_transform(data):
+        calls.append(data.t)
+        return history(data)
+
+    train = datasets.GDELT("/nonexistent", pre_transform=pre_transform)
+    test = datasets.GDELT("/nonexistent", split="test", pre_transform=pre_transform)
+    assert (len(train), len(test), len(calls)) == (150, 30, 200)
+    assert (train.num_nodes, train.num_rels) == (7691, 240)   # the real class's
+    assert set(test[0].keys()) == {"sub", "rel", "obj", "t", "h_sub", "h_sub_t", "h_obj",
+                                   "h_obj_t"}
+    assert int(train._data.sub.min()) == 0 == int(train._data.t.min())   # minima subtracted
+    assert test._data.h_sub.numel() > 0   # histories reach back into the train split
+    assert datasets.ICEWS18.__name__ == "ICEWS18Like" and datasets.ICEWS18.num_nodes.fget(
+        None) == 23_033
+
+
+def test_graphland_stand_in_runs_pygs_own_processing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.datasets as datasets
+    import verbatim_datasets
+    from verbatim_more_examples_datasets import tolokers_like
+
+    for name in ALL_STAND_INS:
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    # 'tolokers-2' (fewer workers here): PyG's processing (its first run imports sklearn)
+    monkeypatch.setattr(verbatim_datasets, "tolokers_like",
+                        lambda split: tolokers_like(split, nodes=2000, pairs=8000))
+    verbatim.install_stand_ins(tmp_path)
+    land = datasets.GraphLandDataset("/nonexistent", name="tolokers-2", split="RH")
+    data = land[0]
+    assert land.task == "binary_classification" and data.x.shape == (2000, 19)
+    assert data.is_undirected() and not torch.isnan(data.x).any()
+    assert int(data.x_numerical_mask.sum()) == 9 and int(data.x_fraction_mask.sum()) == 4
+    assert set(data.y.tolist()) == {0.0, 1.0}
+    sizes = [int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)]
+    assert sum(sizes) == 2000 and abs(sizes[0] - 1000) <= 2 and abs(sizes[1] - 500) <= 2
+    banned = data.y.bool()   # stratified: each part about the same share banned
+    assert abs(float(banned[data.train_mask].float().mean()) - float(banned.float().mean())) < .01
+    inductive = datasets.GraphLandDataset("/nonexistent", name="tolokers-2", split="THI")
+    assert len(inductive) == 3 and inductive[2].num_nodes == 2000
+    assert inductive[0].num_nodes == int(inductive[0].mask.sum()) == 1000
+    with pytest.raises(ValueError, match="only 'tolokers-2'"):
+        datasets.GraphLandDataset("/nonexistent", name="hm-categories", split="RL")
+
+
+def test_ogb_stand_in_molhiv_has_ogbs_layout_and_roc_auc(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    import torch
+    import torch_geometric.transforms as T
+    import verbatim_more_examples_datasets as more
+    from sklearn.metrics import roc_auc_score
+
+    for name, module in more.ogb_modules(tmp_path).items():   # for this test only
+        monkeypatch.setitem(sys.modules, name, module)
+    # molhiv (fewer molecules here): ogb's atom and bond columns, both directions of a bond
+    raw, split = more.molhiv_like(graphs=200)
+    atoms, bonds = torch.cat([g.x for g in raw]), torch.cat([g.edge_attr for g in raw])
+    assert atoms.dtype == bonds.dtype == torch.long and atoms.size(1) == 9
+    assert bool((atoms.max(dim=0).values < torch.tensor(more.ATOM_FEATURE_DIMS)).all())
+    assert bool((bonds.max(dim=0).values < torch.tensor(more.BOND_FEATURE_DIMS)).all())
+    assert all(torch.equal(g.edge_index[:, 0::2], g.edge_index[:, 1::2].flip(0)) for g in raw)
+    assert 0.3 < float(atoms[:, 8].float().mean()) < 0.95   # mostly ring atoms
+    monkeypatch.setattr(more, "molhiv_like", lambda: (raw, split))
+    from ogb.graphproppred import Evaluator, PygGraphPropPredDataset
+    from ogb.graphproppred.mol_encoder import AtomEncoder
+
+    molhiv = PygGraphPropPredDataset("ogbg-molhiv", "/nonexistent",
+                                     pre_transform=T.ToSparseTensor())
+    assert (molhiv.num_tasks, molhiv.num_classes, molhiv.eval_metric) == (1, 2, "rocauc")
+    assert [len(molhiv.get_idx_split()[p]) for p in ("train", "valid", "test")] == [160, 20, 20]
+    assert molhiv[0].y.shape == (1, 1) and "adj_t" in molhiv[0]   # the pre-transform ran
+    assert int(molhiv._data.y.sum()) == 20   # the top 10 % of the planted score
+    assert AtomEncoder(16)(molhiv[0].x).shape == (molhiv[0].num_nodes, 16)
+    y_true = np.array([[0], [1], [1], [0], [1]])
+    y_pred = torch.tensor([[0.1], [0.8], [0.3], [0.4], [0.9]])
+    assert Evaluator("ogbg-molhiv").eval({"y_true": torch.from_numpy(y_true),
+                                          "y_pred": y_pred}) == {
+        "rocauc": roc_auc_score(y_true[:, 0], y_pred.numpy()[:, 0])}
+    with pytest.raises(RuntimeError, match="Shape of y_true and y_pred"):
+        Evaluator("ogbg-molhiv").eval({"y_true": y_true, "y_pred": y_pred.view(-1)})
+    with pytest.raises(ValueError, match="only .'ogbg-molhiv'."):
+        Evaluator("ogbg-molpcba")
+
+
+def test_ogb_stand_in_arxiv_has_ogbs_layout_and_accuracy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.transforms as T
+    import verbatim_more_examples_datasets as more
+
+    for name, module in more.ogb_modules(tmp_path).items():   # for this test only
+        monkeypatch.setitem(sys.modules, name, module)
+    real = more.arxiv_like
+    monkeypatch.setattr(more, "arxiv_like", lambda: real(nodes=1500))   # fewer papers here
+    from ogb.nodeproppred import Evaluator as NodeEvaluator
+    from ogb.nodeproppred import PygNodePropPredDataset
+
+    # arxiv: 128 float features, [N, 1] labels of 40 areas, citing older papers, split by year
+    raw, _ = real(nodes=1500)
+    assert bool((raw.node_year[raw.edge_index[0]] >= raw.node_year[raw.edge_index[1]]).all())
+    arxiv = PygNodePropPredDataset("ogbn-arxiv", "/nonexistent", T.ToUndirected())
+    paper = arxiv[0]
+    assert arxiv.num_classes == 40 and arxiv.num_features == 128 and paper.is_undirected()
+    assert paper.y.shape == paper.node_year.shape == (1500, 1) and paper.x.dtype == torch.float
+    split = arxiv.get_idx_split()
+    year = paper.node_year.view(-1)
+    assert int(year[split["train"]].max()) == 2017 and bool((year[split["valid"]] == 2018).all())
+    assert int(year[split["test"]].min()) == 2019 and sum(map(len, split.values())) == 1500
+    truth = paper.y[split["test"]]
+    guess = torch.where(torch.arange(len(truth))[:, None] % 4 == 0, truth, -1)
+    assert NodeEvaluator(name="ogbn-arxiv").eval({"y_true": truth, "y_pred": guess}) == {
+        "acc": float((guess == truth).sum()) / len(truth)}
+    with pytest.raises(ValueError, match="only .'ogbn-arxiv'."):
+        PygNodePropPredDataset("ogbn-products", "/nonexistent")
+
+
+def test_an_examples_arguments_reach_its_command_line(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "args.py"
+    script.write_text("import sys\nprint(' '.join(sys.argv[1:]))\n")
+    monkeypatch.setattr(verbatim, "install_stand_ins", lambda root: None)
+    monkeypatch.setattr(verbatim, "install_ogb", lambda root: None)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))   # restored afterwards
+    verbatim.run_child(script, None, tmp_path, ["--name", "tolokers-2"])
+    assert sys.argv == [str(script), "--name", "tolokers-2"]
+    assert verbatim.EXAMPLES["graphland"].argv == ("--name", "tolokers-2", "--split", "RL")
 
 
 SCRIPT = """
