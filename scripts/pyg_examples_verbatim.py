@@ -262,6 +262,13 @@ EXAMPLES: dict[str, Example] = {
     # LinearSVC, a recurrent event network over a temporal knowledge graph (DataLoaders of
     # events with workers), and GraphLand's full-graph GCN (`verbatim_more_examples_datasets`).
     "metapath2vec": Example("examples/hetero/metapath2vec.py"),
+    # Random walks over Cora into a sparse embedding table trained by SparseAdam (pyg-lib's
+    # random walk: run it with pyg-lib's environment).
+    "node2vec": Example("examples/node2vec.py",
+                        edits=(("range(1, 101)", "range(1, 6)"), ("\nplot_points(colors)", "\n"),
+                               ("import matplotlib.pyplot as plt\n", "")),
+                        why="100 epochs -> 5; the t-SNE plot at the end not drawn (nor "
+                            "matplotlib imported)"),
     "wl_kernel": Example("examples/wl_kernel.py"),
     "renet": Example("examples/renet.py",
                      **_epochs("range(1, 21)", "range(1, 5)", "20 epochs -> 4")),

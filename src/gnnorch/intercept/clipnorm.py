@@ -75,7 +75,7 @@ class AveragedNorm:
         host = self.host
         space = host.optimizers.parameters() if host.averaging() and grads else []
         mine = _positions(grads, space)
-        if mine is None:
+        if mine is None or any(g.is_sparse for g in grads):   # sparse: torch's own error
             return original(grads, norm_type, error_if_nonfinite, foreach)
         host.join_if_ended()
         ask = host.ask(Kind.NORM, tensors=len(space), numel=sum(p.numel() for p in space),

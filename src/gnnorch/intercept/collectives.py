@@ -187,6 +187,45 @@ class FlatCollectives:
         for bucket in buckets(list(tensors) + list(shared)):
             self._reduce(bucket, contributors, sharing, owner)
 
+    def average_rows(self, grads: list[torch.Tensor], contributors: int) -> list[torch.Tensor]:
+        """Row-sparse gradients (sparse COO tensors with one sparse dimension: an
+        ``Embedding(sparse=True)``'s) averaged over the ranks: for each, the sum over ranks
+        divided by `contributors` (a rank that contributes nothing sends an empty one), as new
+        coalesced tensors. The sum runs over the union of the ranks' rows, so a row only one
+        rank touched is in it, as in one process over every rank's batch; summing the rows
+        gathered from every rank is exact, whereas an all-reduce of the dense table would cost
+        its full size every step. One all-gather of the row counts, then per tensor one of its
+        row indices and one of its rows, padded to the largest count (every rank sends equal
+        sizes)."""
+        if not grads:
+            return []
+        merged = [g.coalesce() for g in grads]
+        counts = torch.tensor([g._nnz() for g in merged], dtype=torch.long)
+        every = self._gathered(counts)
+        divisor = contributors or self.world_size
+        out = []
+        for i, g in enumerate(merged):
+            sizes = [int(c[i]) for c in every]
+            width = max(sizes)
+            rows = torch.zeros(width, dtype=torch.long, device=g.device)
+            rows[:g._nnz()] = g.indices()[0]
+            values = g.values().new_zeros((width, *g.shape[1:]))
+            values[:g._nnz()] = g.values()
+            all_rows, all_values = self._gathered(rows), self._gathered(values)
+            index = torch.cat([r[:n] for r, n in zip(all_rows, sizes)]).to(g.device)
+            total = torch.cat([v[:n] for v, n in zip(all_values, sizes)]).to(g.device)
+            summed = torch.sparse_coo_tensor(index.view(1, -1), total, g.shape,
+                                             check_invariants=False).coalesce()
+            out.append(summed / divisor)
+        return out
+
+    def _gathered(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's `tensor` (equal shapes), in rank order, on the device it was on."""
+        work = self._staged(tensor)
+        parts = [torch.empty_like(work) for _ in range(self.world_size)]
+        dist.all_gather(parts, work)
+        return [part.to(tensor.device) for part in parts]
+
     def sum_flags(self, flags: torch.Tensor) -> None:
         """Sum an int tensor over ranks in place."""
         if self.comm_device is not None:

@@ -18,7 +18,9 @@ module computes, also when ranks take different numbers of optimizer steps.
   per-rank batches of b/p seeds and a mean loss (c = p), the average is exactly the gradient of
   the mean loss over the global batch of b seeds; with unequal ones, the weighted average is.
   Ranks pair their tensors in an order that is the same on every rank (`param_order`), also
-  for an optimizer built from a ``set`` of parameters, whose own order is not.
+  for an optimizer built from a ``set`` of parameters, whose own order is not. Sparse
+  gradients (``Embedding(sparse=True)`` with ``SparseAdam``) are averaged as sparse tensors
+  over the union of the ranks' rows (`step_grads`).
 * Uneven ranks: a rank whose training epoch ended (its loop ran out or it left with `break`)
   joins before its next step; until every rank has ended that epoch it *follows* the others'
   steps: it contributes no gradient, receives the average and applies the same update (its own
@@ -59,6 +61,7 @@ from .join import Ask, Decision, Kind, Rounds
 from .lazy_init import LazyInitWatch
 from .param_order import unordered
 from .procgroup import UserDistribution
+from .step_grads import gradient_layouts, round_gradients
 from .step_weight import StepWeight, weigh
 
 DEFAULT_BOUND = 1800.0   # seconds: torch's default collective timeout, when the group has none
@@ -231,7 +234,7 @@ class GradientSynchronizer:
         if self._following or self._user_managed():
             return
         params = self.optimizers.params(optimizer)
-        _check_step(optimizer, args, kwargs, params)
+        _check_step(optimizer, args, kwargs)
         index = self.optimizers.index(optimizer)   # known before `join_if_ended` keeps grads
         late = [p for p in _initialised(params) if id(p) not in self._broadcast_params]
         known = {id(p) for p in late}
@@ -246,7 +249,8 @@ class GradientSynchronizer:
                         numel=sum(p.numel() for p in params), buffers=len(buffers),
                         hypers=len(slots), all_grads=all(p.grad is not None for p in params),
                         hyper_sum=sum(hyper_values(optimizer, slots)),
-                        weight=self.weight.now())
+                        weight=self.weight.now(),
+                        sparse=sum(p.grad is not None and p.grad.is_sparse for p in params))
         decision = self._rounds.round(ask)
         while decision.action != "step":   # void: a rank asked for a broadcast meanwhile
             decision = self._rounds.round(ask)
@@ -310,26 +314,20 @@ class GradientSynchronizer:
                         len(hyper_slots(optimizer))).signature()
                     if optimizer is not None else (-1, 0, 0, 0, 0))
             rounds.agree(mine, f"the step that rank {decision.source} takes at {what}")
-        present = [True] * len(params)
-        if decision.flags_needed:
-            flags = torch.tensor([stepping and p.grad is not None for p in params],
-                                 dtype=torch.int32)
+        present, sparse = [True] * len(params), [False] * len(params)
+        if decision.flags_needed or decision.sparse_needed:
             with rounds.collective(f"which gradients exist at {what}"):
-                self.collectives.sum_flags(flags)
-            present = [bool(f) for f in flags.tolist()]
-        grads = []
-        for p, has in zip(params, present):
-            if not has:
-                if not stepping:
-                    p.grad = None   # no stepping rank has a gradient: the update skips p
-                continue
-            if p.grad is None or not stepping:
-                p.grad = torch.zeros_like(p)
-            grads.append(p.grad)
-        weigh(grads, decision.scale(rounds.rank) if stepping else 1.0)   # by its seeds
+                present, sparse = gradient_layouts(self.collectives, params, stepping)
+        grads, rows = round_gradients(params, present, sparse, stepping)
+        weigh(grads + [p.grad for p in rows],
+              decision.scale(rounds.rank) if stepping else 1.0)   # by its seeds
         with rounds.collective(f"the gradient average of {what}"):
             self.collectives.average_and_share(grads, len(decision.steppers), buffers,
                                                owner=self._rounds.rank == decision.source)
+            averaged = self.collectives.average_rows([p.grad for p in rows],
+                                                     len(decision.steppers))
+            for p, grad in zip(rows, averaged):
+                p.grad = grad
             if decision.adopt_hypers:
                 self.collectives.adopt_hypers(optimizer, decision.source)
 
@@ -340,8 +338,7 @@ def _float_buffers(roots: list[torch.nn.Module]) -> list[torch.Tensor]:
             if b.is_floating_point()]
 
 
-def _check_step(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict,
-                params: list[torch.Tensor]) -> None:
+def _check_step(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
     """What a step must not do for gnnorch to average it (`args`: the step's positional
     arguments, the optimizer itself first)."""
     closure = args[1] if len(args) > 1 else kwargs.get("closure")
@@ -350,7 +347,3 @@ def _check_step(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict,
             f"{type(optimizer).__name__}.step(closure) re-evaluates the loss inside the step; "
             "gnnorch averages gradients before the step and cannot follow a closure. Use an "
             "optimizer without closure, or processes=1.")
-    if any(p.grad is not None and p.grad.is_sparse for p in params):
-        raise NotImplementedError(
-            "sparse gradients (e.g. Embedding(sparse=True)) are not averaged by gnnorch; "
-            "use dense gradients or processes=1")

@@ -54,7 +54,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveError, UnevenRanksError
 
-FIELDS = 11
+FIELDS = 12
 # test-only (scripts/soak.py): each round starts after a random sleep of up to this many seconds
 SEAM_DELAY = float(os.environ.get("GNNORCH_SEAM_DELAY") or 0)
 _DELAYS = random.Random()
@@ -88,17 +88,19 @@ class Ask:
     hyper_sum: float = 0.0   # STEP: the sum of those hyper-parameters (do the ranks' differ?)
     weight: int = -1         # STEP / NORM: seeds of the training batches since its last step
     #                          (-1: no training batch since then, e.g. a full-batch step)
+    sparse: int = 0          # STEP: parameters whose gradient is sparse (Embedding(sparse=True))
 
     def row(self) -> list[float]:
         return [float(self.kind), float(self.optimizer), float(self.tensors), float(self.numel),
                 float(self.buffers), float(self.hypers), float(self.all_grads),
-                float(self.epoch), float(self.step), float(self.weight), float(self.hyper_sum)]
+                float(self.epoch), float(self.step), float(self.weight), float(self.sparse),
+                float(self.hyper_sum)]
 
     @classmethod
     def from_row(cls, row: list[float]) -> "Ask":
         v = [int(round(x)) for x in row[:FIELDS - 1]]
         return cls(Kind(v[0]), v[1], v[2], v[3], v[4], v[5], bool(v[6]), v[7], v[8],
-                   float(row[FIELDS - 1]), v[9])
+                   float(row[FIELDS - 1]), v[9], v[10])
 
     def signature(self) -> tuple[int, ...]:
         return (self.optimizer, self.tensors, self.numel, self.buffers, self.hypers)
@@ -178,6 +180,12 @@ class Decision:
         optimizer parameter (then which parameters take part is summed)."""
         ranks = self.clippers if self.action == "norm" else self.steppers
         return not all(self.asks[r].all_grads for r in ranks)
+
+    @property
+    def sparse_needed(self) -> bool:
+        """Whether some stepper holds a sparse gradient: then every rank learns which
+        parameters' gradients are sparse (a follower contributes an empty one for them)."""
+        return self.action == "step" and any(self.asks[r].sparse for r in self.steppers)
 
     @property
     def all_final(self) -> bool:
