@@ -628,3 +628,21 @@ def test_cuda_graph_batches_are_copied_by_the_path_with_the_plain_losses():
     assert torch.allclose(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
     [record] = runtime.last_run.stats[0]["device"]["loaders"]
     assert record["copied"] and record["prefetch"] > 0 and record["batches"] == 8
+
+
+def test_watching_a_batch_without_node_attributes_prints_no_pyg_warning():
+    """RE-Net's collate builds event batches without a node attribute, where PyG warns when
+    `num_nodes` is read; the runtime's watch of a batch's outputs must not make it warn."""
+    from gnnorch.intercept.graph_outputs import OutputWatch
+
+    batch = Data(sub=torch.tensor([0, 3]), rel=torch.tensor([1, 1]), t=torch.tensor([5, 5]),
+                 h_sub=torch.tensor([2, 4, 4]))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        watch = OutputWatch(batch)
+    assert not [w for w in seen if "num_nodes" in str(w.message)], [str(w.message) for w in seen]
+    with warnings.catch_warnings(record=True) as seen:   # (the control: PyG's own read warns)
+        warnings.simplefilter("always")
+        batch.num_nodes
+    assert [w for w in seen if "num_nodes" in str(w.message)]
+    assert watch.graphs is None

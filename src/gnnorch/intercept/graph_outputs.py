@@ -19,6 +19,7 @@ graph, which is exact whatever the loss.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Iterable
 
 import torch
@@ -53,7 +54,7 @@ class OutputWatch:
     module's id, so that the root models' outputs can be judged once the roots are known."""
 
     def __init__(self, batch: Any) -> None:
-        graphs, nodes = getattr(batch, "num_graphs", None), getattr(batch, "num_nodes", None)
+        graphs, nodes = getattr(batch, "num_graphs", None), _node_count(batch)
         self.graphs = int(graphs) if isinstance(graphs, int) else None
         self.nodes = int(nodes) if isinstance(nodes, int) else None
         self.rows: dict[int, list[int | None]] = {}
@@ -95,6 +96,15 @@ class OutputWatch:
         else:
             what = f"{rows} rows for {batch}"
         return GraphOutputs(False, f"the model returned {what}")
+
+
+def _node_count(batch: Any) -> Any:
+    """``batch.num_nodes`` (for messages only), read without the warning PyG gives when it has
+    to infer it from what the batch holds: a batch without node attributes (the event batches
+    PyG's ``renet.py`` collates itself) is the user's business, and vanilla reads no count."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unable to accurately infer 'num_nodes'")
+        return getattr(batch, "num_nodes", None)
 
 
 def _count(n: int | None, noun: str) -> str:
