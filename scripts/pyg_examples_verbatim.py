@@ -278,6 +278,17 @@ EXAMPLES: dict[str, Example] = {
     # OGB's sets through an offline `ogb` package (`verbatim_more_examples_datasets.install_ogb`):
     # label propagation and a masked-label transformer on arxiv, EGC on molhiv.
     "label_prop": Example("examples/label_prop.py"),
+    # PyG's own NeighborLoader trainer for OGB node sets, each of its four models on the
+    # arxiv stand-in: SGFormer (its default; disjoint sampling and a batch vector), GraphSAGE,
+    # GAT and Polynormer (one local epoch, then global attention). Three epochs, two loader
+    # workers (persistent) instead of twelve.
+    **{name: Example("examples/ogbn_train.py",
+                     argv=("-e", "3", "--num_workers", "2", *extra),
+                     why="arguments: 3 epochs, 2 workers" + (f", {' '.join(extra)}" if extra
+                                                             else ""))
+       for name, extra in (("ogbn_train", ()), ("ogbn_train_sage", ("--model", "sage")),
+                           ("ogbn_train_gat", ("--model", "gat")),
+                           ("ogbn_train_polynormer", ("--model", "polynormer", "-le", "1")))},
     "unimp_arxiv": Example("examples/unimp_arxiv.py",   # 0.3-1.7 s an epoch here
                            **_epochs("range(1, 501)", "range(1, 101)", "500 epochs -> 100")),
     "egc": Example("examples/egc.py"),
