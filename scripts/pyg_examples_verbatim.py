@@ -278,14 +278,23 @@ EXAMPLES: dict[str, Example] = {
     # OGB's sets through an offline `ogb` package (`verbatim_more_examples_datasets.install_ogb`):
     # label propagation and a masked-label transformer on arxiv, EGC on molhiv.
     "label_prop": Example("examples/label_prop.py"),
+    # Knowledge-graph embeddings over an FB15k-237 stand-in (`verbatim_kg_datasets`): a torch
+    # DataLoader of triples (PyG's KGTripletLoader), each model with its own optimizer
+    # (Adagrad for ComplEx), every entity ranked in the evaluation. --model is required.
+    **{f"kge_fb15k_237_{model}": Example(
+        "examples/kge_fb15k_237.py", argv=("--model", model),
+        edits=(("range(1, 501)", "range(1, 21)"), ("epoch % 25 == 0", "epoch % 5 == 0")),
+        why="500 epochs -> 20, evaluated every 5 instead of 25")
+       for model in ("transe", "complex", "distmult", "rotate")},
+    # SplineConv on Cora, full-batch (pyg-lib's spline kernels: run it with pyg-lib's
+    # environment).
+    "cora_spline": Example("examples/cora.py"),
     # PyG's own NeighborLoader trainer for OGB node sets, each of its four models on the
     # arxiv stand-in: SGFormer (its default; disjoint sampling and a batch vector), GraphSAGE,
     # GAT and Polynormer (one local epoch, then global attention). Three epochs, two loader
     # workers (persistent) instead of twelve.
     **{name: Example("examples/ogbn_train.py",
-                     argv=("-e", "3", "--num_workers", "2", *extra),
-                     why="arguments: 3 epochs, 2 workers" + (f", {' '.join(extra)}" if extra
-                                                             else ""))
+                     argv=("-e", "3", "--num_workers", "2", *extra))
        for name, extra in (("ogbn_train", ()), ("ogbn_train_sage", ("--model", "sage")),
                            ("ogbn_train_gat", ("--model", "gat")),
                            ("ogbn_train_polynormer", ("--model", "polynormer", "-le", "1")))},

@@ -46,6 +46,8 @@ data. Nothing is read from ``root``.
   ``RENet.pre_transform``, over the whole stream once a process, as under one real root);
   AMiner and ENZYMES are built as PyG's processing leaves them; AMiner, the events and
   tolokers-2's edges smaller.
+* ``FB15k_237(root, split)`` (Freebase triples for knowledge-graph embeddings):
+  `verbatim_kg_datasets`, PyG's own class over made-up raw files, smaller.
 
 An offline ``ogb`` package (the 'ogbn-arxiv' and 'ogbg-molhiv' sets, ogb's evaluators and
 encoders) is not installed here but by `pyg_examples_verbatim`'s child process
@@ -238,13 +240,16 @@ def install_stand_ins(data_root: Path) -> None:
     """Replace `Planetoid`, `TUDataset`, `PPI`, `ZINC`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
     `MovieLens`, `OGB_MAG`, `Entities`, `BitcoinOTC`, `LINKXDataset`, `RelLinkPredDataset`,
     `JODIEDataset`, `AmazonBook`, `WikipediaNetwork`, `QM9`, `UPFD`, `AMiner`, `GDELT`,
-    `ICEWS18` and `GraphLandDataset` in `torch_geometric.datasets` for this process (the
-    module docstring says with what)."""
+    `ICEWS18`, `GraphLandDataset` and `FB15k_237` in `torch_geometric.datasets` for this
+    process (the module docstring says with what)."""
     import torch_geometric.datasets as datasets
     from torch_geometric.data import InMemoryDataset
     from torch_geometric.datasets.gdelt import GDELT as RealGDELT
     from torch_geometric.datasets.graphland import GraphLandDataset as RealGraphLand
+    from torch_geometric.datasets.freebase import FB15k_237 as RealFB15k237
     from torch_geometric.datasets.icews import ICEWS18 as RealICEWS18
+
+    from verbatim_kg_datasets import freebase_like_lines
 
     from gnnorch.datasets import load_planetoid
 
@@ -447,6 +452,20 @@ def install_stand_ins(data_root: Path) -> None:
         def _get_raw_data(self) -> dict:
             return tolokers_like(self.split[:2])
 
+    class FB15k237Like(RealFB15k237):
+        """PyG's FB15k_237 with its raw files made up (`verbatim_kg_datasets`): its own
+        processing numbers the entity and relation strings."""
+
+        def __init__(self, root, split="train", transform=None, pre_transform=None,
+                     force_reload=False):
+            super().__init__(str(own_root("FB15k_237")), split, transform, pre_transform,
+                             force_reload)
+
+        def download(self) -> None:
+            for name, lines in freebase_like_lines().items():
+                Path(self.raw_dir, name).write_text("\n".join(lines) + "\n")
+
+    datasets.FB15k_237 = FB15k237Like
     datasets.AMiner = typed("AMinerLike", aminer_like)
     datasets.GDELT = event_set(RealGDELT)
     datasets.ICEWS18 = event_set(RealICEWS18)
