@@ -144,3 +144,19 @@ def test_auto_with_real_pyg_lib_gives_complete_batches():
     assert seeds == int(cora().train_mask.sum())
     assert loader["backend"] in ("gnnorch", "pyg-lib")
     assert set(loader["sampler_choice"]["ms_per_batch"]) == {"gnnorch", "pyg-lib"}
+
+
+@pytest.mark.parametrize("choice", ["auto", "gnnorch"])
+def test_a_sampler_that_defers_to_pyg_is_reported_as_pygs(choice):
+    """gnnorch's sampler hands disjoint (and temporal, weighted) sampling to PyG's own: the
+    loader's record names PyG's backend and why, not gnnorch's, and nothing is timed."""
+    from gnnorch.intercept.feeds import LoaderState
+    from gnnorch.intercept.sampler_backend import choose_backend
+
+    state = LoaderState(role="train", index=0, global_batch_size=8, user_num_workers=0)
+    kwargs = {"num_neighbors": [5, 5], "batch_size": 8, "disjoint": True}
+    timing = choose_backend(choice, state, NeighborLoader.__init__, (cora(), ), kwargs,
+                            cached=False)
+    assert timing is None and isinstance(kwargs["neighbor_sampler"], FastNeighborSampler)
+    assert state.backend in ("pyg-lib", "torch_sparse")
+    assert state.backend_reason == "gnnorch's sampler defers to PyG's for disjoint sampling"

@@ -10,7 +10,9 @@ sampler untimed: the cache's homogeneous training loaders (it prunes with gnnorc
 mask), and loaders the GPU data path samples on the device (no PyG
 backend samples on a device; timing both on the host cost 3 s of set-up per run on an H200 at
 products scale). "pyg" leaves PyG's choice; loaders over a feature / graph store and loaders
-given their own ``neighbor_sampler`` run as PyG runs them.
+given their own ``neighbor_sampler`` run as PyG runs them. Where gnnorch's sampler hands every
+batch to PyG's own sampling (disjoint, temporal or weighted sampling: its `fallback_reason`),
+the loader's record names PyG's backend, with that reason, and nothing is timed.
 
 `choose_backend` runs before PyG's ``__init__`` (the sampler must be an argument of it); the
 timing it returns runs after the loader is built and the device path has placed it.
@@ -66,8 +68,11 @@ def choose_backend(choice: str, state: LoaderState, init: Any, args: tuple, kwar
         sampler = kind(data, num_neighbors=bound["num_neighbors"], share_memory=workers > 0,
                        **options)
         kwargs["neighbor_sampler"] = sampler
-        state.backend = "gnnorch"
-        state.backend_reason, state.setup_s = sampler.fallback_reason, sampler.setup_s
+        state.backend, state.setup_s = "gnnorch", sampler.setup_s
+        if sampler.fallback_reason is not None:   # it hands each batch to PyG's own sampling
+            state.backend = "pyg"
+            state.backend_reason = (f"gnnorch's sampler defers to PyG's for "
+                                    f"{sampler.fallback_reason}")
         pruned = state.role == "train" and cached and kind is FastNeighborSampler
         measurable = (sampler.fallback_reason is None and pyg_typing.WITH_PYG_LIB
                       and not pruned)
