@@ -287,8 +287,9 @@ EXAMPLES: dict[str, Example] = {
         why="500 epochs -> 20, evaluated every 5 instead of 25")
        for model in ("transe", "complex", "distmult", "rotate")},
     # SplineConv on Cora, full-batch (pyg-lib's spline kernels: run it with pyg-lib's
-    # environment).
-    "cora_spline": Example("examples/cora.py"),
+    # environment; over ten minutes for its 200 epochs here).
+    "cora_spline": Example("examples/cora.py",
+                           **_epochs("range(1, 201)", "range(1, 11)", "200 epochs -> 10")),
     # PyG's own NeighborLoader trainer for OGB node sets, each of its four models on the
     # arxiv stand-in: SGFormer (its default; disjoint sampling and a batch vector), GraphSAGE,
     # GAT and Polynormer (one local epoch, then global attention). Three epochs, two loader
