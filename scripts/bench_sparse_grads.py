@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -65,8 +66,9 @@ def _optimizers(model: Shallow) -> tuple[torch.optim.Optimizer, torch.optim.Opti
             torch.optim.Adam(model.head.parameters(), lr=0.01))
 
 
-def train(nodes: int, rows: int, steps: int) -> dict:
-    rank = dist.get_rank() if dist.is_initialized() else 0
+def _trained(nodes: int, steps: int, loss: Callable[[Shallow, int], torch.Tensor]
+             ) -> tuple[Shallow, float]:
+    """A model from seed 3 after `steps` steps of `loss(model, step)`, and the seconds."""
     torch.manual_seed(3)
     model = Shallow(nodes)
     opts = _optimizers(model)
@@ -74,10 +76,16 @@ def train(nodes: int, rows: int, steps: int) -> dict:
     for step in range(steps):
         for opt in opts:
             opt.zero_grad()
-        _loss(model, step, rank, nodes, rows).backward()
+        loss(model, step).backward()
         for opt in opts:
             opt.step()
-    seconds = time.perf_counter() - start
+    return model, time.perf_counter() - start
+
+
+def train(nodes: int, rows: int, steps: int) -> dict:
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    model, seconds = _trained(nodes, steps,
+                              lambda model, step: _loss(model, step, rank, nodes, rows))
     identical = True
     if dist.is_initialized():   # every rank's table against rank 0's
         table = model.emb.weight.detach().clone()
@@ -92,17 +100,8 @@ def train(nodes: int, rows: int, steps: int) -> dict:
 def exactness(nodes: int, rows: int, steps: int) -> dict:
     runtime = gnnorch.Runtime(train, processes=2, verbose=False)
     ranks = runtime(nodes, rows, steps)
-    torch.manual_seed(3)
-    model = Shallow(nodes)
-    opts = _optimizers(model)
-    start = time.perf_counter()
-    for step in range(steps):
-        for opt in opts:
-            opt.zero_grad()
-        ((_loss(model, step, 0, nodes, rows) + _loss(model, step, 1, nodes, rows)) / 2).backward()
-        for opt in opts:
-            opt.step()
-    one = time.perf_counter() - start
+    model, one = _trained(nodes, steps, lambda model, step: (
+        _loss(model, step, 0, nodes, rows) + _loss(model, step, 1, nodes, rows)) / 2)
     want = model.state_dict()
     got = ranks["state"]
     torch.manual_seed(3)
