@@ -31,8 +31,8 @@ process that runs it puts only this around it:
   listed in `EXAMPLES` (and in the report); an edit that no longer matches exactly once is an
   error, not a silent change;
 * an offline ``ogb`` package in ``sys.modules`` (`verbatim_more_examples_datasets.install_ogb`):
-  ``PygNodePropPredDataset('ogbn-arxiv')``, ``PygGraphPropPredDataset('ogbg-molhiv')``
-  (synthetic, smaller), their ``Evaluator`` (ogb's metrics: accuracy, ROC-AUC by sklearn) and
+  ``PygNodePropPredDataset('ogbn-arxiv' | 'ogbn-products' | 'ogbn-proteins')``,
+  ``PygGraphPropPredDataset('ogbg-molhiv')`` (synthetic, smaller), their ``Evaluator`` (ogb's metrics: accuracy, ROC-AUC by sklearn) and
   ``AtomEncoder`` / ``BondEncoder``;
 * where a script has required arguments (no defaults), the arguments listed in `EXAMPLES`
   (``argv``, and in the report);
@@ -219,6 +219,10 @@ EXAMPLES: dict[str, Example] = {
     "graph_sage_unsup_ppi": Example("examples/graph_sage_unsup_ppi.py"),
     "cluster_gcn_ppi": Example("examples/cluster_gcn_ppi.py",
                                **_epochs("range(1, 201)", "range(1, 4)", "200 epochs -> 3")),
+    # METIS parts of Reddit (pyg-lib's METIS: run it with pyg-lib's environment), then
+    # layer-wise inference over a full-neighbourhood NeighborLoader with 12 workers.
+    "cluster_gcn_reddit": Example("examples/cluster_gcn_reddit.py",
+                                  **_epochs("range(1, 31)", "range(1, 6)", "30 epochs -> 5")),
     # Attention pooling on Knyazev et al.'s synthetic sets, a TorchScript GIN, a signed, a
     # non-homophilous and a relational graph (`verbatim_more_datasets`).
     "colors_topk_pool": Example(
@@ -304,6 +308,19 @@ EXAMPLES: dict[str, Example] = {
            ("ogbn_train_sage", ("--model", "sage")), ("ogbn_train_gat", ("--model", "gat")),
            ("ogbn_train_polynormer", ("--model", "polynormer", "-le", "1", "-b", "128",
                                       "--fan_out", "5")))},
+    # More ogb node sets (`verbatim_ogbn_datasets`): an MLP then Correct & Smooth over a
+    # normalised SparseTensor on products; a reversible 7-layer GNN (GroupAddRev's own
+    # autograd, a dropout mask shared by the blocks) over RandomNodeLoader parts of products;
+    # a 28-layer DeeperGCN (GENConv with learned softmax, DeepGCNLayer 'res+' with gradient
+    # checkpointing every third layer) over RandomNodeLoader parts of proteins, 112 tasks.
+    "correct_and_smooth": Example(
+        "examples/correct_and_smooth.py",
+        **_epochs("range(1, 301)", "range(1, 31)", "300 epochs -> 30")),
+    "rev_gnn": Example("examples/rev_gnn.py",
+                       **_epochs("range(1, 1001)", "range(1, 4)", "1,000 epochs -> 3")),
+    "ogbn_proteins_deepgcn": Example(
+        "examples/ogbn_proteins_deepgcn.py",
+        **_epochs("range(1, 1001)", "range(1, 3)", "1,000 epochs -> 2")),
     "unimp_arxiv": Example("examples/unimp_arxiv.py",   # 0.3-1.7 s an epoch here
                            **_epochs("range(1, 501)", "range(1, 101)", "500 epochs -> 100")),
     "egc": Example("examples/egc.py"),

@@ -321,6 +321,8 @@ BOND_FEATURE_DIMS = (5, 6, 2)
 #: The ogb sets stood in for: (num tasks, num classes, eval metric, task type), as ogb's
 #: master.csv has them.
 OGB_SETS = {"ogbn-arxiv": (1, 40, "acc", "multiclass classification"),
+            "ogbn-products": (1, 47, "acc", "multiclass classification"),
+            "ogbn-proteins": (112, 2, "rocauc", "binary classification"),
             "ogbg-molhiv": (1, 2, "rocauc", "binary classification")}
 #: arxiv's years: (first, last) of the training years, then the weights of the training
 #: years together, 2018 (validation), 2019 and 2020 (test), as the real split's shares.
@@ -526,7 +528,8 @@ def molhiv_like(graphs: int = 2000, positive: float = 0.1, noise: float = 0.3, s
 def ogb_modules(data_root: Path) -> dict:
     """Modules of an offline ``ogb`` package, by name (``ogb``, ``ogb.nodeproppred``,
     ``ogb.graphproppred``, ``ogb.graphproppred.mol_encoder``), for `install_ogb` to put into
-    ``sys.modules``: ``PygNodePropPredDataset`` ('ogbn-arxiv' only: `arxiv_like`) and
+    ``sys.modules``: ``PygNodePropPredDataset`` ('ogbn-arxiv': `arxiv_like`; 'ogbn-products' and
+    'ogbn-proteins': `verbatim_ogbn_datasets`) and
     ``PygGraphPropPredDataset`` ('ogbg-molhiv' only: `molhiv_like`), each ogb's signature
     (``name, root, transform, pre_transform, meta_dict``), ``num_tasks``, ``task_type``,
     ``eval_metric``, ``num_classes`` and ``get_idx_split()``, built through PyG's
@@ -579,7 +582,11 @@ def ogb_modules(data_root: Path) -> dict:
         def __init__(self, name, root="dataset", transform=None, pre_transform=None,
                      meta_dict=None):
             def build():
-                data, split = arxiv_like()
+                from verbatim_ogbn_datasets import products_like, proteins_like
+
+                make = {"ogbn-arxiv": arxiv_like, "ogbn-products": products_like,
+                        "ogbn-proteins": proteins_like}[name]
+                data, split = make()
                 return [data], split
 
             super().__init__(name, "ogbn", build, transform, pre_transform)
