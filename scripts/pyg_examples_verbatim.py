@@ -321,6 +321,21 @@ EXAMPLES: dict[str, Example] = {
     "ogbn_proteins_deepgcn": Example(
         "examples/ogbn_proteins_deepgcn.py",
         **_epochs("range(1, 1001)", "range(1, 3)", "1,000 epochs -> 2")),
+    # Point clouds, superpixels and meshes (`verbatim_geometry_datasets`): torch-cluster's
+    # fps / radius / knn / graclus / voxel grids inside the models' forwards, pyg-lib's
+    # spline kernels (run them with pyg-lib's environment, torch-cluster added to it).
+    **{name: Example(f"examples/{name}.py", **_epochs(old, new, why))
+       for name, old, new, why in (
+           ("pointnet2_classification", "range(1, 201)", "range(1, 3)", "200 epochs -> 2"),
+           ("point_transformer_classification", "range(1, 201)", "range(1, 3)",
+            "200 epochs -> 2"),
+           ("randlanet_classification", "range(1, 201)", "range(1, 3)", "200 epochs -> 2"),
+           ("mnist_graclus", "range(1, 31)", "range(1, 4)", "30 epochs -> 3"),
+           ("mnist_nn_conv", "range(1, 31)", "range(1, 4)", "30 epochs -> 3"),
+           ("mnist_voxel_grid", "range(1, 21)", "range(1, 4)", "20 epochs -> 3"),
+           ("faust", "range(1, 101)", "range(1, 3)", "100 epochs -> 2"))},
+    "dgcnn_classification": Example("examples/dgcnn_classification.py",
+                                    argv=("--epochs", "3")),   # 200 epochs -> 2
     "unimp_arxiv": Example("examples/unimp_arxiv.py",   # 0.3-1.7 s an epoch here
                            **_epochs("range(1, 501)", "range(1, 101)", "500 epochs -> 100")),
     "egc": Example("examples/egc.py"),

@@ -241,7 +241,8 @@ def install_stand_ins(data_root: Path) -> None:
     `MovieLens`, `OGB_MAG`, `Entities`, `BitcoinOTC`, `LINKXDataset`, `RelLinkPredDataset`,
     `JODIEDataset`, `AmazonBook`, `WikipediaNetwork`, `QM9`, `UPFD`, `AMiner`, `GDELT`,
     `ICEWS18`, `GraphLandDataset` and `FB15k_237` in `torch_geometric.datasets` for this
-    process (the module docstring says with what)."""
+    process (the module docstring says with what), and `ModelNet`, `MNISTSuperpixels` and
+    `FAUST` (`verbatim_geometry_datasets.install_geometry`)."""
     import torch_geometric.datasets as datasets
     from torch_geometric.data import InMemoryDataset
     from torch_geometric.datasets.gdelt import GDELT as RealGDELT
@@ -249,6 +250,7 @@ def install_stand_ins(data_root: Path) -> None:
     from torch_geometric.datasets.freebase import FB15k_237 as RealFB15k237
     from torch_geometric.datasets.icews import ICEWS18 as RealICEWS18
 
+    from verbatim_geometry_datasets import install_geometry
     from verbatim_kg_datasets import freebase_like_lines
 
     from gnnorch.datasets import load_planetoid
@@ -466,6 +468,7 @@ def install_stand_ins(data_root: Path) -> None:
                 Path(self.raw_dir, name).write_text("\n".join(lines) + "\n")
 
     datasets.FB15k_237 = FB15k237Like
+    install_geometry(data_root)   # ModelNet, MNISTSuperpixels, FAUST
     datasets.AMiner = typed("AMinerLike", aminer_like)
     datasets.GDELT = event_set(RealGDELT)
     datasets.ICEWS18 = event_set(RealICEWS18)

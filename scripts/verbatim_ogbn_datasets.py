@@ -110,10 +110,15 @@ def proteins_like(nodes: int = 4_000, degree: int = 30, tasks: int = 112,
     dst = starts[species[src]] + offsets
     agreement = torch.nn.functional.cosine_similarity(traits[src], traits[dst])
     keep = torch.rand(src.numel(), generator=gen) < (0.5 + 0.5 * agreement) / 2
-    edge_index = _symmetric(src[keep], dst[keep])
-    row, col = edge_index
+    src, dst = src[keep], dst[keep]
+    pairs = torch.stack([torch.minimum(src, dst), torch.maximum(src, dst)])
+    row, col = pairs[:, pairs[0] != pairs[1]].unique(dim=1)   # an association once
     evidence = traits[row] + traits[col] + torch.randn(row.numel(), 8, generator=gen)
-    edge_attr = torch.sigmoid(evidence) * (torch.rand(row.numel(), 8, generator=gen) < 0.6)
+    evidence = torch.sigmoid(evidence) * (torch.rand(row.numel(), 8, generator=gen) < 0.6)
+    # Both directions with one evidence, sorted as ogb stores them.
+    edge_index = torch.cat([torch.stack([row, col]), torch.stack([col, row])], 1)
+    order = (edge_index[0] * nodes + edge_index[1]).argsort()
+    edge_index, edge_attr = edge_index[:, order], torch.cat([evidence, evidence])[order]
     rules = torch.randn(8, tasks, generator=gen)
     score = traits @ rules + 0.5 * torch.randn(nodes, tasks, generator=gen)
     positives = 0.05 + 0.35 * torch.rand(tasks, generator=gen)

@@ -302,7 +302,7 @@ def test_molecule_and_directed_stand_ins_have_the_real_layouts_and_planted_label
 
 ALL_STAND_INS = (*STAND_INS, "BitcoinOTC", "LINKXDataset", "RelLinkPredDataset", "JODIEDataset",
                  "AmazonBook", "WikipediaNetwork", "QM9", "UPFD", "AMiner", "GDELT", "ICEWS18",
-                 "GraphLandDataset")
+                 "GraphLandDataset", "FB15k_237", "ModelNet", "MNISTSuperpixels", "FAUST")
 
 
 def test_aminer_and_enzymes_stand_ins_have_the_real_layouts_and_planted_labels(
@@ -494,8 +494,101 @@ def test_ogb_stand_in_arxiv_has_ogbs_layout_and_accuracy(
     guess = torch.where(torch.arange(len(truth))[:, None] % 4 == 0, truth, -1)
     assert NodeEvaluator(name="ogbn-arxiv").eval({"y_true": truth, "y_pred": guess}) == {
         "acc": float((guess == truth).sum()) / len(truth)}
-    with pytest.raises(ValueError, match="only .'ogbn-arxiv'."):
-        PygNodePropPredDataset("ogbn-products", "/nonexistent")
+    with pytest.raises(ValueError, match="only .'ogbn-arxiv', 'ogbn-products', 'ogbn-pro"):
+        PygNodePropPredDataset("ogbn-papers100M", "/nonexistent")
+
+
+def test_ogb_stand_ins_products_and_proteins_have_ogbs_layouts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.transforms as T
+    import verbatim_more_examples_datasets as more
+    import verbatim_ogbn_datasets as ogbn
+
+    for name, module in more.ogb_modules(tmp_path).items():   # for this test only
+        monkeypatch.setitem(sys.modules, name, module)
+    products_like, proteins_like = ogbn.products_like, ogbn.proteins_like
+    monkeypatch.setattr(ogbn, "products_like", lambda: products_like(nodes=2000))
+    monkeypatch.setattr(ogbn, "proteins_like", lambda: proteins_like(nodes=600))
+    from ogb.nodeproppred import Evaluator, PygNodePropPredDataset
+
+    # products: undirected, 100 float features, [N, 1] labels of 47, the most popular train
+    products = PygNodePropPredDataset("ogbn-products", "/nonexistent",
+                                      transform=T.ToSparseTensor())
+    item = products[0]
+    assert (products.num_classes, products.num_features) == (47, 100)
+    assert item.y.shape == (2000, 1) and "adj_t" in item   # the caller's transform ran
+    raw, split = products_like(nodes=2000)
+    assert raw.is_undirected() and not raw.has_self_loops()
+    assert [len(split[p]) for p in ("train", "valid", "test")] == [160, 32, 1808]
+    same = raw.y[raw.edge_index[0]] == raw.y[raw.edge_index[1]]
+    assert 0.7 < float(same.float().mean()) < 0.9   # homophilous, as the real graph
+    degree = torch.bincount(raw.edge_index[0], minlength=2000).float()
+    assert degree[split["train"]].mean() > 1.5 * degree[split["test"]].mean()   # popular
+    # proteins: no x, 8 evidence channels, 112 binary tasks, one species a part
+    proteins = PygNodePropPredDataset("ogbn-proteins", "/nonexistent")
+    protein = proteins[0]
+    assert (proteins.num_tasks, proteins.eval_metric) == (112, "rocauc")
+    assert protein.x is None and protein.edge_attr.shape[1] == 8 and protein.is_undirected()
+    assert protein.y.shape == (600, 112) and protein.y.dtype == torch.long
+    assert set(protein.y.unique().tolist()) == {0, 1}
+    row, col = protein.edge_index
+    assert bool((protein.node_species[row] == protein.node_species[col]).all())
+    parts = proteins.get_idx_split()
+    species = {p: set(protein.node_species[parts[p]].flatten().tolist()) for p in parts}
+    assert not species["train"] & species["valid"] and not species["valid"] & species["test"]
+    assert sum(map(len, parts.values())) == 600
+    y_pred = protein.y[parts["test"]].float()   # a perfect score where a task has both labels
+    assert Evaluator("ogbn-proteins").eval({"y_true": protein.y[parts["test"]],
+                                            "y_pred": y_pred}) == {"rocauc": 1.0}
+
+
+def test_geometric_stand_ins_have_the_real_layouts(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.datasets as datasets
+    import torch_geometric.transforms as T
+    import verbatim_geometry_datasets as geometry
+    from torch_geometric.utils import is_undirected
+
+    for name in ALL_STAND_INS:
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    real = geometry.superpixels_like
+    monkeypatch.setattr(geometry, "superpixels_like", lambda train: real(train)[:50])
+    verbatim.install_stand_ins(tmp_path)
+    # ModelNet: closed meshes, faces outward (a positive volume), upright, 10 / 40 classes
+    ten = datasets.ModelNet("/nonexistent", "10", True, T.SamplePoints(1024),
+                            T.NormalizeScale())
+    assert len(ten) == 300 and ten.num_classes == 10
+    mesh = ten._data
+    assert mesh.face.dtype == torch.long and mesh.pos.dtype == torch.float
+    assert ten[0].pos.shape == (1024, 3) and "face" not in ten[0]   # the transform ran
+    for item in geometry.modelnet_like("10", False)[:20]:
+        a, b, c = (item.pos[item.face[i]] for i in range(3))
+        assert float((a * torch.cross(b, c, dim=1)).sum()) > 0
+    forty = datasets.ModelNet("/nonexistent", "40", False)
+    assert len(forty) == 160 and forty.num_classes == 40
+    with pytest.raises(ValueError, match="only '10', '40'"):
+        datasets.ModelNet("/nonexistent", "20")
+    # MNISTSuperpixels: 75 regions in a 28 x 28 image, intensities in [0, 1], both directions
+    digits = datasets.MNISTSuperpixels("/nonexistent", True, transform=T.Cartesian(cat=False))
+    digit = digits[0]
+    assert digit.x.shape == (75, 1) and digit.pos.shape == (75, 2)
+    assert is_undirected(digit.edge_index)
+    assert float(digit.pos.min()) >= 0 and float(digit.pos.max()) < 28
+    assert 0 <= float(digit.x.min()) and float(digit.x.max()) <= 1
+    assert digit.edge_attr.shape == (digit.num_edges, 2)   # the transform ran
+    drawn = real(False)[:200]   # the ink follows the strokes: an 8 has seven, a 1 two
+    ink = {label: torch.stack([d.x.sum() for d in drawn if int(d.y) == label]).mean()
+           for label in (1, 8)}
+    assert float(ink[8]) > 2 * float(ink[1])
+    # FAUST: 80 / 20 meshes of one vertex order, y the pose (i % 10)
+    train = datasets.FAUST("/nonexistent", True, T.Cartesian(),
+                           T.Compose([T.FaceToEdge(), T.Constant(value=1)]))
+    test = datasets.FAUST("/nonexistent", False)
+    assert (len(train), len(test)) == (80, 20) and train[0].edge_attr.shape[1] == 3
+    assert [int(test[i].y) for i in range(3)] == [0, 1, 2]
+    assert torch.equal(test[0].face, test[5].face) and test[0].num_nodes == train[0].num_nodes
 
 
 def test_an_examples_arguments_reach_its_command_line(tmp_path: Path,
