@@ -330,9 +330,9 @@ EXAMPLES: dict[str, Example] = {
            ("point_transformer_classification", "range(1, 201)", "range(1, 3)",
             "200 epochs -> 2"),
            ("randlanet_classification", "range(1, 201)", "range(1, 3)", "200 epochs -> 2"),
-           ("mnist_graclus", "range(1, 31)", "range(1, 4)", "30 epochs -> 3"),
+           ("mnist_graclus", "range(1, 31)", "range(1, 2)", "30 epochs -> 1"),
            ("mnist_nn_conv", "range(1, 31)", "range(1, 4)", "30 epochs -> 3"),
-           ("mnist_voxel_grid", "range(1, 21)", "range(1, 4)", "20 epochs -> 3"),
+           ("mnist_voxel_grid", "range(1, 21)", "range(1, 2)", "20 epochs -> 1"),
            ("faust", "range(1, 101)", "range(1, 3)", "100 epochs -> 2"))},
     "dgcnn_classification": Example("examples/dgcnn_classification.py",
                                     argv=("--epochs", "3")),   # 200 epochs -> 2
