@@ -20,9 +20,6 @@ import torch.nn.functional as F
 
 import gnnorch
 
-OUT = Path(tempfile.mkdtemp(prefix="rank-step-draws-"))
-
-
 def graphs() -> list:
     from torch_geometric.data import Data
 
@@ -32,7 +29,7 @@ def graphs() -> list:
             for i in range(64)]
 
 
-def train(data: list) -> int:
+def train(data: list, out: str) -> int:
     from torch_geometric.loader import DataLoader
     from torch_geometric.nn import GCNConv, global_mean_pool
 
@@ -61,13 +58,14 @@ def train(data: list) -> int:
             F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y).backward()
             optimizer.step()
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-    torch.save(model.masks, OUT / f"masks_{rank}.pt")
+    torch.save(model.masks, Path(out) / f"masks_{rank}.pt")
     return len(model.masks)
 
 
 def main() -> None:
-    gnnorch.Runtime(train, processes=2, verbose=False)(graphs())
-    first, second = (torch.load(OUT / f"masks_{r}.pt") for r in (0, 1))
+    out = Path(tempfile.mkdtemp(prefix="rank-step-draws-"))
+    gnnorch.Runtime(train, processes=2, verbose=False)(graphs(), str(out))
+    first, second = (torch.load(out / f"masks_{r}.pt") for r in (0, 1))
     print("| step | rows | rank 0 and rank 1 masks agree |")
     print("|---|---|---|")
     for step, (a, b) in enumerate(zip(first, second)):
