@@ -32,8 +32,8 @@ process that runs it puts only this around it:
   error, not a silent change;
 * an offline ``ogb`` package in ``sys.modules`` (`verbatim_more_examples_datasets.install_ogb`):
   ``PygNodePropPredDataset('ogbn-arxiv' | 'ogbn-products' | 'ogbn-proteins')``,
-  ``PygGraphPropPredDataset('ogbg-molhiv')`` (synthetic, smaller), their ``Evaluator`` (ogb's metrics: accuracy, ROC-AUC by sklearn) and
-  ``AtomEncoder`` / ``BondEncoder``;
+  ``PygGraphPropPredDataset('ogbg-molhiv')`` (synthetic, smaller), their ``Evaluator``
+  (ogb's metrics: accuracy, ROC-AUC by sklearn) and ``AtomEncoder`` / ``BondEncoder``;
 * where a script has required arguments (no defaults), the arguments listed in `EXAMPLES`
   (``argv``, and in the report);
 * ``random``, ``numpy`` and ``torch`` seeded with 0, ``PYTHONHASHSEED=0`` (string hashing,
