@@ -266,6 +266,11 @@ EXAMPLES: dict[str, Example] = {
     # LinearSVC, a recurrent event network over a temporal knowledge graph (DataLoaders of
     # events with workers), and GraphLand's full-graph GCN (`verbatim_more_examples_datasets`).
     "metapath2vec": Example("examples/hetero/metapath2vec.py"),
+    # A Taobao shopping log (`verbatim_interaction_datasets`): RandomLinkSplit, an item-item
+    # graph from co-purchases (scipy), hetero LinkNeighborLoaders with binary negatives and
+    # 16 workers each, embeddings of users and items.
+    "bipartite_sage_unsup": Example("examples/hetero/bipartite_sage_unsup.py",
+                                    **_epochs("range(1, 21)", "range(1, 3)", "20 epochs -> 2")),
     # Random walks over Cora into a sparse embedding table trained by SparseAdam (pyg-lib's
     # random walk: run it with pyg-lib's environment).
     "node2vec": Example("examples/node2vec.py",

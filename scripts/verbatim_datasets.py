@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     import torch
     from torch_geometric.data import Data
 
-from verbatim_interaction_datasets import amazon_book_like, jodie_like
+from verbatim_interaction_datasets import amazon_book_like, jodie_like, taobao_like
 from verbatim_molecule_datasets import qm9_like, upfd_like
 from verbatim_more_examples_datasets import (ENZYMES_ATTRIBUTES, EVENT_SETS, aminer_like,
                                              enzymes_like, events_like, tolokers_like)
@@ -239,8 +239,8 @@ def communities_like(num_nodes: int, features: int, classes: int, degree: int,
 def install_stand_ins(data_root: Path) -> None:
     """Replace `Planetoid`, `TUDataset`, `PPI`, `ZINC`, `Reddit`, `Flickr`, `DBLP`, `IMDB`,
     `MovieLens`, `OGB_MAG`, `Entities`, `BitcoinOTC`, `LINKXDataset`, `RelLinkPredDataset`,
-    `JODIEDataset`, `AmazonBook`, `WikipediaNetwork`, `QM9`, `UPFD`, `AMiner`, `GDELT`,
-    `ICEWS18`, `GraphLandDataset` and `FB15k_237` in `torch_geometric.datasets` for this
+    `JODIEDataset`, `AmazonBook`, `Taobao`, `WikipediaNetwork`, `QM9`, `UPFD`, `AMiner`,
+    `GDELT`, `ICEWS18`, `GraphLandDataset` and `FB15k_237` in `torch_geometric.datasets` for this
     process (the module docstring says with what), and `ModelNet`, `MNISTSuperpixels` and
     `FAUST` (`verbatim_geometry_datasets.install_geometry`)."""
     import torch_geometric.datasets as datasets
@@ -478,6 +478,7 @@ def install_stand_ins(data_root: Path) -> None:
     datasets.UPFD = UPFDLike
     datasets.JODIEDataset = named("JODIEDataset", "wikipedia", jodie_like)
     datasets.AmazonBook = typed("AmazonBookLike", amazon_book_like)
+    datasets.Taobao = typed("TaobaoLike", taobao_like)
     datasets.BitcoinOTC = BitcoinOTCLike
     datasets.LINKXDataset = named("LINKXDataset", "Penn94", penn94_like)
     datasets.RelLinkPredDataset = RelLinkPredLike

@@ -1,7 +1,7 @@
 """Offline stand-ins of user-item interaction sets for `pyg_examples_verbatim.py`: a JODIE
-temporal event stream (``JODIEDataset(root, 'wikipedia')``) and a bipartite rating graph
-(``AmazonBook(root)``), of the real sets' layouts and widths, smaller. `verbatim_datasets`
-installs them.
+temporal event stream (``JODIEDataset(root, 'wikipedia')``), a bipartite rating graph
+(``AmazonBook(root)``) and a shopping log (``Taobao(root)``), of the real sets' layouts and
+widths, smaller. `verbatim_datasets` installs them.
 
 Both plant the same taste: users and items fall into clusters, and a user mostly picks items
 of its own cluster, so a model that remembers (TGN's memory) or embeds (LightGCN) who picked
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
     from torch_geometric.data import HeteroData, TemporalData
 
-__all__ = ["amazon_book_like", "jodie_like"]
+__all__ = ["amazon_book_like", "jodie_like", "taobao_like"]
 
 
 def _picks(users: int, items: int, count: int, clusters: int, loyalty: float,
@@ -75,4 +75,33 @@ def amazon_book_like(users: int = 2000, books: int = 3000, train: int = 40_000,
     data["user", "rates", "book"].edge_index = pairs[:, :train]
     data["user", "rates", "book"].edge_label_index = pairs[:, train:]
     data["book", "rated_by", "user"].edge_index = pairs[:, :train].flip([0])
+    return data
+
+
+def taobao_like(users: int = 3000, items: int = 2000, categories: int = 40,
+                events: int = 60_000, seed: int = 0) -> HeteroData:
+    """A Taobao-like shopping log as PyG's processing leaves it (real: 987,994 users, 4,162,024
+    items, 9,439 categories, about 100M behaviours over nine days): ``user`` / ``item`` /
+    ``category`` node counts, ``('user', 'to', 'item')`` with one edge per behaviour (a user
+    may view an item many times), its ``time`` (Unix seconds in the real window) and
+    ``behavior`` (0 view, 1 cart, 2 buy, 3 favourite, in the real shares), and distinct
+    ``('item', 'to', 'category')`` pairs, one category an item. Picks by `_picks` (30
+    clusters, loyalty 0.8); an item's category follows its cluster."""
+    import torch
+    from torch_geometric.data import HeteroData
+
+    gen = torch.Generator().manual_seed(seed)
+    user, item = _picks(users, items, events, 30, 0.8, gen)
+    time = torch.randint(1511539200, 1512316800, (events, ), generator=gen)
+    behavior = torch.multinomial(torch.tensor([0.895, 0.055, 0.02, 0.03]), events,
+                                 replacement=True, generator=gen)
+    order = time.argsort()
+    data = HeteroData()
+    data["user"].num_nodes, data["item"].num_nodes = users, items
+    data["category"].num_nodes = categories
+    data["user", "to", "item"].edge_index = torch.stack([user[order], item[order]])
+    data["user", "to", "item"].time = time[order]
+    data["user", "to", "item"].behavior = behavior[order]
+    category = (torch.arange(items) % 30) % categories
+    data["item", "to", "category"].edge_index = torch.stack([torch.arange(items), category])
     return data

@@ -302,7 +302,8 @@ def test_molecule_and_directed_stand_ins_have_the_real_layouts_and_planted_label
 
 ALL_STAND_INS = (*STAND_INS, "BitcoinOTC", "LINKXDataset", "RelLinkPredDataset", "JODIEDataset",
                  "AmazonBook", "WikipediaNetwork", "QM9", "UPFD", "AMiner", "GDELT", "ICEWS18",
-                 "GraphLandDataset", "FB15k_237", "ModelNet", "MNISTSuperpixels", "FAUST")
+                 "GraphLandDataset", "FB15k_237", "ModelNet", "MNISTSuperpixels", "FAUST",
+                 "Taobao")
 
 
 def test_aminer_and_enzymes_stand_ins_have_the_real_layouts_and_planted_labels(
@@ -720,3 +721,28 @@ def test_unknown_examples_and_bad_options_are_refused(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit):
         verbatim.parse_args(["--options", "[1]"])
     assert "--options must be a JSON object" in capsys.readouterr().err
+
+
+def test_taobao_stand_in_has_the_processed_layout(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch_geometric.datasets as datasets
+    from torch_geometric.utils.convert import to_scipy_sparse_matrix
+
+    for name in ALL_STAND_INS:
+        monkeypatch.setattr(datasets, name, getattr(datasets, name))
+    verbatim.install_stand_ins(tmp_path)
+    data = datasets.Taobao("/nonexistent")[0]
+    assert data.node_types == ["user", "item", "category"]
+    log = data["user", "to", "item"]
+    assert log.edge_index.shape == (2, 60_000) and log.time.dtype == torch.long
+    assert bool(((log.time >= 1511539200) & (log.time <= 1512316799)).all())
+    assert set(log.behavior.unique().tolist()) == {0, 1, 2, 3}
+    assert float((log.behavior == 0).float().mean()) > 0.85   # mostly views, as the real log
+    items = data["item", "to", "category"].edge_index
+    assert torch.equal(items[0], torch.arange(data["item"].num_nodes))   # one category an item
+    # the example's item-item graph (co-picked by at least 3 users) is not empty
+    mat = to_scipy_sparse_matrix(log.edge_index).tocsr()[:3000, :2000]
+    co = mat.T @ mat
+    co.setdiag(0)
+    assert (co >= 3).sum() > 1000
