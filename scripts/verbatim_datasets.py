@@ -468,7 +468,7 @@ def install_stand_ins(data_root: Path) -> None:
                 Path(self.raw_dir, name).write_text("\n".join(lines) + "\n")
 
     datasets.FB15k_237 = FB15k237Like
-    install_geometry(data_root)   # ModelNet, MNISTSuperpixels, FAUST
+    install_geometry(Synthetic)   # ModelNet, MNISTSuperpixels, FAUST
     datasets.AMiner = typed("AMinerLike", aminer_like)
     datasets.GDELT = event_set(RealGDELT)
     datasets.ICEWS18 = event_set(RealICEWS18)

@@ -27,7 +27,6 @@ which FAUST's example runs, take about 1 s a layer for 1,200 vertices here.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -177,36 +176,24 @@ def faust_like(seed: int = 0) -> list:
     return graphs
 
 
-def install_geometry(data_root: Path) -> None:
+def install_geometry(base: type) -> None:
     """Replace `ModelNet`, `MNISTSuperpixels` and `FAUST` in ``torch_geometric.datasets`` for
-    this process: in-memory sets of the stand-ins above, filtered and pre-transformed as
-    PyG's processing does, under a root of this process's own."""
-    import os
-
+    this process with subclasses of `base` (`verbatim_datasets`' in-memory ``Synthetic``: the
+    graphs filtered and pre-transformed as PyG's processing does, under a root of this
+    process's own) holding the stand-ins above."""
     import torch_geometric.datasets as datasets
-    from torch_geometric.data import InMemoryDataset
 
-    class Geometric(InMemoryDataset):
-        def __init__(self, graphs: list, transform, pre_transform, pre_filter) -> None:
-            root = data_root / "stand-ins" / f"{type(self).__name__}-{os.getpid()}"
-            (root / "processed").mkdir(parents=True, exist_ok=True)
-            super().__init__(str(root), transform)
-            graphs = [g for g in graphs if pre_filter is None or pre_filter(g)]
-            if pre_transform is not None:
-                graphs = [pre_transform(g) for g in graphs]
-            self.data, self.slices = self.collate(graphs)
-
-    class ModelNetLike(Geometric):
+    class ModelNetLike(base):
         def __init__(self, root, name="10", train=True, transform=None, pre_transform=None,
                      pre_filter=None, **kwargs):
             super().__init__(modelnet_like(name, train), transform, pre_transform, pre_filter)
 
-    class MNISTSuperpixelsLike(Geometric):
+    class MNISTSuperpixelsLike(base):
         def __init__(self, root, train=True, transform=None, pre_transform=None,
                      pre_filter=None, **kwargs):
             super().__init__(superpixels_like(train), transform, pre_transform, pre_filter)
 
-    class FAUSTLike(Geometric):
+    class FAUSTLike(base):
         def __init__(self, root, train=True, transform=None, pre_transform=None,
                      pre_filter=None, **kwargs):
             meshes = faust_like()
