@@ -8,7 +8,6 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -71,10 +70,26 @@ def test_a_forked_rank_is_a_rank_as_a_fresh_interpreter_is():
     assert {r["ppid"] for r in first + second} == {kept}   # every rank forked by one zygote
     for r in first + second:
         assert r["session"] == r["pid"]                  # its own session, as start_new_session
-        assert r["argv"] == [str(Path(gnnorch.__file__).parent / "launch" / "worker.py")]
+        assert r["argv"] == sys.argv                     # the caller's (`execute.caller_state`)
         assert r["omp"] == "1" and r["threads"] == 1
-    draws = [(r["random"], r["numpy"]) for r in first + second]
-    assert len(set(draws)) == len(draws), "forked ranks share a generator's stream"
+    draws = {(r["random"], r["numpy"]) for r in first + second}
+    assert len(draws) == 1, "ranks draw from the caller's generators, alike"
+
+
+def test_a_fork_reseeds_its_generators_as_a_fresh_interpreter():
+    """Before the run's job hands a rank the caller's generators, a forked rank's own are
+    reseeded (what the worker draws in between must not repeat across ranks)."""
+    import numpy
+
+    saved = numpy.random.get_state(), torch.get_rng_state()
+    try:
+        zygote_server._reseed_like_a_fresh_interpreter()
+        assert numpy.random.get_state()[1].tolist() != saved[0][1].tolist()
+        if torch.initial_seed() != torch.Generator().initial_seed():
+            assert not torch.equal(torch.get_rng_state(), saved[1])
+    finally:
+        numpy.random.set_state(saved[0])
+        torch.set_rng_state(saved[1])
 
 
 def test_the_zygote_is_replaced_when_the_environment_changes(monkeypatch):
@@ -113,6 +128,29 @@ def test_a_zygote_that_would_fork_unsafely_steps_aside(tmp_path, monkeypatch):
     assert again.how == starter.how and time.monotonic() - start < 1.0
     ranks = gnnorch.Runtime(gather_identities, processes=2)()
     assert os.getpid() in {r["ppid"] for r in ranks}
+
+
+def test_a_zygote_that_exits_while_starting_says_so(tmp_path, monkeypatch):
+    """A zygote that dies before its hello: the launch is told why and starts fresh ranks."""
+    (tmp_path / "sitecustomize.py").write_text("import os\nos._exit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    starter = RankStarter("warm", cuda=False, start_timeout=120)
+    assert starter.how.startswith("fresh: it exited while starting (code 3"), starter.how
+
+
+@pytest.mark.parametrize("start", ["warm", "fresh"])
+def test_ranks_start_in_a_folder_whose_files_shadow_what_they_import(tmp_path, monkeypatch,
+                                                                      start):
+    """PyG's benchmark folders hold a ``statistics.py`` (stdlib's name, which torch imports):
+    a rank imports torch and gnnorch as the caller did, without the working directory first on
+    its path, and only then takes the caller's ``sys.path``."""
+    (tmp_path / "statistics.py").write_text(
+        "raise ImportError('statistics.py of the working directory was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    runtime = gnnorch.Runtime(gather_identities, processes=2, launch={"rank_start": start})
+    assert [r["rank"] for r in runtime()] == [0, 1]
+    assert runtime.last_run.stats[0]["launch"]["rank_start"].startswith(start)
 
 
 def test_cuda_ranks_and_the_fresh_option_never_use_the_zygote():

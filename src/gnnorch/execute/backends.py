@@ -30,6 +30,7 @@ from ..launch.context import RankProcess, bound_for_call
 from ..launch.plan import CorePlan
 from ..launch.supervisor import LaunchSpec, RankGroup
 from . import world
+from .caller_state import CallerState
 from .hooks import Hook, muted
 from .info import RunInfo
 from .output import OutputCapture
@@ -85,7 +86,7 @@ class RankProcesses(Backend):
         job = RankJob(request.options, request.seed, tuple(hooks),
                       decisions=_export_decisions(request, log_dir),
                       rng_state=torch.get_rng_state(), device=request.device,
-                      seed_given=request.seed_given)
+                      seed_given=request.seed_given, caller=CallerState.capture())
         token = secrets.token_hex(8)
         spec = LaunchSpec(plan=plan, cores=cores, log_dir=log_dir,
                           backend="nccl" if request.device == "cuda" else "gloo",

@@ -19,6 +19,7 @@ from ..intercept.session import session
 from ..launch import fork_guard
 from ..launch.context import RankContext, RankProcess
 from ..rewrite.decisions import load_decisions
+from .caller_state import CallerState
 from .hooks import Hook, finish_all, prepare_all
 
 
@@ -36,6 +37,10 @@ class RankJob:
     rng_state: torch.Tensor | None = None
     device: str = "cpu"            # the run's training device (`Request.device`)
     seed_given: bool = False       # `seed` is the user's ``Runtime(seed=)`` (`Request`)
+    # the caller's argv, Python / numpy generators and torch settings, which our rank
+    # processes take over (`execute.caller_state`); None: this process is the caller's own,
+    # or a process of someone else's world, which runs the user's script itself
+    caller: CallerState | None = None
 
     def context(self, process: RankProcess) -> RankContext:
         return RankContext(rank=process.rank, world_size=process.world_size, plan=process.plan,
@@ -47,6 +52,8 @@ class RankJob:
                  kwargs: dict) -> tuple[Any, dict]:
         if self.decisions is not None:
             load_decisions(self.decisions)
+        if self.caller is not None:
+            self.caller.apply()
         if self.rng_state is not None:
             torch.set_rng_state(self.rng_state)
         ctx = self.context(process)

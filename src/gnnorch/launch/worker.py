@@ -1,4 +1,5 @@
-"""Entry point of a rank process: `python -m gnnorch.launch.worker` (started by the supervisor).
+"""Entry point of a rank process: `main`, run by ``python -c`` `zygote.WORKER_ARGV` (started by
+the supervisor; the working directory kept off the path while it imports, `zygote.SAFE_PATH`).
 
 A fresh interpreter (never a fork of the user's process: fork after OpenMP hangs), so the user's
 `__main__` is not re-imported. Protocol over a Unix socket authenticated with the caller's key

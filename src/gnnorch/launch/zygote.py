@@ -20,7 +20,7 @@ Invariants:
   CUDA launches (nccl, one GPU per rank) always start fresh.
 * **A child is a rank as a fresh interpreter would be:** its own session, stdin/stdout/stderr
   the fds the supervisor gave, the caller's current environment (the rank's keys included),
-  ``sys.argv`` of ``python -m gnnorch.launch.worker``, its generators seeded as a fresh
+  ``sys.argv`` of a fresh one (`WORKER_ARGV`), its generators seeded as a fresh
   interpreter's are; then `gnnorch.launch.worker.main`, which never returns.
 * **What the zygote imported must be what a fresh rank would import:** it is reused only while
   the interpreter, the working directory and the environment (less the keys a launch sets per
@@ -59,10 +59,17 @@ from .zygote_server import recv, send
 #: test and is read by no import that matters to a rank.
 PER_RANK_KEYS = frozenset({"GNNORCH_RANK_SPEC", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
                            "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST"})
-WORKER_ARGV = ["-m", "gnnorch.launch.worker"]
+#: Run first by the zygote and by a fresh rank (``python -c``): drop the entry the interpreter
+#: put first on ``sys.path`` for ``-c`` (``''``, the working directory), unless it put none
+#: (``-P`` / ``PYTHONSAFEPATH``, Python 3.11+). A rank imports torch and gnnorch as the caller
+#: did, from its environment's paths: a file of the working directory named as a module they
+#: import (PyG's benchmark folders hold a ``statistics.py``) is not taken for it. The rank takes
+#: the caller's ``sys.path`` afterwards, for the user's code (`gnnorch.launch.worker`).
+SAFE_PATH = "import sys; getattr(sys.flags, 'safe_path', False) or sys.path.pop(0); "
+WORKER_ARGV = ["-c", SAFE_PATH + "from gnnorch.launch import worker; worker.main()"]
 #: How the zygote starts (``-c``, not ``-m``: the package's __init__ imports this module, which
 #: runpy would then execute a second time as ``__main__``).
-ZYGOTE_COMMAND = "from gnnorch.launch import zygote_server; zygote_server.main()"
+ZYGOTE_COMMAND = SAFE_PATH + "from gnnorch.launch import zygote_server; zygote_server.main()"
 
 
 class ForkedProcess:
@@ -141,7 +148,8 @@ class Zygote:
 
     def _hello(self, timeout: float) -> int:
         """The zygote's pid once it has imported and found no fork hazard."""
-        message = recv(self._sock)[0] if readable(self._sock.fileno(), timeout) else None
+        ready = readable(self._sock.fileno(), timeout)
+        message = recv(self._sock)[0] if ready else None
         if message is not None and message[0] == "hello" and not message[2]:
             return int(message[1])
         self.close()

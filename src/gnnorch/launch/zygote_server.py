@@ -79,7 +79,7 @@ def recv(sock: socket.socket, fds: int = 0) -> tuple[tuple | None, list[int]]:
 
 
 def _become_rank(sock: socket.socket, stdio: list[int], env: dict[str, str]) -> None:
-    """In a fresh child: become a rank process as `python -m gnnorch.launch.worker` would be."""
+    """In a fresh child: become a rank process as a fresh one would be (`zygote.WORKER_ARGV`)."""
     try:
         os.setsid()
         sock.close()
@@ -92,7 +92,7 @@ def _become_rank(sock: socket.socket, stdio: list[int], env: dict[str, str]) -> 
         os.environ.update(env)
         from . import worker
 
-        sys.argv[:] = [worker.__file__]   # as `python -m gnnorch.launch.worker` has it
+        sys.argv[:] = ["-c"]   # as a fresh rank's, `python -c` (`zygote.WORKER_ARGV`)
         _reseed_like_a_fresh_interpreter()
         worker.main()   # ends with os._exit
     finally:
