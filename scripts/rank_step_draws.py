@@ -1,12 +1,13 @@
 """How often two ranks' training steps draw the same dropout mask in a sharded epoch (README,
-"Your training step's own draws are not made independent").
+"Your training step's own draws are independent across ranks").
 
 A graph-level ``DataLoader`` of 64 equal graphs (10 nodes each), shuffled, batch 16, two
 epochs, under ``gnnorch.Runtime(train, processes=2)``: the model drops half of a ``[rows, 32]``
 activation, and each rank saves its masks. Paired masks (rank 0's and rank 1's k-th step, same
 shape) agree in half their entries when the ranks draw independently, in all of them when they
 draw one stream. The first step of the first epoch runs whole in both ranks (it decides the
-sharding), where equal masks are what one process's step needs.
+sharding): its masks are equal, as one process's step needs. Every other step is sharded and
+draws from its rank's step stream (`gnnorch.intercept.rank_streams.rank_steps`).
 
     .venv/bin/python scripts/rank_step_draws.py
 """

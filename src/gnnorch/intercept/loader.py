@@ -82,7 +82,7 @@ from .feeds import DevicePathHook, LoaderState
 from .layers import LayerSeam
 from .loader_pass import plan_workers, start_pass
 from .procgroup import UserDistribution
-from .rank_streams import rank_stream
+from .rank_streams import rank_steps, rank_stream
 from .sampler_backend import choose_backend
 from .shard import ShardSampler, sharded_by_user, why_whole_in_every_rank
 from .split_epoch import head_and_rest, noted_kept_whole
@@ -370,6 +370,6 @@ class LoaderInterceptor:
                                whole_in_every_rank=whole is not None)
             if state.shard is not None and state.shard.sharded:
                 timer.padded = state.shard.padding()
-        state.epochs += 1
-        return timed(iterator, timer)
+        epoch, state.epochs = state.epochs, state.epochs + 1
+        return rank_steps(timed(iterator, timer), ctx, state, epoch)
 

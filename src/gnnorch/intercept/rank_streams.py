@@ -26,9 +26,24 @@ Policy: a sharded training epoch ``e`` of training loader ``l`` in rank ``r`` of
 A loader the device path serves samples from its own per-rank generators already
 (`gnnorch.device.seeds`); evaluation epochs and runs of one process draw as PyG draws, from
 torch's global RNG. A fixed run seed repeats every epoch exactly, as before.
+
+The training steps of a sharded epoch (`rank_steps`) draw from a stream of their rank's own
+too: ``sampling_seed(s, r, l, e, stream=3)``, on the CPU and, where CUDA is in use, on the
+rank's current GPU. What a step draws between its batch and the next -- dropout, noise, a
+pooling's random matching, negatives drawn in the step -- is then independent across ranks, as
+one process's draws for the rows of one batch are (with the caller's stream in every rank, row i
+of a dropout mask was the same in every rank's half of the batch), and the caller's own stream
+is never advanced by a rank's share: outside sharded steps it is in the same state in every
+rank, which a step's draws of rank-dependent sizes otherwise end (the ranks' halves hold
+different node counts). So what the function draws between epochs -- a model's
+``reset_parameters()`` for the next fold of a cross-validation (PyG's ``benchmark/kernel``), a
+new split -- is the same in every rank, as gradient averaging needs. A whole batch (an epoch's
+head, a kept-whole epoch) is the same in every rank and draws from the caller's stream: one
+draw, as one process's step makes.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
@@ -39,10 +54,13 @@ from .feeds import LoaderState
 if TYPE_CHECKING:
     from ..launch.context import RankContext
 
-__all__ = ["RANK_STREAM", "epoch_generator", "independent_draws", "rank_stream"]
+__all__ = ["RANK_STREAM", "STEP_STREAM", "epoch_generator", "independent_draws", "rank_steps",
+           "rank_stream"]
 
 #: The `sampling_seed` stream number of the host path's per-rank sampling (module docstring).
 RANK_STREAM = 2
+#: The `sampling_seed` stream number of the training steps of a sharded epoch (`rank_steps`).
+STEP_STREAM = 3
 
 
 def epoch_generator(run_seed: int, rank: int, loader: int, epoch: int) -> torch.Generator:
@@ -81,3 +99,50 @@ def rank_stream(ctx: RankContext, state: LoaderState, training: bool,
         return None
     return epoch_generator(ctx.data_seed, ctx.rank, state.index,
                            state.epochs if epoch is None else epoch)
+
+
+def rank_steps(batches: Iterator[Any], ctx: RankContext, state: LoaderState,
+               epoch: int) -> Iterator[Any]:
+    """`batches` as the user's loop gets them, the step of each sharded batch (the user's code
+    from the batch to the next request, or to leaving the loop) drawing from this rank's step
+    stream of training epoch `epoch` (the module docstring); a whole batch's step, and all
+    else, from the caller's generators. Whether a batch is sharded is read as it is handed out
+    (an epoch's head is whole, its rest sharded as `split_epoch` decided)."""
+    shard = state.shard
+    streams: list[tuple[torch.Generator, torch.Generator]] | None = None
+    for batch in batches:
+        if shard is None or not shard.sharded:
+            yield batch
+            continue
+        if streams is None:
+            streams = _step_streams(ctx, state, epoch)
+        with _drawing_from(streams):
+            yield batch
+
+
+def _step_streams(ctx: RankContext, state: LoaderState, epoch: int
+                  ) -> list[tuple[torch.Generator, torch.Generator]]:
+    """(the default generator, this epoch's step stream) for the CPU and, where CUDA is in
+    use, the current GPU."""
+    seed = sampling_seed(ctx.data_seed, ctx.rank, state.index, epoch, stream=STEP_STREAM)
+    pairs = [(torch.default_generator, torch.Generator().manual_seed(seed))]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        index = torch.cuda.current_device()
+        pairs.append((torch.cuda.default_generators[index],
+                      torch.Generator(device=f"cuda:{index}").manual_seed(seed)))
+    return pairs
+
+
+@contextlib.contextmanager
+def _drawing_from(pairs: list[tuple[torch.Generator, torch.Generator]]) -> Iterator[None]:
+    """Each default generator in its stream's state inside; afterwards the advanced state goes
+    back into the stream and the default generator's own is restored."""
+    own = [default.get_state() for default, _ in pairs]
+    for default, stream in pairs:
+        default.set_state(stream.get_state())
+    try:
+        yield
+    finally:
+        for (default, stream), state in zip(pairs, own):
+            stream.set_state(default.get_state())
+            default.set_state(state)
