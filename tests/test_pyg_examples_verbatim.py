@@ -25,6 +25,14 @@ def test_time_lines_are_dropped_and_the_rest_kept() -> None:
                                         "Test: 0.8120"]
 
 
+def test_a_duration_beside_metrics_is_blanked_not_the_line() -> None:
+    out = ("Val Loss: 0.6277, Test Accuracy: 0.665 \u00b1 0.024, Duration: 0.065\n"
+           "Epoch: 001, Test: 0.1250, Duration: 12.31\n")
+    assert verbatim.kept_lines(out) == [
+        "Val Loss: 0.6277, Test Accuracy: 0.665 \u00b1 0.024, Duration: #",
+        "Epoch: 001, Test: 0.1250, Duration: #"]
+
+
 def test_interpreter_and_source_paths_are_checked_and_made_absolute(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         verbatim.parse_args(["--python", "no-such-python"])
@@ -705,6 +713,40 @@ def test_a_run_past_its_time_limit_is_ended_with_its_children(
     while any(map(_alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(map(_alive, pids)), "a timed-out run left its child process running"
+
+
+def test_a_benchmark_folder_is_extracted_whole_and_imported_as_its_readme_runs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """PyG's benchmark scripts import their siblings (``from datasets import ...``) or, in
+    `points/`, the folder as a package of ``benchmark/`` (``from points.datasets import``)."""
+    work = tmp_path / "pyg"
+    (work / "benchmark" / "points").mkdir(parents=True)
+    (work / "benchmark" / "points" / "__init__.py").write_text("")
+    (work / "benchmark" / "points" / "helpers.py").write_text("NAME = 'sibling'\n")
+    (work / "benchmark" / "points" / "main.py").write_text(
+        "from helpers import NAME\nfrom points.helpers import NAME as AGAIN\n"
+        "print(NAME, AGAIN, EPOCHS)\nEPOCHS = 1\n")
+    git = ["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "bench"], check=True)
+    example = verbatim.Example("benchmark/points/main.py", tree="benchmark/points",
+                               import_roots=("benchmark", ),
+                               edits=(("print(NAME, AGAIN, EPOCHS)\nEPOCHS = 1",
+                                       "EPOCHS = 2\nprint(NAME, AGAIN, EPOCHS)"), ))
+    file = verbatim.extract(work / ".git", "HEAD", example, tmp_path / "out")
+    assert (file.parent / "helpers.py").exists() and "EPOCHS = 2" in file.read_text()
+    monkeypatch.setattr(verbatim, "install_stand_ins", lambda root: None)
+    monkeypatch.setattr(verbatim, "install_ogb", lambda root: None)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in ("helpers", "points", "points.helpers"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    roots = [str(tmp_path / "out" / "benchmark")]
+    verbatim.run_child(file, None, tmp_path, (), roots)
+    assert capsys.readouterr().out == "sibling sibling 2\n"
+    assert sys.path[:2] == [str(file.parent), roots[0]]
 
 
 def test_an_edit_that_no_longer_matches_is_refused(tmp_path: Path) -> None:
