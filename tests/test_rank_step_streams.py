@@ -16,6 +16,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -123,3 +124,37 @@ def test_one_process_draws_as_pyg_does() -> None:
     plain = cross_validation(uneven_graphs())
     ran = gnnorch.Runtime(cross_validation, processes=1, verbose=False)(uneven_graphs())
     assert ran == plain
+
+
+def _steps_drawing(device: str) -> tuple[list, torch.Tensor, torch.Tensor]:
+    """Three sharded batches through `rank_steps`, each step drawing on `device`: the draws,
+    and the device's default generator state before and after the loop."""
+    from types import SimpleNamespace
+
+    from gnnorch.intercept.rank_streams import rank_steps
+
+    generator = (torch.default_generator if device == "cpu"
+                 else torch.cuda.default_generators[torch.cuda.current_device()])
+    ctx = SimpleNamespace(data_seed=7, rank=1)
+    state = SimpleNamespace(shard=SimpleNamespace(sharded=True), index=0)
+    before = generator.get_state()
+    draws = [torch.rand(4, device=device) for _ in rank_steps(iter(range(3)), ctx, state, 0)]
+    return draws, before, generator.get_state()
+
+
+def test_a_step_draws_from_its_stream_and_puts_the_callers_state_back() -> None:
+    draws, before, after = _steps_drawing("cpu")
+    assert torch.equal(before, after)             # the caller's stream did not move
+    assert len({tuple(d.tolist()) for d in draws}) == 3   # one stream, advanced step by step
+    again, _, _ = _steps_drawing("cpu")
+    assert all(torch.equal(a, b) for a, b in zip(draws, again))   # seeded: it repeats
+    assert not torch.equal(draws[0], torch.rand(4))   # not the caller's next draw
+
+
+@pytest.mark.gpu
+def test_a_step_on_cuda_draws_from_its_stream_and_puts_the_callers_state_back() -> None:
+    torch.cuda.init()
+    draws, before, after = _steps_drawing("cuda")
+    assert torch.equal(before, after)
+    assert len({tuple(d.tolist()) for d in draws}) == 3
+    assert not torch.equal(draws[0], torch.rand(4, device="cuda"))

@@ -17,9 +17,10 @@ Which value (`DataSeed.fix`, at the first loader built inside the run):
 
 Why the first loader, and once: every rank starts from the caller's generator state
 (`execute.rank.RankJob`) and, up to the first loader, runs the same code, so the ranks'
-digests are equal there. Afterwards they part: a sharded epoch's dropout draws as many numbers
-as the rank's batch has rows. Later loaders therefore derive their seeds from this one and
-their construction index, as before.
+digests are equal there. Sharded steps draw from per-rank streams (`rank_streams.rank_steps`),
+which keeps the ranks' generators in one state afterwards too, but a function may still draw
+by rank itself. Later loaders therefore derive their seeds from this one and their
+construction index, as before.
 
 With p > 1 ranks sharding (not a function that manages distribution itself,
 `procgroup.UserDistribution`), sharding needs one permutation: the ranks compare their digests
