@@ -644,7 +644,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {warning}", file=sys.stderr)
     commit = subprocess.run(["git", "-C", str(args.mirror), "rev-parse", ref],
                             capture_output=True, text=True, check=True).stdout.strip()
-    results = []
+    report = {"ref": f"{ref} ({commit[:12]})", "versions": ", ".join(
+        f"{k} {v}" for k, v in versions.items() if v and k in ("torch", "torch_geometric",
+                                                                "torch_sparse", "pyg_lib")),
+        "options": args.options, "modes": args.modes, "date": time.strftime("%Y-%m-%d %H:%M"),
+        "results": []}
     with tempfile.TemporaryDirectory(prefix="pyg-examples-") as work:
         work = Path(work)
         for name in args.examples:
@@ -652,19 +656,14 @@ def main(argv: list[str] | None = None) -> int:
             file = extract(args.mirror, commit, example, work / "pyg")
             roots = tuple(work / "pyg" / root for root in example.import_roots)
             result = study(args, name, file, work / "data", roots)
-            results.append(result)
+            report["results"].append(result)
+            if args.out:   # after every example: a run stopped midway keeps what it did
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(report, indent=1))
             verdicts = ({m: v["verdict"] for m, v in result["verdicts"].items()}
                         if "verdicts" in result
                         else f"not compared: vanilla {failure(result['runs']['vanilla'])}")
             print(f"{name}: vanilla {result['seconds']['vanilla']} s; {verdicts}", flush=True)
-    report = {"ref": f"{ref} ({commit[:12]})", "versions": ", ".join(
-        f"{k} {v}" for k, v in versions.items() if v and k in ("torch", "torch_geometric",
-                                                                "torch_sparse", "pyg_lib")),
-        "options": args.options, "modes": args.modes, "date": time.strftime("%Y-%m-%d %H:%M"),
-        "results": results}
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1))
     return write_report(args, report)
 
 

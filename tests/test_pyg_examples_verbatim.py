@@ -670,6 +670,31 @@ def test_a_script_runs_verbatim_in_both_modes_and_prints_the_same(
         verbatim.rewrite_lines(result)[0].removeprefix("rewrite: ") + " |")
 
 
+def test_results_are_written_after_every_example(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped midway (here: the second example raises) keeps the first's results."""
+    import json
+
+    mirror = _repository(tmp_path, SCRIPT)
+    monkeypatch.setattr(verbatim, "EXAMPLES", {
+        name: verbatim.Example("examples/tiny_gcn.py") for name in ("first", "second")})
+    done = []
+
+    def study(args, name, file, data_root, roots=()):
+        if done:
+            raise KeyboardInterrupt
+        done.append(name)
+        return {"example": name, "seconds": {"vanilla": 1.0},
+                "runs": {"vanilla": {"status": "failed", "stderr_tail": "ImportError: x"}}}
+
+    monkeypatch.setattr(verbatim, "study", study)
+    out = tmp_path / "report.json"
+    with pytest.raises(KeyboardInterrupt):
+        verbatim.main(["--mirror", str(mirror), "--ref", "HEAD", "--examples", "first",
+                       "second", "--python", sys.executable, "--out", str(out)])
+    assert [r["example"] for r in json.loads(out.read_text())["results"]] == ["first"]
+
+
 HANGS = """
 import subprocess, sys, time
 child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
