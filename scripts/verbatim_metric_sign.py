@@ -68,7 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics", nargs="+", required=True)
     args = p.parse_args(argv)
     report = json.loads(args.results.read_text())
-    [result] = [r for r in report["results"] if r["example"] == args.example]
+    found = [r for r in report["results"] if r["example"] == args.example]
+    if not found:
+        raise SystemExit(f"--example {args.example!r} is not in {args.results}; it has: "
+                         + ", ".join(r["example"] for r in report["results"]))
+    result = found[-1]
+    for mode in ("vanilla", args.mode):
+        run = result["runs"].get(mode)
+        if run is None or run.get("status", "ok") != "ok":
+            raise SystemExit(f"--mode {mode!r}: no finished run of it in {args.results}; "
+                             f"runs: {', '.join(result['runs'])}")
     ref = summaries(kept_lines(result["runs"]["vanilla"]["stdout"]), args.line, args.header)
     got = summaries(kept_lines(result["runs"][args.mode]["stdout"]), args.line, args.header)
     if [h for h, _ in ref] != [h for h, _ in got]:

@@ -51,3 +51,15 @@ def test_the_table_and_counts(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
     assert "| MUTAG - GCN | 0.6395 -> 0.65 | 0.665 -> 0.665 |" in out
     assert "Val Loss: p2 above vanilla in 1 of 2, equal in 0, below in 1" in out
     assert "Test Accuracy: p2 above vanilla in 1 of 2, equal in 1, below in 0" in out
+
+
+def test_an_unknown_example_or_mode_says_what_there_is(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"results": [{"example": "kernel_main", "runs": {
+        "vanilla": {"stdout": VANILLA}, "p2": {"stdout": P2}}}]}))
+    with pytest.raises(SystemExit, match="it has: kernel_main"):
+        sign.main([str(path), "--example", "gcn", "--mode", "p2", "--line", "Val Loss",
+                   "--metrics", "Val Loss"])
+    with pytest.raises(SystemExit, match="runs: vanilla, p2"):
+        sign.main([str(path), "--example", "kernel_main", "--mode", "device", "--line",
+                   "Val Loss", "--metrics", "Val Loss"])
