@@ -73,16 +73,13 @@ def independent_draws(iterator: Iterator[Any], stream: torch.Generator) -> Itera
     """`iterator`'s items, each drawn with torch's global CPU RNG in `stream`'s state; after
     each draw the advanced state goes back into `stream` and the caller's state is restored
     (also when the draw raises)."""
+    pairs = [(torch.default_generator, stream)]
     while True:
-        own = torch.get_rng_state()
-        torch.set_rng_state(stream.get_state())
-        try:
-            item = next(iterator)
-        except StopIteration:
-            return
-        finally:
-            stream.set_state(torch.get_rng_state())
-            torch.set_rng_state(own)
+        with _drawing_from(pairs):
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
         yield item
 
 
