@@ -71,15 +71,25 @@ def test_two_ranks_repeat_a_function_that_seeds_itself():
     assert other["seen"] != first["seen"]
 
 
-def test_two_ranks_with_the_same_runtime_seed_repeat_whatever_the_function_does():
+def test_the_shard_order_follows_the_function_and_the_runtime_seed_the_ranks_sampling():
+    # a sharded epoch deals the permutation the function's own generator draws, as one
+    # process's epoch is (`intercept.epoch_order`); Runtime(seed=) seeds the ranks' own
+    # streams (the neighbours each rank samples), not that order
     data = cora()
     runtime = gnnorch.Runtime(seeded_inside, processes=2, autotune=False, seed=5)
     first = runtime(data, 1, seed=7)
     assert {runtime.last_run.stats[r]["data_seed"]["source"] for r in range(2)} == \
         {"Runtime(seed=)"}
     assert runtime.last_run.stats[0]["data_seed"]["seed"] == 5
-    second = runtime(data, 1, seed=8)          # another model seed, the same shard order
-    assert [sorted(s) for s in first["seen"]] == [sorted(s) for s in second["seen"]]
+    record = runtime.last_run.stats[0]["sampler"]["loaders"][0]
+    assert record["order"].startswith("PyG's: drawn from the function's generator"), record
+    assert runtime(data, 1, seed=7) == first                 # everything repeats
+    other_model = runtime(data, 1, seed=8)                   # another order, as in one process
+    assert [sorted(s) for s in other_model["seen"]] != [sorted(s) for s in first["seen"]]
+    other_run = gnnorch.Runtime(seeded_inside, processes=2, autotune=False, seed=6)(data, 1,
+                                                                                    seed=7)
+    assert other_run["seen"] == first["seen"]                # the order: the function's
+    assert other_run["losses"] != first["losses"]            # its sampling: the run seed's
 
 
 def gathered(data, rank_seeds=False):

@@ -17,9 +17,6 @@ from torch_geometric.nn import GINConv, GraphMultisetTransformer, global_mean_po
 
 import gnnorch
 from gnnorch.errors import GnnorchWarning
-from gnnorch.intercept.loader import ShardSampler, _loader_seed
-from gnnorch.launch.context import RankContext
-from gnnorch.launch.plan import CorePlan
 
 pytestmark = pytest.mark.usefixtures("no_leftover_children")
 
@@ -95,25 +92,15 @@ def gin_epochs(dataset, batch_size, epochs, shuffle=True, norm=False, gmt=False)
     return model.state_dict()
 
 
-def _orders(dataset, epochs):
-    """The graphs in the order of the runtime's first training loader's common permutation,
-    epoch after epoch."""
-    ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None, seed=SEED)
-    sampler = ShardSampler(0, 2, _loader_seed(ctx, 0))
-    sampler.num_items = len(dataset)
-    return [dataset[int(i)] for e in range(epochs) for i in sampler.permutation(e)]
-
-
 @pytest.mark.parametrize("norm, gmt", [(False, False), (True, False), (False, True)])
 def test_two_ranks_equal_one_process_over_two_epochs(norm, gmt):
     # the first epoch's first batch runs whole (no forward has shown the model yet), the rest
-    # of the run sharded, unless the model holds a BatchNorm: then whole. Either way one
-    # process, unshuffled over the runtime's permutations with the global batch size, trains
-    # the same model
+    # of the run sharded, unless the model holds a BatchNorm: then whole. Either way the plain
+    # call trains the same model: the epochs deal the permutations it draws
     dataset = graphs()
     runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
     got = runtime(dataset, 16, 2, True, norm, gmt)
-    want = gin_epochs(_orders(dataset, 2), 16, 1, False, norm, gmt)
+    want = gin_epochs(dataset, 16, 2, True, norm, gmt)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     batches = [e["batches"] for e in runtime.last_run.epochs[0]]
@@ -158,7 +145,7 @@ def test_a_scripted_models_batchnorm_keeps_epochs_whole():
     dataset = graphs()
     runtime = gnnorch.Runtime(scripted_epochs, processes=2, seed=SEED, verbose=False)
     got = runtime(dataset, 16, 2)
-    want = scripted_epochs(_orders(dataset, 2), 16, 1, False)
+    want = scripted_epochs(dataset, 16, 2)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     [record] = runtime.last_run.stats[0]["sampler"]["loaders"]
@@ -201,24 +188,14 @@ def node_step(model, optimizer, batch) -> None:
     optimizer.step()
 
 
-def node_level_in_order(dataset, batch_size):
-    """`node_level_epochs`' steps, one process, over `dataset` in its order (no shuffle)."""
-    torch.manual_seed(0)
-    model = NodeGin()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    for batch in DataLoader(dataset, batch_size=batch_size):
-        node_step(model, optimizer, batch)
-    return model.state_dict()
-
-
 def test_a_loss_over_nodes_of_graph_batches_keeps_epochs_whole():
     # graphs of different sizes: a shard's mean over its nodes, averaged over two ranks, is
     # not the batch's mean over its nodes, so the first batch's step shows one row per node
-    # and every rank runs every graph; the run is one process's over the same permutation
+    # and every rank runs every graph; the run is the plain call's
     dataset = graphs(n=48)
     runtime = gnnorch.Runtime(node_level_epochs, processes=2, seed=SEED, verbose=False)
     got, sizes = runtime(dataset, 8, 2)
-    want = node_level_in_order(_orders(dataset, 2), 8)
+    want, _ = node_level_epochs(dataset, 8, 2)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     assert sizes == [8] * 12
@@ -233,16 +210,11 @@ def test_a_loss_over_nodes_of_graph_batches_keeps_epochs_whole():
 def test_a_batch_size_the_ranks_do_not_divide_is_dealt_out_weighted(batch_size):
     # 3 graphs a batch: 2 + 1 a step, gradients weighted 2:1; 5: 3 + 2, and the last batch's
     # 2 graphs 1 + 1. A batch of 1 graph would leave rank 1 none of any batch: kept whole.
-    # Either way one process's training
+    # Either way the plain call's training
     dataset = graphs(n=12)
     runtime = gnnorch.Runtime(gin_epochs, processes=2, seed=SEED, verbose=False)
     got = runtime(dataset, batch_size, 2)
-    orders = _orders(dataset, 2)       # one process, epoch by epoch in the runtime's orders
-    loader, model, optimizer = gin_setup(orders[:12], batch_size, False)
-    for epoch in range(2):
-        train_epochs(DataLoader(orders[12 * epoch:12 * (epoch + 1)], batch_size), model,
-                     optimizer, 1)
-    want = model.state_dict()
+    want = gin_epochs(dataset, batch_size, 2)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     assert [e["batches"] for e in runtime.last_run.epochs[0]] == [-(-12 // batch_size)] * 2
@@ -268,7 +240,7 @@ def test_the_device_path_draws_a_split_epoch_ahead_once_its_head_is_decided():
     runtime = gnnorch.Runtime(gin_sizes_on_the_device_path, processes=2, seed=SEED,
                               data_path="device", verbose=False)
     got, sizes = runtime(dataset, 16, 2)
-    want = gin_epochs(_orders(dataset, 2), 16, 1, False)
+    want = gin_epochs(dataset, 16, 2)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     assert sizes == [16] + [8] * 5 + [8] * 6
@@ -314,8 +286,7 @@ def test_an_epoch_left_after_its_first_batch_ends_there(num_workers):
     dataset = graphs()
     runtime = gnnorch.Runtime(gin_leaving_first_epoch, processes=2, seed=SEED, verbose=False)
     (got, sizes) = runtime(dataset, 16, 3, num_workers)
-    orders = _orders(dataset, 3)
-    want = gin_epochs(orders[:16] + orders[96:], 16, 1, False)
+    want, _ = gin_leaving_first_epoch(dataset, 16, 3, num_workers)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     assert sizes == [16] + [8] * 12
@@ -333,17 +304,21 @@ def test_persistent_workers_serve_both_passes_of_a_split_epoch():
     dataset = graphs()
     runtime = gnnorch.Runtime(gin_persistent_workers, processes=2, seed=SEED, verbose=False)
     got, sizes = runtime(dataset, 16, 2)
-    want = gin_epochs(_orders(dataset, 2), 16, 1, False)
+    want, _ = gin_persistent_workers(dataset, 16, 2)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     assert sizes == [16] + [8] * 5 + [8] * 6
 
 
-def gin_after_an_unused_iterator(dataset, batch_size, epochs):
+def gin_after_an_unused_iterator(dataset, batch_size, epochs, sampler_draw=False):
     """`gin_epochs`, after an iterator of the loader that is never used (its epoch would be
-    split) and a forward outside the loader (the model is known from then on)."""
+    split) and a forward outside the loader (the model is known from then on). With
+    `sampler_draw`, the iterator is followed by the draw PyG's shuffle makes at its first batch
+    (one int64), which the runtime makes as the iterator is made (`intercept.epoch_order`)."""
     loader, model, optimizer = gin_setup(dataset, batch_size)
     iter(loader)
+    if sampler_draw:
+        torch.empty((), dtype=torch.int64).random_()
     with torch.no_grad():
         first = next(iter(DataLoader(dataset, 4)))
         model(first.x, first.edge_index, first.batch)
@@ -359,7 +334,7 @@ def test_an_unused_split_epoch_leaves_no_head_behind():
     runtime = gnnorch.Runtime(gin_after_an_unused_iterator, processes=2, seed=SEED,
                               verbose=False)
     got, sizes = runtime(dataset, 16, 2)
-    want = gin_epochs(_orders(dataset, 2), 16, 1, False)
+    want, _ = gin_after_an_unused_iterator(dataset, 16, 2, sampler_draw=True)
     for key, value in want.items():
         assert torch.allclose(got[key], value, atol=1e-5, rtol=1e-4), key
     assert sizes == [16] + [8] * 5 + [8] * 6

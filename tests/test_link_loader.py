@@ -448,24 +448,16 @@ def test_cuda_link_batches_are_sampled_and_gathered_on_the_device(negatives):
         assert_same_batch(a, b)
 
 
-def _link_epochs(data, batch_size, epochs, orders=None):
+def _link_epochs(data, batch_size, epochs):
     """SGD on a link objective over full-neighbourhood LinkNeighborLoader batches with given
-    labels (no negatives drawn: only the supervision edges' order and batching matter);
-    `orders`: one order of the supervision edges per epoch, fed unshuffled (a replay)."""
+    labels (no negatives drawn: only the supervision edges' order and batching matter)."""
     torch.manual_seed(0)
     model = GraphSAGE(16, 16, num_layers=2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    index, label = data.edge_label_index, data.edge_label
-    loader = None
-    for epoch in range(epochs):
-        if orders is not None:
-            order = orders[epoch]
-            loader = LinkNeighborLoader(data, num_neighbors=[-1, -1], batch_size=batch_size,
-                                        edge_label_index=index[:, order],
-                                        edge_label=label[order])
-        elif loader is None:
-            loader = LinkNeighborLoader(data, num_neighbors=[-1, -1], batch_size=batch_size,
-                                        edge_label_index=index, edge_label=label, shuffle=True)
+    loader = LinkNeighborLoader(data, num_neighbors=[-1, -1], batch_size=batch_size,
+                                edge_label_index=data.edge_label_index,
+                                edge_label=data.edge_label, shuffle=True)
+    for _ in range(epochs):
         for batch in loader:
             optimizer.zero_grad()
             h = model(batch.x, batch.edge_index)
@@ -478,10 +470,7 @@ def _link_epochs(data, batch_size, epochs, orders=None):
 
 def test_two_ranks_on_a_batch_size_they_do_not_divide_train_one_process_link_steps():
     # 60 supervision edges in batches of 25 (13 + 12 a rank; the last 10: 5 + 5), weighted by
-    # each rank's edges: one process's steps on the same edges
-    from gnnorch.intercept.loader import _loader_seed
-    from gnnorch.intercept.shard import ShardSampler
-
+    # each rank's edges: the plain call's steps, on the permutations its generator draws
     data = _graph(num_nodes=120)
     gen = torch.Generator().manual_seed(3)
     data.edge_label_index = data.edge_index[:, torch.randperm(data.edge_index.size(1),
@@ -490,11 +479,7 @@ def test_two_ranks_on_a_batch_size_they_do_not_divide_train_one_process_link_ste
     runtime = gnnorch.Runtime(_link_epochs, processes=2, seed=SEED, autotune=False,
                               launch={"threads": 1})
     got = runtime(data, 25, 2)
-    ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None, seed=SEED,
-                      seed_given=True)
-    sampler = ShardSampler(0, 2, _loader_seed(ctx, 0), batch_size=25)
-    sampler.num_items = 60
-    want = _link_epochs(data, 25, 2, orders=[sampler.permutation(e) for e in range(2)])
+    want = _link_epochs(data, 25, 2)
     for key, value in want.items():
         torch.testing.assert_close(got[key], value, atol=1e-5, rtol=1e-4)
     (record,) = runtime.last_run.stats[0]["sampler"]["loaders"]

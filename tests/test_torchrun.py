@@ -136,20 +136,11 @@ def test_steps_of_a_two_node_world_equal_one_process_on_the_global_batch(tmp_pat
     # seeds torch itself, built its loader (the ranks were seeded 1000 and 1001 before)
     seeds = [got["data_seed"] for got in ranks]
     assert seeds[0] == seeds[1] and seeds[0]["source"].startswith("torch's generator"), seeds
-    # one process, fed the global batches in the order of the shuffle that data seed gives:
-    # same parameters after three steps
-    from gnnorch.intercept.loader import ShardSampler, _loader_seed
-    from gnnorch.launch.context import RankContext
-    from gnnorch.launch.plan import CorePlan
-
-    ctx = RankContext(rank=0, world_size=2, plan=CorePlan(2, 0, 1), cores=None,
-                      seed=seeds[0]["seed"], seed_given=True)
-    sampler = ShardSampler(0, 2, _loader_seed(ctx, 0), batch_size=20)
-    train_idx = data.train_mask.nonzero().view(-1)
-    sampler.num_items = train_idx.numel()
-    order = train_idx[sampler.permutation(0)]
+    # the plain call, one process: the sharded epoch dealt the permutation its own generator
+    # drew (`intercept.epoch_order`), so the same global batches and parameters after three
+    # steps
     script = _load_script()
-    ref_state, ref_seeds = script.sage_steps(data, 20, 3, input_nodes=order, shuffle=False)
+    ref_state, ref_seeds = script.sage_steps(data, 20, 3)
     for step, seeds in enumerate(ref_seeds):
         assert sorted(seeds) == sorted(ranks[0]["seeds"][step] + ranks[1]["seeds"][step])
     for key, value in ref_state.items():

@@ -2,7 +2,7 @@
 
 The multiprocessing reducers that share tensors with a rank process (`launch/serialize.py`)
 and the worker processes a `persistent_workers=True` DataLoader keeps between epochs
-(`intercept/loader.py`). Every accessor returns something safe when its name is missing, with
+(`intercept/loader.py`; whether its next epoch reuses them, `intercept/epoch_order.py`). Every accessor returns something safe when its name is missing, with
 the reason in `gnnorch.compat.unavailable`.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ from torch import Tensor
 from .registry import Missing, Probe
 from .torch import _callable
 
-__all__ = ["forking_reducers", "stop_persistent_workers", "storages_shared_by_name"]
+__all__ = ["forking_reducers", "reuses_iterator", "stop_persistent_workers",
+           "storages_shared_by_name"]
 
 
 # -- multiprocessing reducers --------------------------------------------------------------
@@ -116,3 +117,31 @@ def stop_persistent_workers(loader: Any) -> bool:
         return False
     stop(loader)
     return True
+
+
+def _iterator_slot() -> str:
+    from torch.utils.data import DataLoader
+
+    if getattr(DataLoader([0]), "_iterator", False) is not None:
+        raise Missing("a new DataLoader has no `_iterator` slot set to None")
+    return "_iterator"
+
+
+PERSISTENT_ITERATOR = Probe(
+    "torch.utils.data.DataLoader._iterator (reused by __iter__ with persistent workers)",
+    "intercept/epoch_order.py",
+    "a sharded loader with persistent workers deals the run seed's permutation, not PyG's",
+    _iterator_slot)
+
+
+def reuses_iterator(loader: Any) -> bool | None:
+    """Whether ``iter(loader)`` reuses the iterator of an earlier epoch (``persistent_workers``
+    with workers that have started), which draws no new base seed for its workers; None when
+    torch's ``_iterator`` slot is missing (it cannot be told)."""
+    if not (getattr(loader, "persistent_workers", False)
+            and int(getattr(loader, "num_workers", 0) or 0) > 0):
+        return False
+    slot = PERSISTENT_ITERATOR.get()
+    if slot is None:
+        return None
+    return getattr(loader, slot, None) is not None

@@ -76,6 +76,7 @@ from ..errors import GnnorchWarning
 from ..launch.context import EpochTimer, RankContext
 from .announce import announced, batch_graph, batch_transform, defers_features, layout_kind
 from .data_seed import DataSeed
+from .epoch_order import EpochOrder
 from .epoch_role import (OptimizerCount, cache_aside, decided_after_first_batch, epoch_trains,
                          set_sharded)
 from .feeds import DevicePathHook, LoaderState
@@ -151,6 +152,7 @@ class LoaderInterceptor:
         self.device_path = device_path
         self.optimizers = optimizers   # several ranks: whether an optimizer exists yet
         self.data_seed = data_seed or DataSeed(ctx, distribution=self.distribution)
+        self.order = EpochOrder(self.data_seed)   # sharded epochs draw PyG's permutation
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
         self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link", DataLoader: "graph"}
@@ -249,7 +251,8 @@ class LoaderInterceptor:
             state.shard = ShardSampler(ctx.rank, ctx.world_size,
                                        _loader_seed(ctx, index, self.data_seed.agreed),
                                        shuffle=train, source=own, batch_size=batch_size,
-                                       drop_last=bool(kwargs.get("drop_last", False)))
+                                       drop_last=bool(kwargs.get("drop_last", False)),
+                                       generator=kwargs.get("generator"))
             kwargs["shuffle"] = False
             kwargs["sampler"] = state.shard
             if batch_size is not None and train:
@@ -351,10 +354,12 @@ class LoaderInterceptor:
         if split:   # its passes start lazily, inside the timed epoch
             timer = EpochTimer(ctx, state.index, state.epochs, whole_in_every_rank=True)
             iterator = head_and_rest(loader, state, ctx, self.optimizers, orig.iter, planned,
-                                     timer)
+                                     timer, self.order)
         else:
+            base = (self.order.begin(loader, state, True, training)
+                    if state.shard is not None else None)
             iterator = start_pass(loader, ctx, orig.iter, rank_stream(ctx, state, training),
-                                  planned)
+                                  planned, base)
         if self.partition is not None and state.partition is not None:  # batch.x: the store
             iterator = self.partition.feed(iterator, loader, state.partition, training)
         if self.device_path is not None and state.device is not None:

@@ -13,6 +13,9 @@ after its first batch (`head_then_rest`, `epoch_role.decided_after_first_batch`)
 * The stream (`rank_streams`): in the trainer's process every draw of the pass runs in the
   stream's state (`independent_draws`); with workers the stream is the DataLoader's
   ``generator`` while the workers' base seed is drawn, and the user's generator is put back.
+* The base seed otherwise: a sharded loader's pass (`epoch_order`) has made PyG's draws from
+  the function's generator already, and hands the generator its iterator draws the base seed
+  from instead (a copy taken before them).
 """
 from __future__ import annotations
 
@@ -46,13 +49,17 @@ def plan_workers(loader: NeighborLoader, state: LoaderState, ctx: RankContext) -
 
 def start_pass(loader: NeighborLoader, ctx: RankContext,
                pyg_iter: Callable[[NeighborLoader], Iterator[Any]],
-               stream: torch.Generator | None, planned: bool) -> Iterator[Any]:
+               stream: torch.Generator | None, planned: bool,
+               base: torch.Generator | None = None) -> Iterator[Any]:
     """PyG's iterator over `loader` (`pyg_iter`), its workers pinned where they are the plan's
-    (`planned`), its draws from `stream` where one is given."""
+    (`planned`), its draws from `stream` where one is given, its base seed otherwise from
+    `base` where one is given (`epoch_order.EpochOrder.begin`)."""
     in_process = int(loader.num_workers or 0) == 0
     users_generator = loader.generator
     if stream is not None and not in_process:   # the workers' base seed: the rank's
         loader.generator = stream
+    elif base is not None:
+        loader.generator = base
     cpus = ctx.sampler_cpus
     try:
         if planned and loader.num_workers > 0 and cpus and len(cpus) == loader.num_workers:

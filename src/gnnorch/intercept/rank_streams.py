@@ -44,6 +44,7 @@ draw, as one process's step makes.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
@@ -72,15 +73,28 @@ def epoch_generator(run_seed: int, rank: int, loader: int, epoch: int) -> torch.
 def independent_draws(iterator: Iterator[Any], stream: torch.Generator) -> Iterator[Any]:
     """`iterator`'s items, each drawn with torch's global CPU RNG in `stream`'s state; after
     each draw the advanced state goes back into `stream` and the caller's state is restored
-    (also when the draw raises)."""
+    (also when the draw raises).
+
+    Only in the thread that made the pass: an item drawn in another thread (the GPU data
+    path's pipeline, which draws ahead only batches whose making draws nothing from torch's
+    global RNG, `draw_ahead.why_not_drawn_ahead`) is drawn without the swap, which, on the
+    process-wide generator, would race the trainer thread's own draws and `rank_steps`'
+    swap (their states were crossed between the two threads)."""
+    owner = threading.get_ident()
     pairs = [(torch.default_generator, stream)]
-    while True:
-        with _drawing_from(pairs):
-            try:
-                item = next(iterator)
-            except StopIteration:
-                return
-        yield item
+
+    def draws() -> Iterator[Any]:
+        while True:
+            swap = (_drawing_from(pairs) if threading.get_ident() == owner
+                    else contextlib.nullcontext())
+            with swap:
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return
+            yield item
+
+    return draws()
 
 
 def rank_stream(ctx: RankContext, state: LoaderState, training: bool,

@@ -64,9 +64,13 @@ class ShardSampler(Sampler[int]):
     identity, every epoch: unsharded it yields 0, 1, ..., n-1 as PyG's SequentialSampler does.
 
     `source` (the loader's own ``sampler=``, e.g. PyG's ``ImbalancedSampler``) replaces the
-    permutation: each epoch every rank draws it once with torch's global generator seeded
-    from (seed, epoch), so that all ranks draw the same sequence of n = len(source) positions
-    (repeats allowed), which is then dealt out as above.
+    permutation: a sequence of n = len(source) positions (repeats allowed), dealt out as above.
+
+    Which permutation an epoch deals: the one `take` was given for it, normally PyG's own,
+    drawn from the function's generators as PyG's loader draws it (`draw_as_pyg`, called by
+    `intercept.epoch_order` at the epoch's start); without one, the run seed's
+    (`permutation`: a shuffle seeded from (seed, epoch); a source drawn with torch's global
+    generator seeded so), the same on every rank by construction.
 
     `head` splits one epoch into two passes (`epoch_role.decided_after_first_batch`): set to
     h (one global batch), the next pass yields the first h positions of the epoch's
@@ -77,7 +81,7 @@ class ShardSampler(Sampler[int]):
 
     def __init__(self, rank: int, world_size: int, seed: int, shuffle: bool = True,
                  source: Sampler | None = None, batch_size: int | None = None,
-                 drop_last: bool = False) -> None:
+                 drop_last: bool = False, generator: torch.Generator | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         if batch_size is not None and int(batch_size) < 1:
@@ -91,7 +95,9 @@ class ShardSampler(Sampler[int]):
         self.epoch = 0
         self.sharded = self.shuffle   # an unshuffled loader shards only once an epoch trains
         self.head: int | None = None
+        self.generator = generator   # the loader's own generator= (PyG's shuffle draws on it)
         self._rest: torch.Tensor | None = None   # the open epoch's positions after its head
+        self._taken: torch.Tensor | None = None  # the coming epoch's permutation (`take`)
 
     @property
     def items(self) -> int:
@@ -146,12 +152,35 @@ class ShardSampler(Sampler[int]):
             self._rest = None
             self.epoch += 1
 
-    def permutation(self, epoch: int) -> torch.Tensor:
-        """The global permutation of `epoch` (identical on every rank), unpadded."""
-        return self._draw(epoch)
+    def draw_as_pyg(self) -> torch.Tensor | None:
+        """The coming epoch's positions as PyG's loader, unsharded, draws them at its first
+        item, from the function's generators (advanced as that draw advances them); None for an
+        unshuffled loader, which draws nothing (its order is the identity).
 
-    def _draw(self, epoch: int) -> torch.Tensor:
-        """The unpadded global permutation of `epoch`."""
+        A shuffling loader draws as torch's ``RandomSampler``: one int64 from torch's default
+        generator seeds a generator of its own, whose ``randperm(n)`` is the order; given the
+        loader's own ``generator=``, ``randperm(n)`` is drawn from that one, followed by the
+        second, empty-sliced ``randperm(n)`` that ``RandomSampler`` draws when the epoch runs
+        out. A `source` is iterated once (PyG's ``ImbalancedSampler`` draws its multinomial)."""
+        if self.source is not None:
+            return torch.as_tensor(list(iter(self.source)), dtype=torch.long)
+        if not self.shuffle:
+            return None
+        n = self.num_items
+        if self.generator is not None:
+            perm = torch.randperm(n, generator=self.generator)
+            torch.randperm(n, generator=self.generator)   # RandomSampler's run-out draw
+            return perm
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+
+    def take(self, perm: torch.Tensor | None) -> None:
+        """The permutation the coming epoch deals (`draw_as_pyg`'s, agreed on every rank), or
+        None: the run seed's (`permutation`)."""
+        self._taken = perm
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        """The run seed's global permutation of `epoch` (identical on every rank), unpadded."""
         if self.source is not None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed + epoch)
@@ -162,6 +191,12 @@ class ShardSampler(Sampler[int]):
         else:
             perm = torch.arange(self.num_items)
         return perm
+
+    def _draw(self, epoch: int) -> torch.Tensor:
+        """The unpadded global permutation of `epoch`: the one taken for it, else the run
+        seed's."""
+        perm, self._taken = self._taken, None
+        return self.permutation(epoch) if perm is None else perm
 
     def dealt(self, perm: torch.Tensor, rank: int | None = None) -> torch.Tensor:
         """Rank `rank`'s positions of `perm` (the class docstring's dealing), in order."""

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import torch
+
+from .epoch_order import EpochOrder
 from .epoch_role import OptimizerCount, kept_whole, set_sharded
 from .feeds import LoaderState
 from .graph_outputs import OutputWatch
@@ -34,10 +37,12 @@ def noted_kept_whole(state: LoaderState, optimizers: OptimizerCount | None) -> s
 def head_and_rest(loader: DataLoader, state: LoaderState, ctx: RankContext,
                   optimizers: OptimizerCount | None,
                   pyg_iter: Callable[[DataLoader], Iterator[Any]], planned: bool,
-                  timer: EpochTimer) -> Iterator[Any]:
+                  timer: EpochTimer, order: EpochOrder) -> Iterator[Any]:
     """The epoch's batches: its head whole in every rank, watched, then the rest sharded or
     whole as the head's step showed. `state.head_pending` is True until that is decided (the
-    device path draws batches ahead only after it)."""
+    device path draws batches ahead only after it). The epoch's permutation is drawn as PyG
+    draws it (`order`) now, as the epoch starts; the rest's pass draws nothing from the
+    function's generator."""
     shard, epoch = state.shard, timer.epoch
     assert shard is not None
     watches: list[OutputWatch] = []
@@ -61,12 +66,14 @@ def head_and_rest(loader: DataLoader, state: LoaderState, ctx: RankContext,
         timer.copies = ctx.world_size if whole is not None else 1
         timer.total = 1 + (batches_in(loader) or 0)
 
-    def start() -> Iterator[Any]:
+    def start(base: torch.Generator | None) -> Iterator[Any]:
         stream = rank_stream(ctx, state, True, epoch=epoch)
-        return start_pass(loader, ctx, pyg_iter, stream, planned)
+        return start_pass(loader, ctx, pyg_iter, stream, planned, base)
+
+    first = order.begin(loader, state, True, True)   # as the epoch starts, as PyG draws
 
     def head() -> Iterator[Any]:   # each head batch's step watched
-        for batch in start():
+        for batch in start(first):
             with OutputWatch(batch) as watch:
                 watches.append(watch)
                 yield batch
@@ -76,4 +83,5 @@ def head_and_rest(loader: DataLoader, state: LoaderState, ctx: RankContext,
         shard.close_epoch()
 
     state.head_pending = True
-    return head_then_rest(head, decide, start, abandon)
+    return head_then_rest(head, decide, lambda: start(order.begin(loader, state, False, True)),
+                          abandon)
