@@ -187,3 +187,26 @@ def test_the_device_paths_draw_ahead_leaves_the_trainers_stream_alone():
     device = gnnorch.Runtime(trainer_stream, processes=2, verbose=False,
                              data_path="device")(dataset, 3)
     assert device == host
+
+
+# -- the comparison's round (`join.Kind.ORDER`, pure) ---------------------------------------
+def test_an_order_round_compares_digests_and_waits_out_steps_joins_and_broadcasts():
+    from gnnorch.intercept.join import Ask, Kind, decide
+
+    order = [Ask(Kind.ORDER, numel=7, epoch=2), Ask(Kind.ORDER, numel=7, epoch=2)]
+    decision = decide(tuple(order))
+    assert decision.action == "order" and decision.same_order
+    assert all(decision.released(r) for r in (0, 1))
+    assert not decide((order[0], Ask(Kind.ORDER, numel=8, epoch=2))).same_order
+    step = Ask(Kind.STEP, optimizer=0, tensors=4, numel=100, epoch=1, step=3)
+    decision = decide((order[0], step))            # rank 1 still steps: rank 0 follows
+    assert decision.action == "step" and decision.followers == [0]
+    assert not decision.released(0)
+    join = Ask(Kind.JOIN, epoch=2)
+    decision = decide((order[0], join))            # rank 1 ended its epoch: it goes on,
+    assert decision.released(1) and not decision.released(0)   # rank 0 asks again
+    final = Ask(Kind.FINAL, epoch=2)
+    decision = decide((order[0], final))           # rank 1 trains no more: nothing agreed
+    assert decision.released(0) and not decision.same_order and not decision.released(1)
+    decision = decide((order[0], Ask(Kind.BROADCAST, tensors=2, numel=10)))
+    assert decision.action == "void" and not decision.released(0)

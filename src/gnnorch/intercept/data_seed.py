@@ -1,8 +1,9 @@
 """The seed of a run's data: fixed where the user's function builds its first loader.
 
-What it seeds: the common permutation of sharded epochs (`shard.ShardSampler`), the ranks'
-sampling streams (`rank_streams`), the device path's sampling generators (`device.seeds`) and
-the historical-embedding cache's draws. One process on the host path draws none of these:
+What it seeds: the ranks' sampling streams (`rank_streams`), the device path's sampling
+generators (`device.seeds`), the historical-embedding cache's draws, and the permutation a
+sharded epoch deals where the ranks' draws of PyG's own differ (`epoch_order`,
+`shard.ShardSampler.permutation`). One process on the host path draws none of these:
 there PyG's own order and sampling come from torch's global generator, as without gnnorch.
 
 Which value (`DataSeed.fix`, at the first loader built inside the run):
@@ -128,28 +129,18 @@ class DataSeed:
             self._shard_seed = seed
         return self._shard_seed
 
-    def same_on_every_rank(self, value: int, doing: str) -> bool:
-        """Whether every rank holds `value` (one all-gather of one integer while `doing`, as
-        `_gathered`); False without comparing where the function manages distribution itself
-        (its own collectives run on the group: none of gnnorch's is added)."""
-        if self.distribution.active:
-            return False
-        if not self.ctx.distributed:
-            return True
-        return len(set(self._gathered(value, doing))) == 1
-
-    def _gathered(self, value: int, doing: str = AGREEING) -> list[int]:
+    def _gathered(self, value: int) -> list[int]:
         """Every rank's `value`, in rank order (one all-gather on the default group). Where
         the watchdog looks (`join.PROGRESS`), this rank is seen waiting in it; a rank that
         never comes (it trains no such loader) fails the run with `CollectiveError`."""
         own = torch.tensor([value], dtype=torch.long, device=self.comm_device)
         out = [torch.empty_like(own) for _ in range(self.ctx.world_size)]
-        PROGRESS.doing, PROGRESS.since, PROGRESS.waiting = doing, time.monotonic(), True
+        PROGRESS.doing, PROGRESS.since, PROGRESS.waiting = AGREEING, time.monotonic(), True
         try:
             dist.all_gather(out, own)
         except (RuntimeError, dist.DistError) as exc:
             raise CollectiveError(
-                f"rank {self.ctx.rank}: {doing}: not every rank came (a loader trained on "
+                f"rank {self.ctx.rank}: {AGREEING}: not every rank came (a loader trained on "
                 f"some ranks only, after torch.distributed.get_rank(), cannot be sharded). "
                 f"Train the same loaders on every rank, or call "
                 f"torch.distributed.init_process_group() to manage distribution yourself "

@@ -37,8 +37,9 @@ def why_not_drawn_ahead(loader: NeighborLoader, state: "LoaderState", depth: int
       torch's global RNG: not drawn ahead;
     * the DataLoader's index sampler makes its random draw at its first item, which the
       DataLoader takes when the epoch's iterator is made (torch's Random / Sequential /
-      WeightedRandom / SubsetRandom samplers, PyG's ImbalancedSampler, gnnorch's shard
-      sampler); one that may draw as it goes is not drawn ahead;
+      WeightedRandom / SubsetRandom samplers, PyG's ImbalancedSampler; gnnorch's shard
+      sampler draws nothing there: its permutation was drawn as the epoch started,
+      `epoch_order`); one that may draw as it goes is not drawn ahead;
     * code of the user's that finishes batches in this process (a ``transform``, a
       ``transform_sampler_output``, an overridden ``filter_fn``; a served loader's run in the
       drawing thread, PyG's with ``filter_per_worker=False``) may draw from torch's global

@@ -25,11 +25,13 @@ permutation one process would draw. Every rank draws it alike where the function
 is in one state in every rank, as it is outside sharded steps (`rank_streams.rank_steps`)
 unless the function draws by rank. A training epoch's permutation must be the same on every
 rank (its batches are dealt out, or run whole and their gradients averaged), so the ranks
-compare a digest of it (one all-gather of one integer, `DataSeed.same_on_every_rank`); where
-they differ, or cannot compare (the function manages distribution itself, or torch's iterator
-slot is missing, `compat.processes.reuses_iterator`), the epoch deals the run seed's
-permutation (`ShardSampler.permutation`), as every epoch did before, and rank 0 warns once.
-An evaluation epoch runs every position in every rank: its draw is not compared. The loader's
+compare a digest of it in a round of the gradient synchroniser (`join.Kind.ORDER`: a rank that
+left its last epoch early first follows the others to its end, as at its next step; then one
+small all-reduce); where the digests differ, or cannot be compared (the function manages
+distribution itself, a rank's function has returned, torch's iterator slot is missing:
+`compat.processes.reuses_iterator`), the epoch deals the run seed's permutation
+(`ShardSampler.permutation`), as every epoch did before, and rank 0 warns once where they
+differ. An evaluation epoch runs every position in every rank: its draw is not compared. The loader's
 record says which order its last epoch took (``stats[rank]["sampler"]["loaders"][i]
 ["order"]``).
 """
@@ -37,29 +39,40 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from ..compat import processes as compat_processes
 from ..errors import GnnorchWarning
-from .data_seed import DataSeed
 from .feeds import LoaderState
+from .join import Decision, Kind
+from .procgroup import UserDistribution
 
 if TYPE_CHECKING:
     from torch_geometric.loader import NeighborLoader
 
-__all__ = ["EpochOrder", "PYG_ORDER", "permutation_digest"]
+__all__ = ["EpochOrder", "EpochSync", "PYG_ORDER", "permutation_digest"]
 
 #: A loader record's ``order`` when its epoch dealt PyG's own permutation.
 PYG_ORDER = "PyG's: drawn from the function's generator, the same on every rank"
-COMPARING = "comparing the ranks' permutations at the start of a sharded loader's training epoch"
 
 
 def permutation_digest(perm: torch.Tensor) -> int:
-    """A digest in [0, 2**62) of a permutation's positions, in order."""
+    """A digest in [0, 2**52) of a permutation's positions, in order (exact in a round's
+    float64 table)."""
     data = perm.to(torch.long).contiguous().numpy().tobytes()
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") % 2 ** 62
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") % 2 ** 52
+
+
+class EpochSync(Protocol):
+    """What the epoch order asks of the gradient synchroniser (`gradsync`)."""
+
+    def join_if_ended(self) -> None:
+        """Follow the other ranks until they have ended the training epochs this one has."""
+
+    def wait(self, kind: Kind, **fields: int) -> Decision:
+        """Ask `kind` in rounds, following steps meanwhile, until released; that round."""
 
 
 def _copy(generator: torch.Generator) -> torch.Generator:
@@ -71,10 +84,13 @@ def _copy(generator: torch.Generator) -> torch.Generator:
 
 class EpochOrder:
     """Makes each sharded loader's epoch draw PyG's order from the function's generators (the
-    module docstring); one per run of a rank, beside the loader interceptor."""
+    module docstring); one per run of a rank, beside the loader interceptor. `sync`: the
+    ranks' gradient synchroniser, in whose rounds they compare (None: no comparison, the run
+    seed's permutation); `distribution`: the function's own (active: no round of gnnorch's)."""
 
-    def __init__(self, data_seed: DataSeed) -> None:
-        self.data_seed = data_seed
+    def __init__(self, sync: EpochSync | None, distribution: UserDistribution,
+                 rank: int) -> None:
+        self.sync, self.distribution, self.rank = sync, distribution, rank
         self.warned = False
 
     def begin(self, loader: NeighborLoader, state: LoaderState, first: bool,
@@ -107,15 +123,23 @@ class EpochOrder:
         return before
 
     def _agreed(self, perm: torch.Tensor, state: LoaderState) -> bool:
-        """Whether every rank drew `perm`; else noted, and warned once on rank 0."""
-        if self.data_seed.same_on_every_rank(permutation_digest(perm), COMPARING):
+        """Whether every rank drew `perm` (a `join.Kind.ORDER` round); else noted, and warned
+        once on rank 0 where the ranks' draws differ."""
+        if self.sync is None or self.distribution.active:
+            self._note(state, True, "the run seed's: the function manages distribution "
+                                    "itself, so the ranks' draws are not compared")
+            return False
+        self.sync.join_if_ended()
+        decision = self.sync.wait(Kind.ORDER, numel=permutation_digest(perm))
+        if decision.same_order:
             return True
-        active = self.data_seed.distribution.active
-        why = ("the function manages distribution itself, so the ranks' draws are not compared"
-               if active else "the ranks drew different permutations from the function's "
-                              "generators (it draws by rank?)")
+        if decision.action != "order":   # a rank's function returned: it trains no more
+            self._note(state, True, "the run seed's: a rank's function has returned")
+            return False
+        why = ("the ranks drew different permutations from the function's generators (it "
+               "draws by rank?)")
         self._note(state, True, f"the run seed's: {why}")
-        if not self.warned and not active and self.data_seed.ctx.rank == 0:
+        if not self.warned and self.rank == 0:
             warnings.warn(
                 f"gnnorch: at a training epoch of a sharded loader, {why}: the epoch deals a "
                 f"permutation of the run's seed instead (the same on every rank), not the one "

@@ -142,7 +142,7 @@ class GradientSynchronizer:
                     self.optimizers.order.installed():   # clip_grad_norm_ (clipnorm), param_order
                 yield self
                 if not self._user_managed():   # the function returned: follow until all have
-                    self._wait(Kind.FINAL)
+                    self.wait(Kind.FINAL)
         finally:
             torch.optim.Optimizer.__init__ = original_init
             for hook in hooks:
@@ -268,23 +268,24 @@ class GradientSynchronizer:
         if ended > self._epochs_seen:
             self._epochs_seen = ended
             own = [(p, p.grad) for p in self.optimizers.parameters()]
-            self._wait(Kind.JOIN)
+            self.wait(Kind.JOIN)
             for p, grad in own:
                 p.grad = grad
             self._epoch_steps = 0
             self.stats["epoch_joins"] += 1
 
-    def _wait(self, kind: Kind) -> None:
-        """JOIN / FINAL: follow the other ranks' steps until this rank may go on (`join`)."""
-        ask = self.ask(kind)
+    def wait(self, kind: Kind, **fields: int) -> Decision:
+        """JOIN / FINAL / ORDER (`fields`: the ask's): follow the other ranks' steps until this
+        rank may go on (`join`); the round that released it."""
+        ask = self.ask(kind, **fields)
         while True:
-            decision = self._rounds.round(ask)
+            decision = self.rounds.round(ask)
             if decision.action == "step":
                 self._follow(decision)
             elif decision.action == "norm":
                 self._norms.follow(decision)
-            elif decision.action == "release" and decision.released(self._rounds.rank):
-                return
+            elif decision.released(self.rounds.rank):
+                return decision
 
     def _follow(self, decision: Decision) -> None:
         """Apply the step the stepping ranks take, contributing no gradient."""

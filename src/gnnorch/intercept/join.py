@@ -11,7 +11,9 @@ and takes the same `decide` decision without another message. A rank asks
 * ``FINAL``: the user's function returned; it waits until every rank's has;
 * ``BROADCAST``: a module's first forward or a new optimizer: rank 0's tensors to every rank;
 * ``NORM``: the total norm ``clip_grad_norm_`` scales by (`tensors`: the parameters of every
-  optimizer, the index space in which ranks say which of them they clip).
+  optimizer, the index space in which ranks say which of them they clip);
+* ``ORDER``: a sharded loader's training epoch starts (after this rank's ``JOIN``): every rank
+  says the digest of the permutation it drew for it (`numel`, `epoch_order`).
 
 Decisions (the semantics; docs/reliability.md):
 
@@ -32,7 +34,10 @@ Decisions (the semantics; docs/reliability.md):
   ``NORM`` beside ``STEP`` (a rank steps where another clips), or clipping ranks whose
   parameters differ: `UnevenRanksError`.
 * Nobody steps, clips or broadcasts: ``JOIN`` ranks go on; ``FINAL`` ranks go on when all are
-  ``FINAL``.
+  ``FINAL``. Every rank ``ORDER``: they go on, knowing whether their digests are equal
+  (`Decision.same_order`); an ``ORDER`` rank beside a ``FINAL`` one goes on knowing they are
+  not (that rank trains no more epochs); beside others, it asks again (``ORDER`` ranks follow
+  steps and clips as ``JOIN`` ranks do).
 
 A round waits at most the run's ``collective_timeout`` (the side group's timeout); then
 `CollectiveError` names the ranks that did not arrive and where each was last seen (`watching`:
@@ -69,6 +74,7 @@ class Kind(enum.IntEnum):
     FINAL = 3
     BROADCAST = 4
     NORM = 5
+    ORDER = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +123,8 @@ class Ask:
                     f"{self.numel} values)")
         if self.kind == Kind.JOIN:
             return f"the end of its training epoch {self.epoch} (after {self.step} steps)"
+        if self.kind == Kind.ORDER:
+            return f"the start of its training epoch {self.epoch + 1} (its permutation)"
         return f"the end of the function (after {self.step} steps of its last epoch)"
 
 
@@ -124,7 +132,7 @@ class Ask:
 class Decision:
     """What every rank does after a round (the same on every rank)."""
 
-    action: str                    # "step" | "norm" | "broadcast" | "void" | "release"
+    action: str                    # "step" | "norm" | "broadcast" | "void" | "release" | "order"
     asks: tuple[Ask, ...]
 
     def ranks(self, *kinds: Kind) -> list[int]:
@@ -140,7 +148,7 @@ class Decision:
 
     @property
     def followers(self) -> list[int]:
-        return self.ranks(Kind.JOIN, Kind.FINAL)
+        return self.ranks(Kind.JOIN, Kind.FINAL, Kind.ORDER)
 
     @property
     def source(self) -> int:
@@ -191,13 +199,22 @@ class Decision:
     def all_final(self) -> bool:
         return all(a.kind == Kind.FINAL for a in self.asks)
 
+    @property
+    def same_order(self) -> bool:
+        """Every rank asked ORDER with one digest."""
+        return self.action == "order" and len({a.numel for a in self.asks}) == 1
+
     def released(self, rank: int) -> bool:
-        """Whether a waiting (JOIN / FINAL) rank may go on: nobody steps or broadcasts, and
-        every rank is FINAL (for FINAL), or every rank has ended at least as many training
-        epochs as this one (for JOIN; a FINAL rank has ended all of its own)."""
+        """Whether a waiting (JOIN / FINAL / ORDER) rank may go on: nobody steps or
+        broadcasts, and every rank is FINAL (for FINAL), or every rank has ended at least as
+        many training epochs as this one (for JOIN; a FINAL rank has ended all of its own), or
+        every rank asks ORDER or some rank is FINAL (for ORDER)."""
+        mine = self.asks[rank]
+        if mine.kind == Kind.ORDER:
+            return self.action == "order" or (self.action == "release"
+                                              and any(a.kind == Kind.FINAL for a in self.asks))
         if self.action != "release":
             return False
-        mine = self.asks[rank]
         if mine.kind == Kind.FINAL:
             return self.all_final
         return all(a.kind == Kind.FINAL or a.epoch >= mine.epoch for a in self.asks)
@@ -232,6 +249,8 @@ def decide(asks: tuple[Ask, ...]) -> Decision:
                     f"rank {r} is at {asks[r].where()}" for r in decision.steppers)
                 + f". {FIX}")
         return decision
+    if all(k == Kind.ORDER for k in kinds):
+        return Decision("order", asks)
     return Decision("release", asks)
 
 

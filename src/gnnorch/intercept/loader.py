@@ -21,7 +21,8 @@ builds is (`device_feed.PyGBatchesCopied`).
   a training epoch is decided when it starts, by what the user's code is doing: gradients are
   enabled and a model the layer seam has seen is in training mode (or, no model seen yet, an
   optimizer was built: `intercept.epoch_role` has the rule).
-  A training epoch is sharded: all ranks draw the same permutation (common seed), and each
+  A training epoch is sharded: all ranks draw the same permutation (PyG's own, from the
+  function's generator, compared over the ranks: `intercept.epoch_order`), and each
   global batch of b consecutive seeds of it is dealt out over the ranks (`ShardSampler`), so
   the k-th per-rank batches together are exactly the k-th batch of b seeds that one process
   would draw from that permutation; where p does not divide b the ranks' batches differ by
@@ -141,7 +142,7 @@ class LoaderInterceptor:
                  distribution: UserDistribution | None = None,
                  device_path: DevicePathHook | None = None,
                  optimizers: OptimizerCount | None = None,
-                 data_seed: DataSeed | None = None) -> None:
+                 data_seed: DataSeed | None = None, order: EpochOrder | None = None) -> None:
         from torch_geometric.loader import DataLoader, LinkNeighborLoader, NeighborLoader
 
         self.ctx = ctx
@@ -152,7 +153,7 @@ class LoaderInterceptor:
         self.device_path = device_path
         self.optimizers = optimizers   # several ranks: whether an optimizer exists yet
         self.data_seed = data_seed or DataSeed(ctx, distribution=self.distribution)
-        self.order = EpochOrder(self.data_seed)   # sharded epochs draw PyG's permutation
+        self.order = order or EpochOrder(None, self.distribution, ctx.rank)
         self.states: "weakref.WeakKeyDictionary[NeighborLoader, LoaderState]" = \
             weakref.WeakKeyDictionary()
         self.classes = {NeighborLoader: "node", LinkNeighborLoader: "link", DataLoader: "graph"}
@@ -289,27 +290,14 @@ class LoaderInterceptor:
     def _built_before_run(self, loader: NeighborLoader) -> None:
         """A loader built before the call (passed in, or a global) runs as PyG runs it: none
         of gnnorch's loader features reach it (they are set up at construction). Counted in
-        ``stats[rank]["sampler"]["built_before_run"]`` and, once per loader, a warning (for a
-        graph-level DataLoader only with several ranks, where sharding is what it misses)."""
+        ``stats[rank]["sampler"]["built_before_run"]`` and, once per loader, a warning
+        (`_warn_built_before_run`)."""
         if loader in self._before_run:
             return
         self._before_run.add(loader)
         section = self.ctx.stats.setdefault("sampler", {"loaders": []})
         section["built_before_run"] = section.get("built_before_run", 0) + 1
-        if self._kind_of(loader) == "graph":
-            if self.ctx.rank == 0 and self.ctx.distributed:
-                warnings.warn(
-                    f"gnnorch: a {type(loader).__name__} built before the call runs as PyG "
-                    f"runs it: every rank iterates all of it (sharding over ranks and the "
-                    f"tuner reach only loaders built inside the function). Build it inside "
-                    f"the function to shard it.", GnnorchWarning, stacklevel=4)
-        elif self.ctx.rank == 0:
-            warnings.warn(
-                f"gnnorch: a {type(loader).__name__} built before the call runs as PyG runs "
-                f"it: gnnorch's sampler, trimming of its batches, sharding over ranks (with "
-                f"processes > 1 every rank iterates all of it), the cache and the tuner reach "
-                f"only loaders built inside the function. Build it inside the function to "
-                f"use them.", GnnorchWarning, stacklevel=4)
+        _warn_built_before_run(self.ctx, type(loader).__name__, self._kind_of(loader))
 
     def _kind_of(self, loader: NeighborLoader) -> str:
         """The loader's kind ("node", "link", "graph") by the patched class it derives from."""
@@ -378,3 +366,22 @@ class LoaderInterceptor:
         epoch, state.epochs = state.epochs, state.epochs + 1
         return rank_steps(timed(iterator, timer), ctx, state, epoch)
 
+
+def _warn_built_before_run(ctx: RankContext, name: str, kind: str) -> None:
+    """Rank 0's warning for a loader of class `name` built before the call (a graph-level
+    one's only with several ranks, where sharding is what it misses)."""
+    if ctx.rank != 0:
+        return
+    if kind == "graph":
+        if ctx.distributed:
+            warnings.warn(
+                f"gnnorch: a {name} built before the call runs as PyG runs it: every rank "
+                f"iterates all of it (sharding over ranks and the tuner reach only loaders "
+                f"built inside the function). Build it inside the function to shard it.",
+                GnnorchWarning, stacklevel=5)
+        return
+    warnings.warn(
+        f"gnnorch: a {name} built before the call runs as PyG runs it: gnnorch's sampler, "
+        f"trimming of its batches, sharding over ranks (with processes > 1 every rank "
+        f"iterates all of it), the cache and the tuner reach only loaders built inside the "
+        f"function. Build it inside the function to use them.", GnnorchWarning, stacklevel=5)

@@ -12,7 +12,8 @@
     GradientSynchronizer(world_size, comm_device, distribution)   (> 1 rank)
     DataSeed(ctx, comm_device, distribution)   the run's data seed, fixed at its first loader
     LoaderInterceptor(ctx, layer_seam, cache, partition, distribution, device_path,
-                      optimizers=the synchroniser, data_seed)
+                      optimizers=the synchroniser, data_seed,
+                      order=EpochOrder(the synchroniser, distribution))   PyG's shard order
 
 Everything is installed for the block and undone on exit, also when the user's function
 raises; each seam's statistics land in `ctx.stats`.
@@ -32,6 +33,7 @@ from ..launch.context import RankContext
 from ..rewrite.decisions import (load_disk_decisions, save_disk_decisions, shared_cost_models,
                                  shared_decisions)
 from .data_seed import DataSeed
+from .epoch_order import EpochOrder
 from .feeds import DevicePathHook
 from .gradsync import GradientSynchronizer
 from .layers import LayerSeam
@@ -118,7 +120,8 @@ def session(ctx: RankContext, comm_device: torch.device | None = None,
         loaders = LoaderInterceptor(ctx, layer_seam=layer_seam, cache=cache,
                                     partition=partition, distribution=distribution,
                                     device_path=path, optimizers=sync,
-                                    data_seed=DataSeed(ctx, comm_device, distribution))
+                                    data_seed=DataSeed(ctx, comm_device, distribution),
+                                    order=EpochOrder(sync, distribution, ctx.rank))
         stack.enter_context(loaders.installed())
         if layer_seam is not None:
             stack.enter_context(layer_seam.installed())
