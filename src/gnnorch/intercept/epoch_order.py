@@ -25,9 +25,9 @@ permutation one process would draw. Every rank draws it alike where the function
 is in one state in every rank, as it is outside sharded steps (`rank_streams.rank_steps`)
 unless the function draws by rank. A training epoch's permutation must be the same on every
 rank (its batches are dealt out, or run whole and their gradients averaged), so the ranks
-compare a digest of it in a round of the gradient synchroniser (`join.Kind.ORDER`: a rank that
-left its last epoch early first follows the others to its end, as at its next step; then one
-small all-reduce); where the digests differ, or cannot be compared (the function manages
+compare a digest of it in a round of the gradient synchroniser (`join.Kind.ORDER`, which is
+also the rank's join: a rank that left its last epoch early follows the others to its end, as
+at its next step; ranks that arrive together need one small all-reduce); where the digests differ, or cannot be compared (the function manages
 distribution itself, a rank's function has returned, torch's iterator slot is missing:
 `compat.processes.reuses_iterator`), the epoch deals the run seed's permutation
 (`ShardSampler.permutation`), as every epoch did before, and rank 0 warns once where they
@@ -68,11 +68,10 @@ def permutation_digest(perm: torch.Tensor) -> int:
 class EpochSync(Protocol):
     """What the epoch order asks of the gradient synchroniser (`gradsync`)."""
 
-    def join_if_ended(self) -> None:
-        """Follow the other ranks until they have ended the training epochs this one has."""
-
-    def wait(self, kind: Kind, **fields: int) -> Decision:
-        """Ask `kind` in rounds, following steps meanwhile, until released; that round."""
+    def join_if_ended(self, kind: Kind, **fields: int) -> Decision | None:
+        """Ask `kind` (ORDER, `fields`: the ask's) in rounds, following the other ranks'
+        steps meanwhile, until released (having ended the training epochs this rank has);
+        the round that released it."""
 
 
 def _copy(generator: torch.Generator) -> torch.Generator:
@@ -129,11 +128,10 @@ class EpochOrder:
             self._note(state, True, "the run seed's: the function manages distribution "
                                     "itself, so the ranks' draws are not compared")
             return False
-        self.sync.join_if_ended()
-        decision = self.sync.wait(Kind.ORDER, numel=permutation_digest(perm))
-        if decision.same_order:
+        decision = self.sync.join_if_ended(Kind.ORDER, numel=permutation_digest(perm))
+        if decision is not None and decision.same_order:
             return True
-        if decision.action != "order":   # a rank's function returned: it trains no more
+        if decision is None or decision.action != "order":   # a rank's function returned
             self._note(state, True, "the run seed's: a rank's function has returned")
             return False
         why = ("the ranks drew different permutations from the function's generators (it "

@@ -261,18 +261,22 @@ class GradientSynchronizer:
         self.stats["steps"] = self.steps
 
     # -- uneven ranks ---------------------------------------------------------------------
-    def join_if_ended(self) -> None:
+    def join_if_ended(self, kind: Kind = Kind.JOIN, **fields: int) -> Decision | None:
         """If this rank's training epoch ended since its last step, follow the others until
-        they end it too; the gradients of this step (which following replaces) are kept."""
+        they end it too, asking `kind` (JOIN; ORDER, with `fields`, asked at a sharded epoch's
+        start even if none ended: `epoch_order`); this step's gradients are kept. The round
+        that released this rank, if one ran."""
         ended = self.epochs_ended() if self.epochs_ended is not None else 0
-        if ended > self._epochs_seen:
-            self._epochs_seen = ended
-            own = [(p, p.grad) for p in self.optimizers.parameters()]
-            self.wait(Kind.JOIN)
-            for p, grad in own:
-                p.grad = grad
-            self._epoch_steps = 0
-            self.stats["epoch_joins"] += 1
+        if ended <= self._epochs_seen:
+            return None if kind == Kind.JOIN else self.wait(kind, **fields)
+        self._epochs_seen = ended
+        own = [(p, p.grad) for p in self.optimizers.parameters()]
+        decision = self.wait(kind, **fields)
+        for p, grad in own:
+            p.grad = grad
+        self._epoch_steps = 0
+        self.stats["epoch_joins"] += 1
+        return decision
 
     def wait(self, kind: Kind, **fields: int) -> Decision:
         """JOIN / FINAL / ORDER (`fields`: the ask's): follow the other ranks' steps until this
