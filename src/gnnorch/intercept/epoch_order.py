@@ -125,8 +125,10 @@ class EpochOrder:
         """Whether every rank drew `perm` (a `join.Kind.ORDER` round); else noted, and warned
         once on rank 0 where the ranks' draws differ."""
         if self.sync is None or self.distribution.active:
-            self._note(state, True, "the run seed's: the function manages distribution "
-                                    "itself, so the ranks' draws are not compared")
+            self._note(state, True, "the run seed's: " + (
+                "the function manages distribution itself, so the ranks' draws are not "
+                "compared" if self.distribution.active else "no gradient synchroniser to "
+                                                             "compare the ranks' draws in"))
             return False
         decision = self.sync.join_if_ended(Kind.ORDER, numel=permutation_digest(perm))
         if decision is not None and decision.same_order:
