@@ -12,9 +12,8 @@ and takes the same `decide` decision without another message. A rank asks
 * ``BROADCAST``: a module's first forward or a new optimizer: rank 0's tensors to every rank;
 * ``NORM``: the total norm ``clip_grad_norm_`` scales by (`tensors`: the parameters of every
   optimizer, the index space in which ranks say which of them they clip);
-* ``ORDER``: a sharded loader's training epoch starts: every rank says the digest of the
-  permutation it drew for it (`numel`, `epoch_order`); where this rank's last training epoch
-  ended, it is also its ``JOIN`` (asked instead of it).
+* ``ORDER``: a sharded loader's training epoch starts: the digest of the permutation this
+  rank drew for it (`numel`, `epoch_order`); also its ``JOIN`` where its last epoch ended.
 
 Decisions (the semantics; docs/reliability.md):
 
