@@ -1,11 +1,12 @@
 """Rank processes see what the caller's interpreter had set when the run was called
 (`gnnorch.execute.caller_state`): the command line a function parses, Python's and numpy's
-global generators, torch's default dtype, deterministic algorithms, float32 matmul precision
-and anomaly detection. A function that reads any of them behaves in every rank as it does
+global generators, torch's default dtype and device, deterministic algorithms, float32 matmul
+precision, anomaly detection, the warning filters and torch's and numpy's print options. A function that reads any of them behaves in every rank as it does
 called plainly, and the ranks agree with each other."""
 import argparse
 import random
 import sys
+import warnings
 
 import numpy
 import pytest
@@ -31,7 +32,20 @@ def what_the_function_sees() -> dict:
             "deterministic": (torch.are_deterministic_algorithms_enabled(),
                               torch.is_deterministic_algorithms_warn_only_enabled()),
             "precision": torch.get_float32_matmul_precision(),
-            "anomaly": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())}
+            "anomaly": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+            "device": str(torch.get_default_device()),
+            "printed": (repr(torch.tensor([1.23456789, 2e-9])),
+                        repr(numpy.array([1.23456789, 2e-9]))),
+            "warnings": _warnings_shown()}
+
+
+def _warnings_shown() -> list[str]:
+    """Which of three warnings the interpreter's filters let through, as text."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.warn("caller silenced this", UserWarning)
+        warnings.warn("a deprecation", DeprecationWarning)
+        warnings.warn("a plain one", UserWarning)
+    return [f"{w.category.__name__}: {w.message}" for w in seen]
 
 
 def seen_by_every_rank() -> list[dict]:
@@ -50,15 +64,25 @@ def caller_settings(monkeypatch):
              torch.is_deterministic_algorithms_warn_only_enabled(),
              torch.get_float32_matmul_precision(), torch.is_anomaly_enabled(),
              torch.is_anomaly_check_nan_enabled())
+    printing = torch._tensor_str.get_printoptions(), numpy.get_printoptions()
+    filters = warnings.catch_warnings()
+    filters.__enter__()
     random.seed(3)
     numpy.random.seed(4)
     torch.set_default_dtype(torch.float64)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.set_float32_matmul_precision("medium")
     torch.autograd.set_detect_anomaly(True, check_nan=False)
+    warnings.simplefilter("always")
+    warnings.filterwarnings("ignore", message="caller silenced")
+    torch.set_printoptions(precision=2, sci_mode=False)
+    numpy.set_printoptions(precision=3)
     try:
         yield
     finally:
+        filters.__exit__(None, None, None)
+        torch.set_printoptions(**printing[0])
+        numpy.set_printoptions(**printing[1])
         random.setstate(saved[0])
         numpy.random.set_state(saved[1])
         torch.set_default_dtype(saved[2])
@@ -81,6 +105,9 @@ def _plain_view() -> dict:
 def test_every_rank_sees_what_the_caller_had_set(caller_settings, start):
     plain = _plain_view()
     assert plain["epochs"] == 5 and plain["dtype"] == "torch.float64"   # the settings took
+    assert plain["warnings"] == ["DeprecationWarning: a deprecation", "UserWarning: a plain one"]
+    assert plain["printed"] == ("tensor([1.23, 0.00])",
+                                "array([1.235e+00, 2.000e-09])")
     ranks = gnnorch.Runtime(seen_by_every_rank, processes=2,
                             launch={"rank_start": start, "threads": 1})()
     assert ranks == [plain, plain]
@@ -104,8 +131,28 @@ def test_capture_then_apply_restores_each_setting(caller_settings):
     torch.use_deterministic_algorithms(False)
     torch.set_float32_matmul_precision("highest")
     torch.autograd.set_detect_anomaly(False)
-    state.apply()
-    assert what_the_function_sees() == expected
+    warnings.resetwarnings()
+    torch.set_printoptions(profile="default")
+    numpy.set_printoptions(precision=8)
+    torch.set_default_device("meta")
+    try:
+        state.apply()
+        assert what_the_function_sees() == expected
+    finally:
+        torch.set_default_device(None)
+
+
+def test_a_default_device_is_taken_over():
+    torch.set_default_device("meta")
+    try:
+        state = CallerState.capture()
+    finally:
+        torch.set_default_device(None)
+    try:
+        state.apply()
+        assert torch.empty(1).device.type == "meta"
+    finally:
+        torch.set_default_device(None)
 
 
 def test_a_state_without_numpy_leaves_numpy_alone(caller_settings):

@@ -489,6 +489,20 @@ def test_shared_memory_reducers_fall_back_without_the_registry(monkeypatch):
     assert any("_extra_reducers" in key for key in compat.unavailable())
 
 
+@pytest.mark.parametrize("changed", ["gone", "other keys"])
+def test_print_options_unreadable_are_not_carried_to_ranks(monkeypatch, changed):
+    from gnnorch.execute.caller_state import CallerState
+
+    if changed == "gone":
+        _gone(monkeypatch, torch._tensor_str, "get_printoptions")
+    else:
+        monkeypatch.setattr(torch._tensor_str, "get_printoptions", lambda: {"precision": 4})
+        compat.reset()
+    assert compat_processes.tensor_print_options() is None
+    assert CallerState.capture().torch_print is None     # the ranks keep torch's defaults
+    assert "torch._tensor_str.get_printoptions" in compat.unavailable()
+
+
 # -- PyG: TrimToLayer, the sampler hook, layer internals ------------------------------------
 def test_without_trim_to_layer_every_model_counts_as_trimming_itself(monkeypatch):
     from torch_geometric.nn import GraphSAGE

@@ -2,21 +2,24 @@
 
 The multiprocessing reducers that share tensors with a rank process (`launch/serialize.py`)
 and the worker processes a `persistent_workers=True` DataLoader keeps between epochs
-(`intercept/loader.py`; whether its next epoch reuses them, `intercept/epoch_order.py`). Every accessor returns something safe when its name is missing, with
-the reason in `gnnorch.compat.unavailable`.
+(`intercept/loader.py`; whether its next epoch reuses them, `intercept/epoch_order.py`), and
+torch's print options, which a rank process takes over from the caller's
+(`execute/caller_state.py`). Every accessor returns something safe when its name is missing,
+with the reason in `gnnorch.compat.unavailable`.
 """
 from __future__ import annotations
 
 import contextlib
 from typing import Any, Callable, Iterator
 
+import torch
 from torch import Tensor
 
 from .registry import Missing, Probe
 from .torch import _callable
 
 __all__ = ["forking_reducers", "reuses_iterator", "stop_persistent_workers",
-           "storages_shared_by_name"]
+           "storages_shared_by_name", "tensor_print_options"]
 
 
 # -- multiprocessing reducers --------------------------------------------------------------
@@ -145,3 +148,29 @@ def reuses_iterator(loader: Any) -> bool | None:
     if slot is None:
         return None
     return getattr(loader, slot, None) is not None
+
+
+# -- print options ------------------------------------------------------------------------
+
+_PRINT_OPTIONS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+
+
+def _print_options() -> Callable[[], dict[str, Any]]:
+    get = _callable(torch._tensor_str.get_printoptions, "torch._tensor_str.get_printoptions")
+    options = get()
+    if not (isinstance(options, dict) and set(options) == set(_PRINT_OPTIONS)):
+        raise Missing(f"get_printoptions() gives {options!r}, not the keywords "
+                      f"{sorted(_PRINT_OPTIONS)} of torch.set_printoptions")
+    return get
+
+
+PRINT_OPTIONS = Probe("torch._tensor_str.get_printoptions", "execute/caller_state.py",
+                      "rank processes print tensors with torch's default options, not the "
+                      "caller's torch.set_printoptions", _print_options)
+
+
+def tensor_print_options() -> dict[str, Any] | None:
+    """torch's print options now (the keywords of ``torch.set_printoptions``: precision,
+    threshold, edgeitems, linewidth, sci_mode); None when they cannot be read."""
+    get = PRINT_OPTIONS.get()
+    return None if get is None else dict(get())

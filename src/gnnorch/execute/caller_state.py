@@ -11,13 +11,19 @@ see it; in the ranks it must see the same, or the run silently differs from the 
   negative sample drawn with them inside the function is the one the caller's process would draw,
   in every rank alike (as torch's CPU generator already was, `RankJob.rng_state`), not a fresh
   interpreter's own -- which gave each rank other splits, averaged as if they were one;
-* torch's default dtype, deterministic algorithms (and their warn-only mode), float32 matmul
-  precision and anomaly detection.
+* torch's default dtype and default device, deterministic algorithms (and their warn-only
+  mode), float32 matmul precision and anomaly detection;
+* the warning filters (``warnings.filterwarnings('ignore', ...)`` at a script's top, as PyG's
+  ``ogc.py`` and ``wl_kernel.py`` do, silences the ranks too), every filter whose category
+  pickles, in the caller's order;
+* torch's and numpy's print options (``torch.set_printoptions(precision=2)``: a printed tensor
+  looks as the plain call's).
 
 The caller's own state is read, not advanced. Not carried: ``sys.path`` and the working directory
 (the worker's protocol sets them, `gnnorch.launch.worker`), the environment (the launch passes
-it), warning filters and logging handlers (user objects that need not pickle), torch's default
-device. A torch.distributed world started by someone else runs the user's script in each of its
+it). Logging travels on its own path: the launch gives every rank the caller's logging layout
+and hands rank 0's records and warnings to the caller's own handlers (`gnnorch.launch.relay`).
+A torch.distributed world started by someone else runs the user's script in each of its
 processes, which set all of this themselves: nothing is carried there.
 """
 from __future__ import annotations
@@ -25,9 +31,13 @@ from __future__ import annotations
 import dataclasses
 import random
 import sys
+import warnings
 from typing import Any
 
 import torch
+
+from ..compat import processes as compat_processes
+from ..launch.serialize import travels
 
 __all__ = ["CallerState"]
 
@@ -46,6 +56,10 @@ class CallerState:
     matmul_precision: str
     anomaly: bool
     anomaly_check_nan: bool
+    default_device: torch.device
+    warning_filters: tuple[tuple[Any, ...], ...]   # `warnings.filters` entries, first first
+    torch_print: dict[str, Any] | None              # None: unreadable here (`compat.processes`)
+    numpy_print: dict[str, Any] | None              # None: numpy was not imported
 
     @classmethod
     def capture(cls) -> CallerState:
@@ -58,7 +72,11 @@ class CallerState:
                    deterministic_warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
                    matmul_precision=torch.get_float32_matmul_precision(),
                    anomaly=torch.is_anomaly_enabled(),
-                   anomaly_check_nan=torch.is_anomaly_check_nan_enabled())
+                   anomaly_check_nan=torch.is_anomaly_check_nan_enabled(),
+                   default_device=torch.get_default_device(),
+                   warning_filters=tuple(f for f in warnings.filters if travels(f)),
+                   torch_print=compat_processes.tensor_print_options(),
+                   numpy_print=_numpy_print_options(numpy))
 
     def apply(self) -> None:
         """Make this interpreter's settings the captured ones."""
@@ -73,3 +91,37 @@ class CallerState:
                                            warn_only=self.deterministic_warn_only)
         torch.set_float32_matmul_precision(self.matmul_precision)
         torch.autograd.set_detect_anomaly(self.anomaly, check_nan=self.anomaly_check_nan)
+        if torch.get_default_device() != self.default_device:
+            torch.set_default_device(self.default_device)
+        _set_warning_filters(self.warning_filters)
+        if self.torch_print is not None:
+            torch.set_printoptions(**self.torch_print)
+        if self.numpy_print is not None:
+            import numpy
+
+            numpy.set_printoptions(**self.numpy_print)
+
+
+def _numpy_print_options(numpy: Any) -> dict[str, Any] | None:
+    """numpy's print options (None: numpy not imported, or a formatter that does not pickle:
+    the ranks keep numpy's defaults)."""
+    if numpy is None:
+        return None
+    options = numpy.get_printoptions()
+    return options if travels(options) else None
+
+
+def _set_warning_filters(filters: tuple[tuple[Any, ...], ...]) -> None:
+    """Make `warnings.filters` hold `filters` (entries as the module keeps them: action,
+    message regex or None, category, module regex or None, line number), through the module's
+    public functions: each added at the front, the last first. An entry the public function
+    refuses (one a program put in the list by hand) is left out."""
+    warnings.resetwarnings()
+    for entry in reversed(filters):
+        try:
+            action, message, category, module, lineno = entry
+            warnings.filterwarnings(action, message.pattern if message is not None else "",
+                                    category, module.pattern if module is not None else "",
+                                    lineno)
+        except (AssertionError, TypeError, ValueError, AttributeError):
+            continue

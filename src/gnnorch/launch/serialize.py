@@ -213,6 +213,15 @@ def _unpicklable_part(obj: Any, where: str = "the value") -> str:
     return f"{where} ({type(obj).__name__})"
 
 
+def travels(obj: Any) -> bool:
+    """Whether `obj` pickles by value (cloudpickle), as the runner and its parts travel."""
+    try:
+        cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - whatever stops it, it stays behind
+        return False
+    return True
+
+
 def dumps_runner(runner: Any) -> bytes:
     """Pickle what every rank runs around the user's function (`gnnorch.launch.worker`), by
     value; sent once to each rank."""

@@ -7,7 +7,9 @@ interval (0.2 s); a failure the ranks' watchdogs post in the launch's store (`fa
 rank silent past its heartbeat bound, e.g. frozen) fails the launch 3 s later if no rank has
 reported an error by then (every gnnorch collective is bounded as well: docs/reliability.md). Rank 0's stdout/stderr are forwarded live to the caller's `sys.stdout` /
 `sys.stderr` (or, with `LaunchSpec.rank0_log`, written to `<log_dir>/rank0.log`); other ranks
-write to `<log_dir>/rank<r>.log`.
+write to `<log_dir>/rank<r>.log`. Rank 0's log records and warnings, when its output is the
+caller's, are handled by the caller's own handlers and ``warnings.showwarning`` (`relay`); every
+rank takes over the caller's logging layout.
 
 What each rank runs is a picklable *runner* (`gnnorch.launch.worker`): this module starts,
 feeds and watches processes and knows nothing of what they compute.
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from ..errors import RankDiedError, RankFailedError, RankStartError, RemoteTraceback
-from . import serialize
+from . import relay, serialize
 from .plan import CorePlan, RankCores
 from .start import RankHandle, RankStarter
 
@@ -127,6 +129,7 @@ class RankGroup:
         try:
             payloads = serialize.dumps_payloads(fn, args, kwargs, spec.plan.processes)
             runner_bytes = serialize.dumps_runner(runner)
+            layout_bytes = serialize.dumps_runner(relay.LoggingLayout.capture())
             cuda = spec.backend == "nccl" or spec.gpus is not None
             self._starter = RankStarter(spec.rank_start, cuda, spec.start_timeout)
             for rank in range(spec.plan.processes):
@@ -135,7 +138,7 @@ class RankGroup:
             for r in self.ranks:
                 assert r.conn is not None
                 try:
-                    r.conn.send((list(sys.path), os.getcwd()))
+                    r.conn.send((list(sys.path), os.getcwd(), layout_bytes))
                     r.conn.send_bytes(runner_bytes)
                     r.conn.send_bytes(payloads[r.rank])
                 except OSError:
@@ -164,6 +167,7 @@ class RankGroup:
             "plan": list(spec.plan.as_tuple()), "cores": cores.to_dict() if cores else None,
             "backend": spec.backend, "store_port": store_port,
             "start_timeout": spec.start_timeout, "collective_timeout": spec.collective_timeout,
+            "relay": rank == 0 and not spec.rank0_log,   # its output is the caller's (`relay`)
         }
         env = dict(os.environ)
         env.update(GNNORCH_RANK_SPEC=json.dumps(rank_spec), PYTHONUNBUFFERED="1",
@@ -228,11 +232,16 @@ class RankGroup:
             for conn in wait(list(waiting), timeout=POLL_SECONDS):
                 r = waiting.pop(conn)
                 try:
-                    r.final = conn.recv()
+                    message = conn.recv()
                 except (EOFError, OSError):
                     r.final = None
                     self._wait_exit(r)
                     raise self._death(r) from None
+                if message[0] in relay.RELAYED:   # rank 0's log record or warning
+                    relay.deliver(message)
+                    waiting[conn] = r
+                    continue
+                r.final = message
                 if r.final[0] == "error":
                     raise self._remote_error(r)
             self._check_deaths(exclude_finished=True)

@@ -3,11 +3,14 @@ the supervisor; the working directory kept off the path while it imports, `zygot
 
 A fresh interpreter (never a fork of the user's process: fork after OpenMP hangs), so the user's
 `__main__` is not re-imported. Protocol over a Unix socket authenticated with the caller's key
-(read from stdin): the rank says hello, receives (sys.path, cwd), then the pickled *runner* and
-the pickled payload (fn, args, kwargs); it binds itself, joins the process group and calls
+(read from stdin): the rank says hello, receives (sys.path, cwd, the caller's logging layout),
+then the pickled *runner* and the pickled payload (fn, args, kwargs); it takes over the layout
+(`relay.install`), binds itself, joins the process group and calls
 ``runner(process, fn, args, kwargs)`` with its `RankProcess`, which returns (value, summary).
 It sends exactly one final message: ("result", bytes, summary) from rank 0, ("done", summary)
 from the others, or ("error", exception bytes | None, type name, message, traceback text).
+Before it, rank 0 (when its output is the caller's) sends its log records and warnings as
+("log", ...) and ("warning", ...) messages (`relay`).
 
 This module knows processes only: what a rank does with the user's function (the seams, the
 run's hooks) is the runner's business (`gnnorch.execute.rank.RankJob`, under the run's watchdog:
@@ -90,21 +93,24 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
     import torch
     import torch.distributed as dist
 
-    from . import serialize
+    from . import relay, serialize
     from .context import RankProcess
     from .plan import CorePlan, RankCores
 
     rank, world = spec["rank"], spec["world_size"]
+    channel = relay.RankChannel(conn)   # the final message and, from rank 0, relayed ones
     try:
         plan = CorePlan(*spec["plan"])
         cores = RankCores(rank=rank, trainer_cpus=tuple(spec["cores"]["trainer_cpus"]),
                           sampler_cpus=tuple(spec["cores"]["sampler_cpus"])) if spec["cores"] else None
         torch.set_num_threads(plan.threads)
-        sys_path, cwd = conn.recv()
+        sys_path, cwd, layout_bytes = conn.recv()
         sys.path[:] = sys_path
         os.chdir(cwd)
         runner = serialize.loads(conn.recv_bytes())
         fn, args, kwargs = serialize.loads(conn.recv_bytes())
+        # after the imports unpickling made: a handler one of them added is replaced as well
+        relay.install(serialize.loads(layout_bytes), channel if spec["relay"] else None)
         store = dist.TCPStore("127.0.0.1", spec["store_port"], is_master=False,
                               timeout=datetime.timedelta(seconds=spec["start_timeout"]))
         comm_device = None
@@ -122,16 +128,16 @@ def _run(conn, spec: dict) -> int:  # noqa: ANN001 - multiprocessing Connection
             summary["stats"]["arguments_changed_in_place"] = changed
         _seam_delay()
         if rank == 0:
-            conn.send(("result", serialize.dumps_result(result), summary))
+            channel.final(("result", serialize.dumps_result(result), summary))
         else:
-            conn.send(("done", summary))
+            channel.final(("done", summary))
         dist.destroy_process_group()
         return 0
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         sys.stderr.write(text)
-        conn.send(("error", serialize.dumps_exception(exc), type(exc).__qualname__,
-                   str(exc), text))
+        channel.final(("error", serialize.dumps_exception(exc), type(exc).__qualname__,
+                       str(exc), text))
         return 1
 
 
