@@ -4,6 +4,7 @@
 as called plainly, as far as the caller can see: the same records reach the same handlers, the
 same warnings the same ``catch_warnings`` list."""
 import logging
+import pickle
 import threading
 import warnings
 
@@ -136,11 +137,16 @@ def test_captured_warnings_go_to_the_callers_logging():
 # -- the parts, in one process ------------------------------------------------------------
 
 class FakeConn:
+    """A rank's connection: what was sent, unpickled as the caller's ``recv`` would."""
+
     def __init__(self) -> None:
         self.sent: list[tuple] = []
 
     def send(self, message: tuple) -> None:
         self.sent.append(message)
+
+    def send_bytes(self, message: bytes) -> None:
+        self.sent.append(pickle.loads(message))
 
 
 def test_layout_applied_gives_each_handling_logger_one_stand_in(logger_layout):
@@ -185,9 +191,10 @@ def test_layout_applied_gives_each_handling_logger_one_stand_in(logger_layout):
 def test_a_record_whose_extra_does_not_pickle_travels_as_text():
     record = logging.LogRecord("train", logging.INFO, __file__, 1, "at %s", ("step",), None)
     record.lock = threading.Lock()
-    fields = relay.portable_record(record)
+    kind, name, fields = pickle.loads(relay.log_message("train", record))
+    assert (kind, name) == ("log", "train")
     assert fields["msg"] == "at step" and fields["args"] is None
-    assert isinstance(fields["lock"], str)
+    assert isinstance(fields["lock"], str) and fields["lineno"] == 1
     assert logging.makeLogRecord(fields).getMessage() == "at step"
 
 

@@ -51,7 +51,7 @@ import cloudpickle
 from . import serialize
 
 __all__ = ["LoggingLayout", "LoggerLayout", "RankChannel", "RecordRelay", "WarningRelay",
-           "portable_record", "deliver", "RELAYED"]
+           "portable_record", "log_message", "deliver", "install", "RELAYED"]
 
 RELAYED = ("log", "warning")   # the kinds of message `deliver` handles
 
@@ -66,12 +66,13 @@ class RankChannel:
         self._lock = threading.Lock()
         self.open = True
 
-    def relay(self, message: tuple) -> bool:
-        """Send a relayed message; False (nothing sent) once the final message is out."""
+    def relay(self, message: bytes) -> bool:
+        """Send a relayed message, pickled (the caller's ``recv`` unpickles it); False
+        (nothing sent) once the final message is out."""
         with self._lock:
             if not self.open:
                 return False
-            self._conn.send(message)
+            self._conn.send_bytes(message)
             return True
 
     def final(self, message: tuple) -> None:
@@ -159,15 +160,22 @@ def portable_record(record: logging.LogRecord) -> dict[str, Any]:
     if record.exc_info:
         fields["exc_text"] = record.exc_text or _TEXT.formatException(record.exc_info)
     fields["exc_info"] = None
+    return fields
+
+
+def log_message(logger_name: str, record: logging.LogRecord) -> bytes:
+    """The pickled ("log", logger name, `portable_record`) message: pickled once, and where an
+    attribute (an ``extra=`` value of the user's) does not pickle, again with its ``str``."""
+    fields = portable_record(record)
     try:
-        pickle.dumps(fields)
-    except Exception:  # noqa: BLE001 - an `extra=` value of the user's
+        return pickle.dumps(("log", logger_name, fields), pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - whatever stops it, that attribute travels as text
         for key, value in fields.items():
             try:
                 pickle.dumps(value)
             except Exception:  # noqa: BLE001
                 fields[key] = str(value)
-    return fields
+        return pickle.dumps(("log", logger_name, fields), pickle.HIGHEST_PROTOCOL)
 
 
 class RecordRelay(logging.Handler):
@@ -182,8 +190,7 @@ class RecordRelay(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            message = ("log", self.logger_name, portable_record(record))
-            if self.channel.relay(message):
+            if self.channel.relay(log_message(self.logger_name, record)):
                 return
         except Exception:  # noqa: BLE001 - as any handler: logging's own error report
             self.handleError(record)
@@ -202,16 +209,16 @@ class WarningRelay:
     def __call__(self, message: Warning | str, category: type[Warning], filename: str,
                  lineno: int, file: Any = None, line: str | None = None) -> None:
         if file is None:
-            try:
-                payload = cloudpickle.dumps((message, category))
-            except Exception:  # noqa: BLE001 - a warning of the user's that does not travel
-                payload = None
             if line is None:
                 import linecache
 
                 line = linecache.getline(filename, lineno) or None
-            if payload is not None and self.channel.relay(
-                    ("warning", payload, filename, lineno, line)):
+            try:
+                payload = pickle.dumps(("warning", cloudpickle.dumps((message, category)),
+                                        filename, lineno, line), pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - a warning of the user's that does not travel
+                payload = None
+            if payload is not None and self.channel.relay(payload):
                 return
         self.show(message, category, filename, lineno, file, line)
 

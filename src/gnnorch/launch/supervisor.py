@@ -232,13 +232,12 @@ class RankGroup:
             for conn in wait(list(waiting), timeout=POLL_SECONDS):
                 r = waiting.pop(conn)
                 try:
-                    message = conn.recv()
+                    message = self._receive(conn)
                 except (EOFError, OSError):
                     r.final = None
                     self._wait_exit(r)
                     raise self._death(r) from None
-                if message[0] in relay.RELAYED:   # rank 0's log record or warning
-                    relay.deliver(message)
+                if message is None:   # only rank 0's log records or warnings, handled
                     waiting[conn] = r
                     continue
                 r.final = message
@@ -253,6 +252,20 @@ class RankGroup:
                 t.join(timeout=5)
         value_bytes = self.ranks[0].final[1]
         return serialize.loads(value_bytes)
+
+    @staticmethod
+    def _receive(conn: Connection) -> tuple | None:
+        """The rank's final message, or None once the relayed messages (`relay.RELAYED`) that
+        had arrived, or that arrive within a poll interval, are handled: a rank that logs
+        without pause is read at its pace, and deaths are still checked every interval."""
+        deadline = time.monotonic() + POLL_SECONDS
+        while True:
+            message = conn.recv()
+            if message[0] not in relay.RELAYED:
+                return message
+            relay.deliver(message)
+            if time.monotonic() > deadline or not conn.poll():
+                return None
 
     def _check_posted(self, store: Any, posted_at: float | None) -> float | None:
         key = self.spec.failure_key
