@@ -16,10 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import pathlib
 import platform
 import statistics
+import sys
 import time
+
+import torch
 
 import gnnorch
 
@@ -86,8 +90,11 @@ def main() -> None:
               f"{row['received']}  last line as plain: {row['last_line_as_plain']}")
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.node(), "python": platform.python_version(),
-                               "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=2))
+    out.write_text(json.dumps({"machine": platform.node(), "cores": len(os.sched_getaffinity(0)),
+                               "python": platform.python_version(), "torch": torch.__version__,
+                               "date": time.strftime("%Y-%m-%d"),
+                               "command": " ".join(["python"] + sys.argv), "rows": rows},
+                              indent=2))
 
 
 if __name__ == "__main__":

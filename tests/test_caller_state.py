@@ -4,6 +4,7 @@ global generators, torch's default dtype and device, deterministic algorithms, f
 precision, anomaly detection, the warning filters and torch's and numpy's print options. A function that reads any of them behaves in every rank as it does
 called plainly, and the ranks agree with each other."""
 import argparse
+import functools
 import random
 import sys
 import warnings
@@ -14,9 +15,14 @@ import torch
 import torch.distributed as dist
 
 import gnnorch
-from gnnorch.execute.caller_state import CallerState
+from gnnorch.execute.caller_state import BACKEND_FLAGS, CallerState
 
 pytestmark = pytest.mark.usefixtures("no_leftover_children")
+
+
+def _backend(module: str):
+    """``torch.backends.<module>`` (dotted)."""
+    return functools.reduce(getattr, module.split("."), torch.backends)
 
 
 def what_the_function_sees() -> dict:
@@ -34,6 +40,9 @@ def what_the_function_sees() -> dict:
             "precision": torch.get_float32_matmul_precision(),
             "anomaly": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
             "device": str(torch.get_default_device()),
+            "cudnn": (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+                      torch.backends.cudnn.allow_tf32,
+                      torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction),
             "printed": (repr(torch.tensor([1.23456789, 2e-9])),
                         repr(numpy.array([1.23456789, 2e-9]))),
             "warnings": _warnings_shown()}
@@ -65,6 +74,7 @@ def caller_settings(monkeypatch):
              torch.get_float32_matmul_precision(), torch.is_anomaly_enabled(),
              torch.is_anomaly_check_nan_enabled())
     printing = torch._tensor_str.get_printoptions(), numpy.get_printoptions()
+    flags = [getattr(_backend(module), name) for module, name in BACKEND_FLAGS]
     filters = warnings.catch_warnings()
     filters.__enter__()
     random.seed(3)
@@ -77,9 +87,14 @@ def caller_settings(monkeypatch):
     warnings.filterwarnings("ignore", message="caller silenced")
     torch.set_printoptions(precision=2, sci_mode=False)
     numpy.set_printoptions(precision=3)
+    torch.backends.cudnn.benchmark = torch.backends.cudnn.deterministic = True   # a GPU
+    torch.backends.cudnn.allow_tf32 = False                                     # script's top
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     try:
         yield
     finally:
+        for (module, name), value in zip(BACKEND_FLAGS, flags):
+            setattr(_backend(module), name, value)
         filters.__exit__(None, None, None)
         torch.set_printoptions(**printing[0])
         numpy.set_printoptions(**printing[1])
@@ -106,6 +121,7 @@ def test_every_rank_sees_what_the_caller_had_set(caller_settings, start):
     plain = _plain_view()
     assert plain["epochs"] == 5 and plain["dtype"] == "torch.float64"   # the settings took
     assert plain["warnings"] == ["DeprecationWarning: a deprecation", "UserWarning: a plain one"]
+    assert plain["cudnn"] == (True, True, False, False)
     assert plain["printed"] == ("tensor([1.23, 0.00])",
                                 "array([1.235e+00, 2.000e-09])")
     ranks = gnnorch.Runtime(seen_by_every_rank, processes=2,
@@ -132,6 +148,9 @@ def test_capture_then_apply_restores_each_setting(caller_settings):
     torch.set_float32_matmul_precision("highest")
     torch.autograd.set_detect_anomaly(False)
     warnings.resetwarnings()
+    torch.backends.cudnn.benchmark = torch.backends.cudnn.deterministic = False
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
     torch.set_printoptions(profile="default")
     numpy.set_printoptions(precision=8)
     torch.set_default_device("meta")

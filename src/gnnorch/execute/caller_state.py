@@ -12,7 +12,10 @@ see it; in the ranks it must see the same, or the run silently differs from the 
   in every rank alike (as torch's CPU generator already was, `RankJob.rng_state`), not a fresh
   interpreter's own -- which gave each rank other splits, averaged as if they were one;
 * torch's default dtype and default device, deterministic algorithms (and their warn-only
-  mode), float32 matmul precision and anomaly detection;
+  mode), float32 matmul precision, anomaly detection, and the CUDA numerics switches a GPU
+  script sets at its top (``torch.backends.cudnn.benchmark`` / ``deterministic`` /
+  ``allow_tf32`` / ``enabled``, reduced-precision reductions in fp16 / bf16 matmuls:
+  `BACKEND_FLAGS`), readable and settable on any build;
 * the warning filters (``warnings.filterwarnings('ignore', ...)`` at a script's top, as PyG's
   ``ogc.py`` and ``wl_kernel.py`` do, silences the ranks too), every filter whose category
   pickles, in the caller's order;
@@ -39,7 +42,13 @@ import torch
 from ..compat import processes as compat_processes
 from ..launch.serialize import travels
 
-__all__ = ["CallerState"]
+__all__ = ["CallerState", "BACKEND_FLAGS"]
+
+# torch.backends switches carried as they are: (module, attribute), all public booleans
+BACKEND_FLAGS = (("cudnn", "benchmark"), ("cudnn", "deterministic"), ("cudnn", "allow_tf32"),
+                 ("cudnn", "enabled"),
+                 ("cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+                 ("cuda.matmul", "allow_bf16_reduced_precision_reduction"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +66,7 @@ class CallerState:
     anomaly: bool
     anomaly_check_nan: bool
     default_device: torch.device
+    backend_flags: tuple[bool | None, ...]   # `BACKEND_FLAGS`' values (None: unreadable)
     warning_filters: tuple[tuple[Any, ...], ...]   # `warnings.filters` entries, first first
     torch_print: dict[str, Any] | None              # None: unreadable here (`compat.processes`)
     numpy_print: dict[str, Any] | None              # None: numpy was not imported
@@ -74,6 +84,7 @@ class CallerState:
                    anomaly=torch.is_anomaly_enabled(),
                    anomaly_check_nan=torch.is_anomaly_check_nan_enabled(),
                    default_device=torch.get_default_device(),
+                   backend_flags=tuple(_backend_flag(*flag) for flag in BACKEND_FLAGS),
                    warning_filters=tuple(f for f in warnings.filters if travels(f)),
                    torch_print=compat_processes.tensor_print_options(),
                    numpy_print=_numpy_print_options(numpy))
@@ -91,6 +102,9 @@ class CallerState:
                                            warn_only=self.deterministic_warn_only)
         torch.set_float32_matmul_precision(self.matmul_precision)
         torch.autograd.set_detect_anomaly(self.anomaly, check_nan=self.anomaly_check_nan)
+        for (module, name), value in zip(BACKEND_FLAGS, self.backend_flags):
+            if value is not None and _backend_flag(module, name) != value:
+                setattr(_backend(module), name, value)
         if torch.get_default_device() != self.default_device:
             torch.set_default_device(self.default_device)
         _set_warning_filters(self.warning_filters)
@@ -100,6 +114,22 @@ class CallerState:
             import numpy
 
             numpy.set_printoptions(**self.numpy_print)
+
+
+def _backend(module: str) -> Any:
+    found: Any = torch.backends
+    for part in module.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _backend_flag(module: str, name: str) -> bool | None:
+    """``torch.backends.<module>.<name>``, None where this torch lacks it."""
+    try:
+        value = getattr(_backend(module), name)
+    except AttributeError:
+        return None
+    return value if isinstance(value, bool) else None
 
 
 def _numpy_print_options(numpy: Any) -> dict[str, Any] | None:

@@ -16,9 +16,10 @@ pytest's capture, sockets): they do not travel. So two things travel instead.
   holds handlers in the caller holds a single stand-in in the rank instead of its own:
 
   - in rank 0, whose output is the caller's: a `RecordRelay`, which sends the record (its
-    message formatted, its exception as text, `portable_record`) to the caller, where
-    `deliver` hands it to that logger's own handlers, with their level checks, in the order
-    rank 0 made the records;
+    message formatted, its exception as text, pickled once: `log_message`) to the caller,
+    where `deliver` hands it to that logger's own handlers, with their level checks, in the
+    order rank 0 made the records (the caller reads them as they come, while it watches the
+    ranks: `supervisor.RankGroup`);
   - in every other rank, and in rank 0 when its output goes to a log file: a
     ``StreamHandler`` on the rank's stderr (its log file), at the least level of the caller's
     handlers on that logger, in ``logging.BASIC_FORMAT``.
@@ -32,7 +33,8 @@ pytest's capture, sockets): they do not travel. So two things travel instead.
   to rank 0's stderr, as before.
 
 Invariant: each record rank 0 would hand to handler h of logger L in the caller's process, the
-caller's h handles once, and nothing else. A record or warning is relayed while rank 0 runs the
+caller's h handles once, and nothing else (a logger's own filters decide in the rank, so one
+that does not pickle leaves that logger's filtering to the rank's own filters). A record or warning is relayed while rank 0 runs the
 function; once rank 0 has sent its final message (`RankChannel.final`), the relays write to
 its stderr instead.
 """
@@ -135,7 +137,7 @@ def _logger_layout(name: str, logger: logging.Logger) -> LoggerLayout:
     filters = tuple(logger.filters)
     return LoggerLayout(name=name, level=logger.level, propagate=logger.propagate,
                         disabled=logger.disabled,
-                        filters=filters if serialize.travels(filters) else None,
+                        filters=filters if not filters or serialize.travels(filters) else None,
                         handler_level=min(levels) if levels else None)
 
 

@@ -99,6 +99,20 @@ def _pump(src: IO[bytes], write: Callable[[str], Any], flush: Callable[[], Any])
     src.close()
 
 
+def _receive_final(conn: Connection) -> tuple | None:
+    """A rank's final message, or None once the relayed messages (`relay.RELAYED`) that had
+    arrived, or that arrive within a poll interval, are handled: a rank that logs without
+    pause is read at its pace, and deaths are still checked every interval."""
+    deadline = time.monotonic() + POLL_SECONDS
+    while True:
+        message = conn.recv()
+        if message[0] not in relay.RELAYED:
+            return message
+        relay.deliver(message)
+        if time.monotonic() > deadline or not conn.poll():
+            return None
+
+
 class RankGroup:
     """One launch of `spec.plan.processes` rank processes, each running
     ``runner(process, fn, *args, **kwargs)`` -> (value, summary) (see `gnnorch.launch.worker`)."""
@@ -232,7 +246,7 @@ class RankGroup:
             for conn in wait(list(waiting), timeout=POLL_SECONDS):
                 r = waiting.pop(conn)
                 try:
-                    message = self._receive(conn)
+                    message = _receive_final(conn)
                 except (EOFError, OSError):
                     r.final = None
                     self._wait_exit(r)
@@ -252,20 +266,6 @@ class RankGroup:
                 t.join(timeout=5)
         value_bytes = self.ranks[0].final[1]
         return serialize.loads(value_bytes)
-
-    @staticmethod
-    def _receive(conn: Connection) -> tuple | None:
-        """The rank's final message, or None once the relayed messages (`relay.RELAYED`) that
-        had arrived, or that arrive within a poll interval, are handled: a rank that logs
-        without pause is read at its pace, and deaths are still checked every interval."""
-        deadline = time.monotonic() + POLL_SECONDS
-        while True:
-            message = conn.recv()
-            if message[0] not in relay.RELAYED:
-                return message
-            relay.deliver(message)
-            if time.monotonic() > deadline or not conn.poll():
-                return None
 
     def _check_posted(self, store: Any, posted_at: float | None) -> float | None:
         key = self.spec.failure_key
