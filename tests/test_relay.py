@@ -188,7 +188,7 @@ def test_layout_applied_gives_each_handling_logger_one_stand_in(logger_layout):
     assert alone.lines == ["WARNING|train.alone|alone warning 0"]   # its level: WARNING
 
 
-def test_a_record_whose_extra_does_not_pickle_travels_as_text():
+def test_a_records_extra_values_travel_as_text_unless_plain():
     record = logging.LogRecord("train", logging.INFO, __file__, 1, "at %s", ("step",), None)
     record.lock = threading.Lock()
     kind, name, fields = pickle.loads(relay.log_message("train", record))
@@ -196,6 +196,17 @@ def test_a_record_whose_extra_does_not_pickle_travels_as_text():
     assert fields["msg"] == "at step" and fields["args"] is None
     assert isinstance(fields["lock"], str) and fields["lineno"] == 1
     assert logging.makeLogRecord(fields).getMessage() == "at step"
+    record.step = {"loss": 0.5}          # pickles, but the caller might not unpickle all such
+    assert pickle.loads(relay.log_message("train", record))[2]["step"] == "{'loss': 0.5}"
+
+
+def test_a_warning_the_caller_cannot_unpickle_is_shown_as_its_text():
+    payload = pickle.dumps(("warning", b"not a pickle", "OddWarning: odd", __file__, 3, None))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        relay.deliver(pickle.loads(payload))
+    assert [(w.category, str(w.message), w.lineno) for w in seen] == [
+        (UserWarning, "OddWarning: odd", 3)]
 
 
 def test_after_the_final_message_records_go_to_stderr(capsys):

@@ -153,9 +153,8 @@ _TEXT = logging.Formatter()
 
 
 def portable_record(record: logging.LogRecord) -> dict[str, Any]:
-    """`record`'s attributes, picklable: the message formatted (``args`` None), the exception
-    as ``exc_text``, any attribute that does not pickle as its ``str``. ``logging.
-    makeLogRecord`` of it formats alike under any formatter."""
+    """`record`'s attributes: the message formatted (``args`` None), the exception as
+    ``exc_text``. ``logging.makeLogRecord`` of it formats alike under any formatter."""
     fields = dict(record.__dict__)
     fields["msg"] = record.getMessage()
     fields["args"] = None
@@ -165,19 +164,16 @@ def portable_record(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
 def log_message(logger_name: str, record: logging.LogRecord) -> bytes:
-    """The pickled ("log", logger name, `portable_record`) message: pickled once, and where an
-    attribute (an ``extra=`` value of the user's) does not pickle, again with its ``str``."""
-    fields = portable_record(record)
-    try:
-        return pickle.dumps(("log", logger_name, fields), pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - whatever stops it, that attribute travels as text
-        for key, value in fields.items():
-            try:
-                pickle.dumps(value)
-            except Exception:  # noqa: BLE001
-                fields[key] = str(value)
-        return pickle.dumps(("log", logger_name, fields), pickle.HIGHEST_PROTOCOL)
+    """The pickled ("log", logger name, `portable_record`) message. Every attribute is a str,
+    number, bool or None (an ``extra=`` value of another type travels as its ``str``), so the
+    caller can always unpickle it: a record never fails the run."""
+    fields = {key: value if isinstance(value, _PLAIN) else str(value)
+              for key, value in portable_record(record).items()}
+    return pickle.dumps(("log", logger_name, fields), pickle.HIGHEST_PROTOCOL)
 
 
 class RecordRelay(logging.Handler):
@@ -217,7 +213,8 @@ class WarningRelay:
                 line = linecache.getline(filename, lineno) or None
             try:
                 payload = pickle.dumps(("warning", cloudpickle.dumps((message, category)),
-                                        filename, lineno, line), pickle.HIGHEST_PROTOCOL)
+                                        f"{category.__name__}: {message}", filename, lineno,
+                                        line), pickle.HIGHEST_PROTOCOL)
             except Exception:  # noqa: BLE001 - a warning of the user's that does not travel
                 payload = None
             if payload is not None and self.channel.relay(payload):
@@ -235,8 +232,11 @@ def deliver(message: tuple) -> None:
             if record.levelno >= handler.level:
                 handler.handle(record)
     elif message[0] == "warning":
-        _, payload, filename, lineno, line = message
-        warning, category = pickle.loads(payload)
+        _, payload, text, filename, lineno, line = message
+        try:
+            warning, category = pickle.loads(payload)
+        except Exception:  # noqa: BLE001 - a category the caller cannot import: its text
+            warning, category = UserWarning(text), UserWarning
         warnings.showwarning(warning, category, filename, lineno, None, line)
     else:
         raise ValueError(f"not a relayed message: {message[0]!r}")
